@@ -1,0 +1,74 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # variables used by the scripts that source this file
+# Shared settings of the nodelet test environment (a private containerd with its CRI plugin,
+# a local registry, our own images). Sourced by up.sh, down.sh and the test scripts; it only
+# sets variables and defines helpers, it changes nothing on the machine.
+
+NODELET_ENV_LIB=/var/lib/nodelet-env        # kept across down.sh (except --purge)
+NODELET_ENV_RUN=/run/nodelet-env            # runtime state, pid files, sockets
+NODELET_ENV_LOG=/var/log/nodelet-env
+
+# Images we build (OCI layouts) and the local registry serving them.
+NODELET_IMAGES_DIR=$NODELET_ENV_LIB/images
+REGISTRY=127.0.0.1:5000
+REGISTRY_DIR=$NODELET_ENV_LIB/registry
+REGISTRY_CONFIG=$REGISTRY_DIR/config.yml
+REGISTRY_PIDFILE=$NODELET_ENV_RUN/registry.pid
+REGISTRY_LOG=$NODELET_ENV_LOG/registry.log
+
+# The private containerd.
+CONTAINERD_DIR=$NODELET_ENV_LIB/containerd
+CONTAINERD_CONFIG=$CONTAINERD_DIR/config.toml
+CONTAINERD_ROOT=$CONTAINERD_DIR/root
+CONTAINERD_STATE=$NODELET_ENV_RUN/containerd/state
+CONTAINERD_CERTS_D=$CONTAINERD_DIR/certs.d
+CONTAINERD_PIDFILE=$NODELET_ENV_RUN/containerd.pid
+CONTAINERD_LOG=$NODELET_ENV_LOG/containerd.log
+RUNC_ROOT=$NODELET_ENV_RUN/runc
+SOCK=$NODELET_ENV_RUN/containerd/containerd.sock
+TTRPC_SOCK=$SOCK.ttrpc
+
+# CNI: binaries from Debian's containernetworking-plugins, config and IPAM state of our own.
+CNI_BIN_DIR=/usr/lib/cni
+CNI_CONF_DIR=$NODELET_ENV_LIB/cni/net.d
+CNI_IPAM_DIR=$NODELET_ENV_LIB/cni/networks
+CNI_NETWORK_NAME=nodelet
+CNI_BRIDGE=nodelet0
+CNI_SUBNET=10.88.0.0/16
+IP_FORWARD_ORIG=$NODELET_ENV_LIB/ip_forward.orig
+
+# Top-level cgroups (in every hierarchy) whose empty leftovers down.sh removes: runc removes only
+# a container's leaf, and `ctr -n k8s.io run` uses /k8s.io/<id>. Set it before sourcing to add
+# the agent's own cgroup root.
+NODELET_CGROUP_PARENTS=${NODELET_CGROUP_PARENTS:-"k8s.io kubepods nodelet"}
+
+# Image names that resolve (through the hosts.toml mirrors) to the local registry.
+PAUSE_IMAGE=registry.k8s.io/pause:3.9
+BUSYBOX_IMAGE=docker.io/library/busybox:1.36
+
+NODELET_CRI_ENDPOINT=unix://$SOCK
+
+export NODELET_ENV_LIB NODELET_ENV_RUN NODELET_ENV_LOG NODELET_IMAGES_DIR REGISTRY REGISTRY_DIR \
+    CONTAINERD_CONFIG CONTAINERD_ROOT CONTAINERD_STATE CONTAINERD_CERTS_D RUNC_ROOT SOCK \
+    NODELET_CGROUP_PARENTS CNI_BIN_DIR CNI_CONF_DIR CNI_IPAM_DIR CNI_NETWORK_NAME CNI_BRIDGE CNI_SUBNET \
+    PAUSE_IMAGE BUSYBOX_IMAGE NODELET_CRI_ENDPOINT
+
+# ctr against the private containerd, e.g. `nodelet_ctr -n k8s.io images ls`.
+nodelet_ctr() {
+    ctr --address "$SOCK" "$@"
+}
+
+# True if the pid in pid file $1 is alive and its command line contains $2.
+nodelet_pid_alive() {
+    local pidfile=$1 needle=$2 pid
+    [[ -r $pidfile ]] || return 1
+    pid=$(<"$pidfile")
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    [[ -r /proc/$pid/cmdline ]] || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$needle"
+}
+
+# Print a step line.
+nodelet_say() {
+    printf '%s\n' "$*"
+}

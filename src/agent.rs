@@ -1,0 +1,220 @@
+//! Wiring of the agent (kubelet's `RunKubelet` / `NewMainKubelet`): builds every component from
+//! the configuration and runs them until a stop signal.
+//!
+//! Threads: a tokio runtime (gRPC, HTTP, pod workers), the sync loop on its own thread, the file
+//! source on its own thread. Stopping the agent leaves pods running: the next start adopts them.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing::{error, info, warn};
+
+use crate::cm::CgroupLayout;
+use crate::config::KubeletConfiguration;
+use crate::cri::Cri;
+use crate::events::Recorder;
+use crate::kuberuntime::sandbox::parse_resolv_conf;
+use crate::kuberuntime::{KubeRuntimeManager, Settings};
+use crate::metrics::Metrics;
+use crate::podworkers::{Periods, PodWorkers, UpdateType, WorkQueue};
+use crate::source::file::FileSource;
+use crate::source::PodConfig;
+use crate::status::StatusManager;
+use crate::syncloop::{Channels, Housekeeper, SyncLoop};
+
+/// Command-line settings that are not in the configuration file (kubelet's flags).
+#[derive(Debug, Clone)]
+pub struct Flags {
+    /// `--hostname-override`.
+    pub hostname_override: Option<String>,
+    /// `--root-dir` (default `/var/lib/nodelet`).
+    pub root_dir: PathBuf,
+    /// `--node-ip`; detected when absent.
+    pub node_ip: Option<IpAddr>,
+}
+
+/// Start-up failures; each ends the process with a message.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The node name could not be determined.
+    #[error("node name: {0}")]
+    NodeName(String),
+    /// A directory the agent needs could not be created.
+    #[error("cannot create directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The tokio runtime could not start.
+    #[error("cannot start async runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The healthz listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+///
+/// Errors: [`AgentError`] for anything that prevents start-up; once running, runtime failures
+/// are logged and retried, never fatal.
+pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError> {
+    let node_name = crate::node::node_name(flags.hostname_override.as_deref()).map_err(AgentError::NodeName)?;
+    let node_ip = flags.node_ip.unwrap_or_else(crate::node::node_ip);
+    for dir in [flags.root_dir.clone(), PathBuf::from(&config.pod_logs_dir)] {
+        std::fs::create_dir_all(&dir).map_err(|source| AgentError::Dir { path: dir.clone(), source })?;
+    }
+    let resolv = std::fs::read_to_string(&config.resolv_conf).map(|t| parse_resolv_conf(&t)).unwrap_or_else(|e| {
+        warn!(path = %config.resolv_conf, error = %e, "cannot read resolvConf; pods get no host DNS");
+        Default::default()
+    });
+    let settings = Settings {
+        node_name: node_name.clone(),
+        hostname: node_name.clone(),
+        node_ip: node_ip.to_string(),
+        pod_logs_dir: PathBuf::from(&config.pod_logs_dir),
+        resolv_conf: resolv,
+        cgroups: CgroupLayout { root: config.cgroup_root.clone(), per_qos: config.cgroups_per_qos, systemd: config.cgroup_driver == "systemd" },
+    };
+    info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("nodelet-rt")
+        .enable_all()
+        .build()
+        .map_err(AgentError::Runtime)?;
+    let metrics = Metrics::new();
+    let recorder = Recorder::default();
+    let status = StatusManager::default();
+    let cri = rt.block_on(async { Cri::new(&config.runtime_socket(), &config.image_socket(), config.runtime_request_timeout.0, metrics.clone()) });
+
+    // Serve health and pods before the runtime answers, so operators can see the agent waiting.
+    if config.healthz_port != 0 {
+        let addr = SocketAddr::new(config.healthz_bind_address.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])), config.healthz_port);
+        let state = crate::server::ServerState { status: status.clone(), metrics: metrics.clone(), recorder: recorder.clone() };
+        let server = rt.block_on(crate::server::serve(addr, state)).map_err(|source| AgentError::Listen { addr, source })?;
+        rt.spawn(async move {
+            if let Err(e) = server.await {
+                error!(error = %e, "HTTP server stopped");
+            }
+        });
+        info!(%addr, "serving /healthz /pods /metrics /events");
+    }
+
+    let stop = rt.block_on(async { wait_for_runtime(&cri).await });
+    if stop {
+        return Ok(());
+    }
+
+    let manager = Arc::new(KubeRuntimeManager::new(cri, settings, status, recorder.clone(), metrics.clone()));
+    let queue = WorkQueue::default();
+    let periods = Periods { resync: config.sync_frequency.0, soon: Duration::from_secs(1), backoff: Duration::from_secs(10) };
+    let workers = PodWorkers::new(manager.clone(), queue.clone(), periods, rt.handle().clone());
+
+    let (config_tx, config_rx) = crossbeam_channel::bounded(50);
+    let (_pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let pod_config = Arc::new(Mutex::new(PodConfig::new(config_tx)));
+    let mut threads = Vec::new();
+    if !config.static_pod_path.is_empty() {
+        pod_config.lock().unwrap_or_else(|e| e.into_inner()).register(crate::source::file::SOURCE);
+        let src = FileSource::new(PathBuf::from(&config.static_pod_path), node_name.clone(), recorder.clone(), metrics.clone());
+        let (pc, period, stop) = (pod_config.clone(), config.file_check_frequency.0, stop_rx.clone());
+        threads.push(spawn_thread("file-source", move || crate::source::file::run(src, period, pc, stop)));
+    }
+    let sources_ready = pod_config.lock().unwrap_or_else(|e| e.into_inner()).readiness();
+    let housekeeper = housekeeper(manager, workers.clone(), rt.handle().clone());
+    let sync_loop = SyncLoop::new(workers, queue, sources_ready, housekeeper, recorder, config.max_pods as usize);
+    let channels = Channels { config: config_rx, pleg: pleg_rx, stop: stop_rx };
+    threads.push(spawn_thread("sync-loop", move || sync_loop.run(channels)));
+
+    rt.block_on(wait_for_signal());
+    info!("stopping nodelet; pods keep running");
+    drop(stop_tx);
+    for t in threads {
+        let _ = t.join();
+    }
+    rt.shutdown_timeout(Duration::from_secs(2));
+    Ok(())
+}
+
+fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new().name(name.into()).spawn(f).expect("spawning a thread at start-up")
+}
+
+/// Waits until the runtime answers `Version`, logging while it does not. Returns true when a stop
+/// signal came first.
+async fn wait_for_runtime(cri: &Cri) -> bool {
+    let mut logged = false;
+    loop {
+        match cri.version().await {
+            Ok(v) => {
+                info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version, "container runtime is ready");
+                return false;
+            }
+            Err(e) => {
+                if !logged {
+                    warn!(error = %e, "waiting for the container runtime");
+                    logged = true;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = wait_for_signal() => return true,
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Housekeeping (kubelet's `HandlePodCleanups`): kill pods the runtime has that no source wants
+/// and no worker handles — pods whose manifest went away while the agent was down.
+fn housekeeper(manager: Arc<KubeRuntimeManager>, workers: PodWorkers<KubeRuntimeManager>, rt: tokio::runtime::Handle) -> Housekeeper {
+    let busy = Arc::new(AtomicBool::new(false));
+    Box::new(move |desired: HashSet<String>| {
+        if busy.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (manager, workers, busy) = (manager.clone(), workers.clone(), busy.clone());
+        rt.spawn(async move {
+            match manager.runtime_pods().await {
+                Ok(pods) => {
+                    for pod in pods {
+                        let uid = crate::source::pod_uid(&pod).to_owned();
+                        if !desired.contains(&uid) && !workers.is_known(&uid) {
+                            info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, uid, "killing pod that no source wants");
+                            workers.update_pod(Arc::new(pod), UpdateType::Kill(None));
+                        }
+                    }
+                }
+                Err(e) => warn!(error = %e, "housekeeping: cannot list runtime pods"),
+            }
+            busy.store(false, Ordering::Release);
+        });
+    })
+}

@@ -1,0 +1,393 @@
+//! KubeletConfiguration: the agent's configuration file.
+//!
+//! The file is a `kubelet.config.k8s.io/v1beta1` `KubeletConfiguration` document (YAML or JSON)
+//! with kubelet's field names and defaults (kubelet's `SetDefaults_KubeletConfiguration`).
+//! Fields that nodelet does not implement are reported as warnings naming them; values that are
+//! invalid are errors naming the field and the value (kubelet's `ValidateKubeletConfiguration`).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Errors from loading or validating the configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// Path of the file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a YAML/JSON mapping, or a field has the wrong type.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// Path of the file.
+        path: PathBuf,
+        /// What the parser said.
+        message: String,
+    },
+    /// A field holds a value nodelet cannot use.
+    #[error("config file {path}: invalid value {value:?} for field {field}: {reason}")]
+    Invalid {
+        /// Path of the file.
+        path: PathBuf,
+        /// The field's name as written in the file (camelCase).
+        field: &'static str,
+        /// The offending value.
+        value: String,
+        /// Why it is invalid and what is accepted.
+        reason: String,
+    },
+}
+
+/// A Go-style duration (`"20s"`, `"1m30s"`, `"100ms"`) as kubelet's `metav1.Duration` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct GoDuration(pub Duration);
+
+impl TryFrom<String> for GoDuration {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        parse_go_duration(&s).map(GoDuration)
+    }
+}
+
+impl From<GoDuration> for String {
+    fn from(d: GoDuration) -> String {
+        format_go_duration(d.0)
+    }
+}
+
+/// Parses a Go duration string: a sequence of `<number><unit>` with units `ns`, `us`, `ms`, `s`,
+/// `m`, `h` (fractions allowed, e.g. `1.5s`). A bare `0` is zero.
+///
+/// Errors: a message naming the string when it is empty, negative or has an unknown unit.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if t.is_empty() || t.starts_with('-') {
+        return Err(format!("{s:?} is not a duration (want e.g. \"20s\", \"1m30s\")"));
+    }
+    let mut total = 0f64;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if num_len == 0 {
+            return Err(format!("{s:?} is not a duration (want e.g. \"20s\", \"1m30s\")"));
+        }
+        let value: f64 = rest[..num_len].parse().map_err(|_| format!("{s:?}: bad number"))?;
+        rest = &rest[num_len..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "" => return Err(format!("{s:?}: missing unit (ns, us, ms, s, m, h)")),
+            u => return Err(format!("{s:?}: unknown unit {u:?} (ns, us, ms, s, m, h)")),
+        };
+        total += value * secs;
+        rest = &rest[unit_len..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats a duration the way Go prints it for whole units (`"1m0s"`, `"20s"`, `"100ms"`).
+pub fn format_go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs();
+    let frac = d.subsec_millis();
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    let sec = if frac > 0 { format!("{s}.{frac:03}s") } else { format!("{s}s") };
+    match (h, m) {
+        (0, 0) => sec,
+        (0, m) => format!("{m}m{sec}"),
+        (h, m) => format!("{h}h{m}m{sec}"),
+    }
+}
+
+/// The subset of kubelet's `KubeletConfiguration` that nodelet implements, with kubelet's
+/// defaults. Field names are kubelet's (camelCase in the file).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeletConfiguration {
+    /// `kubelet.config.k8s.io/v1beta1`.
+    pub api_version: String,
+    /// `KubeletConfiguration`.
+    pub kind: String,
+    /// Directory of static pod manifests (file source). Empty: no file source.
+    pub static_pod_path: String,
+    /// How often the manifest directory is re-listed (default 20s), besides inotify.
+    pub file_check_frequency: GoDuration,
+    /// Maximum period between two syncs of a running pod (default 1m).
+    pub sync_frequency: GoDuration,
+    /// CRI runtime endpoint, `unix://` path (default `unix:///run/containerd/containerd.sock`).
+    pub container_runtime_endpoint: String,
+    /// CRI image endpoint; empty means the runtime endpoint.
+    pub image_service_endpoint: String,
+    /// Timeout of each CRI call except long-running ones (default 2m).
+    pub runtime_request_timeout: GoDuration,
+    /// Root of the pod cgroup hierarchy (default `/`).
+    pub cgroup_root: String,
+    /// `cgroupfs` (default) or `systemd`.
+    pub cgroup_driver: String,
+    /// Create QoS-level cgroups (`kubepods/burstable`, `kubepods/besteffort`); default true.
+    #[serde(rename = "cgroupsPerQOS")]
+    pub cgroups_per_qos: bool,
+    /// Address of the healthz/pods/metrics listener (default `127.0.0.1`).
+    pub healthz_bind_address: String,
+    /// Port of that listener (default 10248); 0 disables it.
+    pub healthz_port: u16,
+    /// Directory of container logs (default `/var/log/pods`).
+    pub pod_logs_dir: String,
+    /// Resolver configuration handed to pods with DNS policy Default (default `/etc/resolv.conf`).
+    pub resolv_conf: String,
+    /// Maximum number of pods (default 110).
+    pub max_pods: u32,
+}
+
+impl Default for KubeletConfiguration {
+    fn default() -> Self {
+        Self {
+            api_version: "kubelet.config.k8s.io/v1beta1".into(),
+            kind: "KubeletConfiguration".into(),
+            static_pod_path: String::new(),
+            file_check_frequency: GoDuration(Duration::from_secs(20)),
+            sync_frequency: GoDuration(Duration::from_secs(60)),
+            container_runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
+            image_service_endpoint: String::new(),
+            runtime_request_timeout: GoDuration(Duration::from_secs(120)),
+            cgroup_root: "/".into(),
+            cgroup_driver: "cgroupfs".into(),
+            cgroups_per_qos: true,
+            healthz_bind_address: "127.0.0.1".into(),
+            healthz_port: 10248,
+            pod_logs_dir: "/var/log/pods".into(),
+            resolv_conf: "/etc/resolv.conf".into(),
+            max_pods: 110,
+        }
+    }
+}
+
+/// Field names nodelet reads; any other top-level key draws a warning.
+const KNOWN_FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "staticPodPath",
+    "fileCheckFrequency",
+    "syncFrequency",
+    "containerRuntimeEndpoint",
+    "imageServiceEndpoint",
+    "runtimeRequestTimeout",
+    "cgroupRoot",
+    "cgroupDriver",
+    "cgroupsPerQOS",
+    "healthzBindAddress",
+    "healthzPort",
+    "podLogsDir",
+    "resolvConf",
+    "maxPods",
+];
+
+/// A loaded configuration and the warnings found while loading it.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The effective configuration, defaults filled in.
+    pub config: KubeletConfiguration,
+    /// Top-level fields nodelet does not know or implement; they are ignored.
+    pub unknown_fields: Vec<String>,
+}
+
+impl KubeletConfiguration {
+    /// Reads, parses and validates a configuration file.
+    ///
+    /// Errors: [`ConfigError::Read`] when the file cannot be read, [`ConfigError::Parse`] when it is
+    /// not a mapping or a field has the wrong type, [`ConfigError::Invalid`] naming the field and
+    /// value that fail validation.
+    pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses and validates configuration text; `path` only labels errors.
+    pub fn parse(path: &Path, text: &str) -> Result<LoadedConfig, ConfigError> {
+        let parse_err = |message: String| ConfigError::Parse { path: path.to_owned(), message };
+        let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+        let map: BTreeMap<String, serde_yaml::Value> = match value {
+            serde_yaml::Value::Mapping(_) => {
+                serde_yaml::from_value(value.clone()).map_err(|e| parse_err(e.to_string()))?
+            }
+            serde_yaml::Value::Null => BTreeMap::new(),
+            _ => return Err(parse_err("the file must hold a KubeletConfiguration mapping".into())),
+        };
+        let unknown_fields: Vec<String> =
+            map.keys().filter(|k| !KNOWN_FIELDS.contains(&k.as_str())).cloned().collect();
+        let config: KubeletConfiguration = if map.is_empty() {
+            KubeletConfiguration::default()
+        } else {
+            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
+            .map_err(|e| parse_err(format!("field {}: {}", e.path(), e.inner())))?
+        };
+        config.validate(path)?;
+        Ok(LoadedConfig { config, unknown_fields })
+    }
+
+    /// Checks every field nodelet uses; the first invalid one is returned.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |field: &'static str, value: &str, reason: &str| ConfigError::Invalid {
+            path: path.to_owned(),
+            field,
+            value: value.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if self.api_version != "kubelet.config.k8s.io/v1beta1" {
+            return Err(invalid("apiVersion", &self.api_version, "must be kubelet.config.k8s.io/v1beta1"));
+        }
+        if self.kind != "KubeletConfiguration" {
+            return Err(invalid("kind", &self.kind, "must be KubeletConfiguration"));
+        }
+        if !self.static_pod_path.is_empty() && !self.static_pod_path.starts_with('/') {
+            return Err(invalid("staticPodPath", &self.static_pod_path, "must be an absolute path"));
+        }
+        for (field, d) in [
+            ("fileCheckFrequency", self.file_check_frequency),
+            ("syncFrequency", self.sync_frequency),
+            ("runtimeRequestTimeout", self.runtime_request_timeout),
+        ] {
+            if d.0.is_zero() {
+                return Err(invalid(field, &format_go_duration(d.0), "must be greater than 0"));
+            }
+        }
+        if socket_path(&self.container_runtime_endpoint).is_none() {
+            return Err(invalid(
+                "containerRuntimeEndpoint",
+                &self.container_runtime_endpoint,
+                "must be unix:///path/to/socket",
+            ));
+        }
+        if !self.image_service_endpoint.is_empty() && socket_path(&self.image_service_endpoint).is_none() {
+            return Err(invalid("imageServiceEndpoint", &self.image_service_endpoint, "must be unix:///path/to/socket"));
+        }
+        if !self.cgroup_root.starts_with('/') || self.cgroup_root.split('/').any(|c| c == "..") {
+            return Err(invalid("cgroupRoot", &self.cgroup_root, "must be an absolute cgroup path without '..'"));
+        }
+        if !matches!(self.cgroup_driver.as_str(), "cgroupfs" | "systemd") {
+            return Err(invalid("cgroupDriver", &self.cgroup_driver, "must be cgroupfs or systemd"));
+        }
+        if self.healthz_bind_address.parse::<IpAddr>().is_err() {
+            return Err(invalid("healthzBindAddress", &self.healthz_bind_address, "must be an IP address"));
+        }
+        if !self.pod_logs_dir.starts_with('/') {
+            return Err(invalid("podLogsDir", &self.pod_logs_dir, "must be an absolute path"));
+        }
+        if self.max_pods == 0 {
+            return Err(invalid("maxPods", "0", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Path of the CRI runtime socket.
+    pub fn runtime_socket(&self) -> PathBuf {
+        socket_path(&self.container_runtime_endpoint).unwrap_or_default()
+    }
+
+    /// Path of the CRI image socket (the runtime socket unless `imageServiceEndpoint` is set).
+    pub fn image_socket(&self) -> PathBuf {
+        socket_path(&self.image_service_endpoint).unwrap_or_else(|| self.runtime_socket())
+    }
+}
+
+/// The socket path of a `unix://` endpoint (`unix:///run/x.sock` → `/run/x.sock`); a bare
+/// absolute path is accepted too, as kubelet does with a deprecation warning.
+pub fn socket_path(endpoint: &str) -> Option<PathBuf> {
+    let p = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    (p.starts_with('/') && p.len() > 1).then(|| PathBuf::from(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<LoadedConfig, ConfigError> {
+        KubeletConfiguration::parse(Path::new("test.yaml"), text)
+    }
+
+    #[test]
+    fn go_durations_parse_like_go() {
+        for (s, ms) in [("20s", 20_000), ("1m", 60_000), ("1m30s", 90_000), ("100ms", 100), ("1.5s", 1500), ("2h", 7_200_000), ("0", 0)] {
+            assert_eq!(parse_go_duration(s).unwrap().as_millis(), ms, "{s}");
+        }
+        for bad in ["", "20", "-1s", "1x", "s"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(format_go_duration(Duration::from_secs(60)), "1m0s");
+        assert_eq!(format_go_duration(Duration::from_secs(20)), "20s");
+    }
+
+    #[test]
+    fn defaults_are_kubelets() {
+        let c = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n").unwrap().config;
+        assert_eq!(c.file_check_frequency.0, Duration::from_secs(20));
+        assert_eq!(c.sync_frequency.0, Duration::from_secs(60));
+        assert_eq!(c.healthz_port, 10248);
+        assert_eq!(c.healthz_bind_address, "127.0.0.1");
+        assert_eq!(c.cgroup_driver, "cgroupfs");
+        assert!(c.cgroups_per_qos);
+        assert_eq!(c.pod_logs_dir, "/var/log/pods");
+        assert_eq!(c.runtime_socket(), PathBuf::from("/run/containerd/containerd.sock"));
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let l = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfooBar: 1\nclusterDNS: []\n").unwrap();
+        assert_eq!(l.unknown_fields, vec!["clusterDNS".to_string(), "fooBar".to_string()]);
+    }
+
+    #[test]
+    fn invalid_values_name_field_and_value() {
+        let cases = [
+            ("cgroupDriver: docker", "cgroupDriver", "docker"),
+            ("fileCheckFrequency: 0s", "fileCheckFrequency", "0s"),
+            ("containerRuntimeEndpoint: tcp://1.2.3.4:5", "containerRuntimeEndpoint", "tcp://1.2.3.4:5"),
+            ("healthzBindAddress: localhost", "healthzBindAddress", "localhost"),
+            ("staticPodPath: relative/dir", "staticPodPath", "relative/dir"),
+            ("cgroupRoot: /a/../b", "cgroupRoot", "/a/../b"),
+            ("kind: Pod", "kind", "Pod"),
+        ];
+        for (line, field, value) in cases {
+            let text = format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{line}\n");
+            let text = if field == "kind" { format!("apiVersion: kubelet.config.k8s.io/v1beta1\n{line}\n") } else { text };
+            match parse(&text) {
+                Err(ConfigError::Invalid { field: f, value: v, .. }) => {
+                    assert_eq!((f, v.as_str()), (field, value), "{line}");
+                }
+                other => panic!("{line}: expected Invalid, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_types_are_parse_errors() {
+        let e = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhealthzPort: abc\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+        assert!(e.to_string().contains("healthzPort"), "{e}");
+        let e = parse("syncFrequency: 10x\n").unwrap_err();
+        assert!(e.to_string().contains("10x"), "{e}");
+    }
+}

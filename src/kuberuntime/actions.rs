@@ -1,0 +1,328 @@
+//! What a sync must do to a pod (kubelet's `computePodActions` in `kuberuntime_manager.go`):
+//! a pure function of the pod spec and the runtime's view of the pod.
+//!
+//! - A new sandbox when there is none, the newest is not ready, more than one is ready, or the
+//!   pod-level spec that shapes it changed (`podSandboxChanged`); then every container starts
+//!   again from the first init container. A pod whose restart policy says its finished containers
+//!   stay finished gets no new sandbox.
+//! - Init containers run one at a time, in order, each to a zero exit, before any app container.
+//!   A failed init container is restarted unless the restart policy is Never (then the pod fails).
+//! - App containers: missing ones start; exited ones restart by restart policy (Always: always;
+//!   OnFailure: non-zero exit; Never: no); running ones whose spec hash changed are killed and
+//!   started again; running containers not in the spec are killed.
+//! - When nothing is left running and nothing is to start, the sandbox is stopped (`KillPod`).
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::labels::container_hash;
+use super::runtime_status::{ContainerState, RuntimePodStatus};
+
+/// Why a running container is killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillReason {
+    /// Its spec hash changed.
+    SpecChanged,
+    /// The spec no longer has a container of this name.
+    NotInSpec,
+}
+
+/// A container to start: its index in `spec.initContainers` or `spec.containers`, and the
+/// restart count (CRI attempt) it will carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToStart {
+    /// Index in the list it belongs to.
+    pub index: usize,
+    /// Restart count / attempt.
+    pub restart_count: u32,
+}
+
+/// The actions of one sync.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodActions {
+    /// Stop everything running in the pod first (sandbox recreation, or nothing left to run).
+    pub kill_pod: bool,
+    /// Create a new sandbox with this attempt number.
+    pub create_sandbox: Option<u32>,
+    /// The sandbox to use when none is created.
+    pub sandbox_id: Option<String>,
+    /// The init container to start next, if any.
+    pub next_init: Option<ToStart>,
+    /// An init container failed under restartPolicy Never: the pod has failed.
+    pub init_failed: bool,
+    /// App containers to start.
+    pub containers_to_start: Vec<ToStart>,
+    /// Running containers to kill: (container ID, name, reason).
+    pub containers_to_kill: Vec<(String, String, KillReason)>,
+}
+
+fn restart_policy(pod: &Pod) -> &str {
+    pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always")
+}
+
+/// True when an exited container with `exit_code` should run again under the pod's policy
+/// (kubelet's `ShouldContainerBeRestarted` for an exited container).
+pub fn should_restart(policy: &str, exit_code: i32) -> bool {
+    match policy {
+        "Never" => false,
+        "OnFailure" => exit_code != 0,
+        _ => true,
+    }
+}
+
+fn next_restart_count(status: &RuntimePodStatus, name: &str) -> u32 {
+    status.latest(name).map_or(0, |c| c.attempt + 1)
+}
+
+/// Hash of the pod-level fields that shape the sandbox (namespaces, hostname, DNS, ports).
+pub fn sandbox_hash(pod: &Pod) -> String {
+    let Some(s) = pod.spec.as_ref() else { return String::new() };
+    let ports: Vec<_> = s.containers.iter().flat_map(|c| c.ports.iter().flatten()).collect();
+    crate::hash::object_hash(&(
+        s.host_network,
+        s.host_pid,
+        s.host_ipc,
+        s.share_process_namespace,
+        &s.hostname,
+        &s.subdomain,
+        &s.dns_policy,
+        &s.dns_config,
+        ports,
+    ))
+}
+
+/// Computes the actions for `pod` given the runtime's view of it.
+pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
+    let mut a = PodActions::default();
+    let Some(spec) = pod.spec.as_ref() else { return a };
+    let policy = restart_policy(pod);
+    let inits: &[Container] = spec.init_containers.as_deref().unwrap_or(&[]);
+
+    // Sandbox.
+    let ready: Vec<_> = status.sandboxes.iter().filter(|s| s.ready).collect();
+    let newest = status.sandboxes.first();
+    let recreate = match newest {
+        None => Some(0),
+        Some(s) if !s.ready || ready.len() > 1 || s.sandbox_hash != sandbox_hash(pod) => Some(s.attempt + 1),
+        Some(_) => None,
+    };
+    if let Some(attempt) = recreate {
+        // Which app containers would run in a new sandbox.
+        let to_start: Vec<ToStart> = spec
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| match status.latest(&c.name) {
+                Some(rc) if rc.state() == ContainerState::Exited => should_restart(policy, rc.exit_code),
+                _ => true,
+            })
+            .map(|(index, c)| ToStart { index, restart_count: next_restart_count(status, &c.name) })
+            .collect();
+        a.kill_pod = newest.is_some();
+        let never_again = policy == "Never" && newest.is_some() && !status.containers.is_empty();
+        if (to_start.is_empty() || never_again) && newest.is_some() {
+            // Finished under its restart policy: nothing to run again.
+            return a;
+        }
+        a.create_sandbox = Some(attempt);
+        if let Some(first) = inits.first() {
+            a.next_init = Some(ToStart { index: 0, restart_count: next_restart_count(status, &first.name) });
+        } else {
+            a.containers_to_start = to_start;
+        }
+        return a;
+    }
+    let sandbox = newest.map(|s| s.id.clone()).unwrap_or_default();
+    a.sandbox_id = Some(sandbox.clone());
+    let in_sandbox = |name: &str| status.instances(name).find(|c| c.sandbox_id == sandbox).cloned();
+
+    // Init containers, one at a time.
+    for (index, c) in inits.iter().enumerate() {
+        match in_sandbox(&c.name) {
+            None => {
+                a.next_init = Some(ToStart { index, restart_count: next_restart_count(status, &c.name) });
+                return a;
+            }
+            Some(rc) => match rc.state() {
+                ContainerState::Exited if rc.exit_code == 0 => continue,
+                ContainerState::Running => return a,
+                ContainerState::Exited if policy == "Never" => {
+                    a.init_failed = true;
+                    a.kill_pod = true;
+                    return a;
+                }
+                _ => {
+                    a.next_init = Some(ToStart { index, restart_count: next_restart_count(status, &c.name) });
+                    return a;
+                }
+            },
+        }
+    }
+
+    // App containers.
+    let mut keep = 0;
+    for (index, c) in spec.containers.iter().enumerate() {
+        let start = ToStart { index, restart_count: next_restart_count(status, &c.name) };
+        match in_sandbox(&c.name) {
+            None => a.containers_to_start.push(start),
+            Some(rc) => match rc.state() {
+                ContainerState::Running if rc.hash != container_hash(c) => {
+                    a.containers_to_kill.push((rc.id.clone(), c.name.clone(), KillReason::SpecChanged));
+                    a.containers_to_start.push(start);
+                }
+                ContainerState::Running => keep += 1,
+                ContainerState::Exited if !should_restart(policy, rc.exit_code) => {}
+                _ => a.containers_to_start.push(start),
+            },
+        }
+    }
+    for rc in status.containers.iter().filter(|rc| rc.sandbox_id == sandbox && rc.state() == ContainerState::Running) {
+        let known = spec.containers.iter().any(|c| c.name == rc.name) || (rc.is_init && inits.iter().any(|c| c.name == rc.name));
+        if !known {
+            a.containers_to_kill.push((rc.id.clone(), rc.name.clone(), KillReason::NotInSpec));
+        }
+    }
+    if keep == 0 && a.containers_to_start.is_empty() {
+        a.kill_pod = true;
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::runtime_status::{RuntimeContainer, SandboxStatus};
+    use super::*;
+
+    fn pod(policy: &str, inits: &[&str], apps: &[&str]) -> Pod {
+        let list = |names: &[&str]| names.iter().map(|n| format!("{{name: {n}, image: busybox}}")).collect::<Vec<_>>().join(", ");
+        serde_yaml::from_str(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u}}\nspec: {{restartPolicy: {policy}, initContainers: [{}], containers: [{}]}}",
+            list(inits),
+            list(apps)
+        ))
+        .unwrap()
+    }
+
+    fn sandbox(p: &Pod, ready: bool, attempt: u32) -> SandboxStatus {
+        SandboxStatus { id: format!("sb{attempt}"), attempt, ready, created_at: attempt as i64, ips: vec![], sandbox_hash: sandbox_hash(p) }
+    }
+
+    fn container(p: &Pod, name: &str, state: ContainerState, exit: i32, attempt: u32) -> RuntimeContainer {
+        let spec = p.spec.as_ref().unwrap();
+        let c = spec.containers.iter().chain(spec.init_containers.iter().flatten()).find(|c| c.name == name);
+        RuntimeContainer {
+            id: format!("{name}-{attempt}"),
+            sandbox_id: "sb0".into(),
+            name: name.into(),
+            attempt,
+            state: Some(state),
+            hash: c.map(container_hash).unwrap_or_default(),
+            exit_code: exit,
+            is_init: spec.init_containers.iter().flatten().any(|c| c.name == name),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn new_pod_creates_sandbox_and_starts_all_containers() {
+        let p = pod("Always", &[], &["a", "b"]);
+        let a = compute_pod_actions(&p, &RuntimePodStatus::default());
+        assert_eq!(a.create_sandbox, Some(0));
+        assert!(!a.kill_pod);
+        assert_eq!(a.containers_to_start.iter().map(|s| s.index).collect::<Vec<_>>(), vec![0, 1]);
+    }
+
+    #[test]
+    fn init_containers_run_one_by_one_before_apps() {
+        let p = pod("Always", &["i1", "i2"], &["a"]);
+        let a = compute_pod_actions(&p, &RuntimePodStatus::default());
+        assert_eq!(a.next_init, Some(ToStart { index: 0, restart_count: 0 }));
+        assert!(a.containers_to_start.is_empty());
+
+        let mut st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "i1", ContainerState::Running, 0, 0)] };
+        let a = compute_pod_actions(&p, &st);
+        assert_eq!(a.next_init, None);
+        assert!(a.containers_to_start.is_empty(), "wait for the running init container");
+
+        st.containers = vec![container(&p, "i1", ContainerState::Exited, 0, 0)];
+        assert_eq!(compute_pod_actions(&p, &st).next_init, Some(ToStart { index: 1, restart_count: 0 }));
+
+        st.containers = vec![container(&p, "i2", ContainerState::Exited, 0, 0), container(&p, "i1", ContainerState::Exited, 0, 0)];
+        let a = compute_pod_actions(&p, &st);
+        assert_eq!(a.next_init, None);
+        assert_eq!(a.containers_to_start, vec![ToStart { index: 0, restart_count: 0 }]);
+    }
+
+    #[test]
+    fn failed_init_container_restarts_unless_never() {
+        let p = pod("Always", &["i1"], &["a"]);
+        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)] };
+        assert_eq!(compute_pod_actions(&p, &st).next_init, Some(ToStart { index: 0, restart_count: 1 }));
+        let p = pod("Never", &["i1"], &["a"]);
+        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)] };
+        let a = compute_pod_actions(&p, &st);
+        assert!(a.init_failed && a.next_init.is_none());
+    }
+
+    #[test]
+    fn changed_spec_restarts_only_that_container() {
+        let p = pod("Always", &[], &["a", "b"]);
+        let mut st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, true, 0)],
+            containers: vec![container(&p, "a", ContainerState::Running, 0, 0), container(&p, "b", ContainerState::Running, 0, 0)],
+        };
+        assert_eq!(compute_pod_actions(&p, &st), PodActions { sandbox_id: Some("sb0".into()), ..Default::default() });
+        st.containers[1].hash = "old".into();
+        let a = compute_pod_actions(&p, &st);
+        assert_eq!(a.containers_to_kill, vec![("b-0".to_string(), "b".to_string(), KillReason::SpecChanged)]);
+        assert_eq!(a.containers_to_start, vec![ToStart { index: 1, restart_count: 1 }]);
+        assert!(!a.kill_pod && a.create_sandbox.is_none());
+    }
+
+    #[test]
+    fn exited_containers_follow_the_restart_policy() {
+        for (policy, exit, restart) in [("Always", 0, true), ("Always", 1, true), ("OnFailure", 0, false), ("OnFailure", 1, true), ("Never", 1, false)] {
+            let p = pod(policy, &[], &["a"]);
+            let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "a", ContainerState::Exited, exit, 0)] };
+            let a = compute_pod_actions(&p, &st);
+            assert_eq!(!a.containers_to_start.is_empty(), restart, "{policy} {exit}");
+            assert_eq!(a.kill_pod, !restart, "{policy} {exit}: stop the sandbox of a finished pod");
+        }
+    }
+
+    #[test]
+    fn dead_sandbox_is_recreated_with_next_attempt_unless_finished() {
+        let p = pod("Always", &[], &["a"]);
+        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, false, 0)], containers: vec![container(&p, "a", ContainerState::Exited, 137, 0)] };
+        let a = compute_pod_actions(&p, &st);
+        assert_eq!(a.create_sandbox, Some(1));
+        assert!(a.kill_pod);
+        assert_eq!(a.containers_to_start, vec![ToStart { index: 0, restart_count: 1 }]);
+        let p = pod("Never", &[], &["a"]);
+        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, false, 0)], containers: vec![container(&p, "a", ContainerState::Exited, 0, 0)] };
+        assert_eq!(compute_pod_actions(&p, &st).create_sandbox, None);
+        let p = pod("Never", &["i1"], &["a"]);
+        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, false, 0)], containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)] };
+        assert_eq!(compute_pod_actions(&p, &st).create_sandbox, None, "a failed Never pod is not retried");
+    }
+
+    #[test]
+    fn host_network_change_recreates_the_sandbox() {
+        let p = pod("Always", &[], &["a"]);
+        let mut st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "a", ContainerState::Running, 0, 0)] };
+        st.sandboxes[0].sandbox_hash = "different".into();
+        let a = compute_pod_actions(&p, &st);
+        assert_eq!(a.create_sandbox, Some(1));
+        assert!(a.kill_pod);
+    }
+
+    #[test]
+    fn containers_removed_from_spec_are_killed() {
+        let p = pod("Always", &[], &["a"]);
+        let mut gone = container(&p, "a", ContainerState::Running, 0, 0);
+        gone.name = "old".into();
+        gone.id = "old-0".into();
+        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "a", ContainerState::Running, 0, 0), gone] };
+        let a = compute_pod_actions(&p, &st);
+        assert_eq!(a.containers_to_kill, vec![("old-0".to_string(), "old".to_string(), KillReason::NotInSpec)]);
+    }
+}

@@ -1,0 +1,233 @@
+//! The container config handed to CreateContainer (kubelet's `generateContainerConfig` in
+//! `kuberuntime_container.go`, `makeEnvironmentVariables` in `kubelet_pods.go` and
+//! `third_party/forked/golang/expansion` for `$(VAR)` references).
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::labels;
+use super::sandbox::namespace_options;
+use super::Settings;
+use crate::cri::api;
+
+/// A container config that cannot be built (kubelet's `CreateContainerConfigError`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("container {container}: {message}")]
+pub struct ConfigError {
+    /// Container name.
+    pub container: String,
+    /// What is missing or unsupported.
+    pub message: String,
+}
+
+/// Expands `$(VAR)` references in `input` from `vars`; `$$` is a literal `$`; unknown references
+/// stay as written (kubelet's expansion rules).
+pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
+    let b = input.as_bytes();
+    let mut out = String::with_capacity(input.len());
+    let mut i = 0;
+    let mut lit_start = 0;
+    while i < b.len() {
+        if b[i] == b'$' && i + 1 < b.len() {
+            match b[i + 1] {
+                b'$' => {
+                    out.push_str(&input[lit_start..i]);
+                    out.push('$');
+                    i += 2;
+                    lit_start = i;
+                    continue;
+                }
+                b'(' => {
+                    if let Some(end) = input[i + 2..].find(')') {
+                        let name = &input[i + 2..i + 2 + end];
+                        out.push_str(&input[lit_start..i]);
+                        match vars.get(name) {
+                            Some(v) => out.push_str(v),
+                            None => out.push_str(&input[i..i + 3 + end]),
+                        }
+                        i += 3 + end;
+                        lit_start = i;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    out.push_str(&input[lit_start..]);
+    out
+}
+
+/// Values of the downward API field paths a static pod may reference.
+fn field_value(pod: &Pod, settings: &Settings, pod_ips: &[String], path: &str) -> Option<String> {
+    let m = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    let bracket = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_prefix("['")).and_then(|r| r.strip_suffix("']")).map(str::to_owned);
+    match path {
+        "metadata.name" => m.name.clone(),
+        "metadata.namespace" => m.namespace.clone(),
+        "metadata.uid" => m.uid.clone(),
+        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
+        "spec.serviceAccountName" => Some(spec.and_then(|s| s.service_account_name.clone()).unwrap_or_default()),
+        "status.hostIP" | "status.hostIPs" => Some(settings.node_ip.clone()),
+        "status.podIP" => Some(pod_ips.first().cloned().unwrap_or_else(|| host_ip_if_host_network(pod, settings))),
+        "status.podIPs" => Some(if pod_ips.is_empty() { host_ip_if_host_network(pod, settings) } else { pod_ips.join(",") }),
+        _ => {
+            if let Some(k) = bracket("metadata.labels") {
+                return Some(m.labels.as_ref().and_then(|l| l.get(&k).cloned()).unwrap_or_default());
+            }
+            if let Some(k) = bracket("metadata.annotations") {
+                return Some(m.annotations.as_ref().and_then(|l| l.get(&k).cloned()).unwrap_or_default());
+            }
+            None
+        }
+    }
+}
+
+fn host_ip_if_host_network(pod: &Pod, settings: &Settings) -> String {
+    let host = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+    if host { settings.node_ip.clone() } else { String::new() }
+}
+
+/// The container's environment, in spec order, with `$(VAR)` expanded against earlier entries
+/// and `valueFrom.fieldRef` resolved. `configMapKeyRef`/`secretKeyRef`/`resourceFieldRef` need an
+/// API server and are refused unless marked optional.
+///
+/// Errors: [`ConfigError`] naming the variable.
+pub fn make_env(pod: &Pod, c: &Container, settings: &Settings, pod_ips: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut vars: HashMap<String, String> = HashMap::new();
+    let mut out: Vec<(String, String)> = Vec::new();
+    let err = |message: String| ConfigError { container: c.name.clone(), message };
+    if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
+        return Err(err("envFrom needs an API server (ConfigMap/Secret); static pods cannot use it".into()));
+    }
+    for e in c.env.iter().flatten() {
+        let value = if let Some(src) = &e.value_from {
+            if let Some(f) = &src.field_ref {
+                field_value(pod, settings, pod_ips, &f.field_path)
+                    .ok_or_else(|| err(format!("env {}: unsupported fieldRef {:?}", e.name, f.field_path)))?
+            } else if src.config_map_key_ref.as_ref().is_some_and(|r| r.optional == Some(true))
+                || src.secret_key_ref.as_ref().is_some_and(|r| r.optional == Some(true))
+            {
+                continue;
+            } else {
+                return Err(err(format!("env {}: valueFrom needs an API server; only fieldRef is supported for static pods", e.name)));
+            }
+        } else {
+            expand(e.value.as_deref().unwrap_or(""), &vars)
+        };
+        vars.insert(e.name.clone(), value.clone());
+        match out.iter_mut().find(|(k, _)| *k == e.name) {
+            Some(slot) => slot.1 = value,
+            None => out.push((e.name.clone(), value)),
+        }
+    }
+    Ok(out)
+}
+
+/// Inputs of one container's config beyond the pod spec.
+pub struct ContainerInputs<'a> {
+    /// Restart count (CRI attempt).
+    pub restart_count: u32,
+    /// The resolved image reference from the image service.
+    pub image_ref: &'a str,
+    /// The pod's IPs from its sandbox.
+    pub pod_ips: &'a [String],
+    /// Started as an init container.
+    pub is_init: bool,
+}
+
+/// Builds the ContainerConfig: metadata, image, command/args with `$(VAR)` expanded, env,
+/// working dir, kubelet's labels and annotations, log path `<name>/<restart>.log` (relative to the
+/// sandbox log directory) and namespace options.
+pub fn container_config(settings: &Settings, pod: &Pod, c: &Container, inputs: &ContainerInputs<'_>) -> Result<api::ContainerConfig, ConfigError> {
+    let env = make_env(pod, c, settings, inputs.pod_ips)?;
+    let vars: HashMap<String, String> = env.iter().cloned().collect();
+    let expand_all = |v: &Option<Vec<String>>| v.iter().flatten().map(|s| expand(s, &vars)).collect::<Vec<_>>();
+    let sc = c.security_context.as_ref();
+    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let run_as_user = sc.and_then(|s| s.run_as_user).or_else(|| pod_sc.and_then(|s| s.run_as_user));
+    let run_as_group = sc.and_then(|s| s.run_as_group).or_else(|| pod_sc.and_then(|s| s.run_as_group));
+    Ok(api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata { name: c.name.clone(), attempt: inputs.restart_count }),
+        image: Some(api::ImageSpec {
+            image: inputs.image_ref.to_owned(),
+            user_specified_image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: expand_all(&c.command),
+        args: expand_all(&c.args),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: env.into_iter().map(|(key, value)| api::KeyValue { key, value }).collect(),
+        labels: labels::container_labels(pod, c),
+        annotations: labels::container_annotations(pod, c, inputs.restart_count, inputs.is_init),
+        log_path: format!("{}/{}.log", c.name, inputs.restart_count),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(api::LinuxContainerConfig {
+            resources: None,
+            security_context: Some(api::LinuxContainerSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
+                readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+                run_as_user: run_as_user.map(|value| api::Int64Value { value }),
+                run_as_group: run_as_group.map(|value| api::Int64Value { value }),
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_follows_kubelet_rules() {
+        let vars: HashMap<String, String> = [("A".to_string(), "x".to_string())].into();
+        assert_eq!(expand("$(A)-$(B)-$$(A)-$", &vars), "x-$(B)-$(A)-$");
+        assert_eq!(expand("no refs", &vars), "no refs");
+        assert_eq!(expand("$(A", &vars), "$(A");
+    }
+
+    fn pod() -> Pod {
+        serde_yaml::from_str(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p-n, namespace: ns, uid: u1, labels: {app: web}}\nspec:\n  nodeName: n\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, 'echo $(GREETING)']\n    workingDir: /tmp\n    env:\n    - {name: NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}\n    - {name: NS, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}\n    - {name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}\n    - {name: APP, valueFrom: {fieldRef: {fieldPath: \"metadata.labels['app']\"}}}\n    - {name: GREETING, value: 'hi $(NAME)'}\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn env_resolves_field_refs_and_expands() {
+        let p = pod();
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let s = Settings::for_tests();
+        let env = make_env(&p, c, &s, &["10.88.0.5".into()]).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();
+        assert_eq!(get("NAME"), "p-n");
+        assert_eq!(get("NS"), "ns");
+        assert_eq!(get("IP"), "10.88.0.5");
+        assert_eq!(get("APP"), "web");
+        assert_eq!(get("GREETING"), "hi p-n");
+        let cfg = container_config(&s, &p, c, &ContainerInputs { restart_count: 3, image_ref: "sha256:abc", pod_ips: &[], is_init: false }).unwrap();
+        assert_eq!(cfg.command, vec!["sh", "-c", "echo hi p-n"]);
+        assert_eq!(cfg.log_path, "c/3.log");
+        assert_eq!(cfg.metadata.unwrap().attempt, 3);
+        assert_eq!(cfg.labels[labels::CONTAINER_NAME], "c");
+        assert_eq!(cfg.annotations[labels::CONTAINER_RESTART_COUNT], "3");
+        assert_eq!(cfg.working_dir, "/tmp");
+        assert_eq!(cfg.image.unwrap().user_specified_image, "busybox");
+    }
+
+    #[test]
+    fn secret_refs_are_refused_with_the_variable_name() {
+        let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: b, env: [{name: PW, valueFrom: {secretKeyRef: {name: s, key: k}}}]}]}").unwrap();
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let e = make_env(&p, c, &Settings::for_tests(), &[]).unwrap_err();
+        assert!(e.to_string().contains("PW"), "{e}");
+    }
+}

@@ -1,0 +1,63 @@
+//! Image manager (kubelet's `images/image_manager.go`, `EnsureImageExists`): pull by
+//! `imagePullPolicy` and report the reasons kubelet reports.
+
+use k8s_openapi::api::core::v1::Container;
+
+use crate::cri::{api, Cri};
+
+/// Why an image is not available, with kubelet's waiting reasons.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageError {
+    /// The pull failed (`ErrImagePull`).
+    #[error("ErrImagePull: failed to pull image {image:?}: {message}")]
+    Pull {
+        /// Image as written in the spec.
+        image: String,
+        /// The runtime's message.
+        message: String,
+    },
+    /// Policy Never and the image is not present (`ErrImageNeverPull`).
+    #[error("ErrImageNeverPull: image {image:?} is not present with pull policy of Never")]
+    NeverPull {
+        /// Image as written in the spec.
+        image: String,
+    },
+    /// The image service could not be asked (`ErrImageInspect`).
+    #[error("ImageInspectError: failed to inspect image {image:?}: {message}")]
+    Inspect {
+        /// Image as written in the spec.
+        image: String,
+        /// The runtime's message.
+        message: String,
+    },
+}
+
+impl ImageError {
+    /// kubelet's waiting reason for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Pull { .. } => "ErrImagePull",
+            Self::NeverPull { .. } => "ErrImageNeverPull",
+            Self::Inspect { .. } => "ImageInspectError",
+        }
+    }
+}
+
+/// Makes sure the container's image is present and returns its reference (image ID):
+/// `Always` pulls every time, `IfNotPresent` pulls when ImageStatus finds nothing, `Never` only
+/// looks.
+pub async fn ensure_image(cri: &Cri, c: &Container, sandbox: &api::PodSandboxConfig) -> Result<String, ImageError> {
+    let image = c.image.clone().unwrap_or_default();
+    let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+    if policy != "Always" {
+        let present = cri.image_status(&image).await.map_err(|e| ImageError::Inspect { image: image.clone(), message: e.message })?;
+        if let Some(img) = present {
+            return Ok(img.id);
+        }
+        if policy == "Never" {
+            return Err(ImageError::NeverPull { image });
+        }
+    }
+    tracing::info!(image = %image, "pulling image");
+    cri.pull_image(&image, Some(sandbox.clone())).await.map_err(|e| ImageError::Pull { image, message: e.message })
+}

@@ -1,0 +1,115 @@
+//! Labels and annotations on sandboxes and containers, as kubelet writes them
+//! (kubelet's `kuberuntime/labels.go`), so crictl users and log shippers find what they know.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+/// Pod name label.
+pub const POD_NAME: &str = "io.kubernetes.pod.name";
+/// Pod namespace label.
+pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+/// Pod UID label.
+pub const POD_UID: &str = "io.kubernetes.pod.uid";
+/// Container name label.
+pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+/// Container spec hash annotation (decides whether a running container matches its spec).
+pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+/// Restart count annotation.
+pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+/// Termination message path annotation.
+pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+/// Termination message policy annotation.
+pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+/// Container ports annotation (JSON list of the spec's ports).
+pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
+/// Pod's termination grace period annotation, seconds.
+pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+/// Annotation set by nodelet on init containers, so that status can tell them apart.
+pub const CONTAINER_IS_INIT: &str = "nodelet.io/init-container";
+/// Hash of the pod-level fields that shape the sandbox; a change recreates the sandbox.
+pub const SANDBOX_HASH: &str = "nodelet.io/sandbox-hash";
+
+/// Labels of a pod sandbox: the pod's labels plus name, namespace and UID (`newPodLabels`).
+pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
+    let mut labels: HashMap<String, String> = pod.metadata.labels.clone().unwrap_or_default().into_iter().collect();
+    labels.insert(POD_NAME.into(), pod.metadata.name.clone().unwrap_or_default());
+    labels.insert(POD_NAMESPACE.into(), pod.metadata.namespace.clone().unwrap_or_default());
+    labels.insert(POD_UID.into(), pod.metadata.uid.clone().unwrap_or_default());
+    labels
+}
+
+/// Annotations of a pod sandbox: the pod's annotations (`newPodAnnotations`).
+pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
+    pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect()
+}
+
+/// Labels of a container: container name, pod name, namespace and UID (`newContainerLabels`).
+pub fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, String> {
+    let mut labels = HashMap::with_capacity(4);
+    labels.insert(CONTAINER_NAME.into(), container.name.clone());
+    labels.insert(POD_NAME.into(), pod.metadata.name.clone().unwrap_or_default());
+    labels.insert(POD_NAMESPACE.into(), pod.metadata.namespace.clone().unwrap_or_default());
+    labels.insert(POD_UID.into(), pod.metadata.uid.clone().unwrap_or_default());
+    labels
+}
+
+/// Annotations of a container (`newContainerAnnotations`): spec hash, restart count,
+/// termination message path/policy, grace period and ports.
+pub fn container_annotations(pod: &Pod, container: &Container, restart_count: u32, is_init: bool) -> HashMap<String, String> {
+    let mut a = HashMap::new();
+    a.insert(CONTAINER_HASH.into(), container_hash(container));
+    a.insert(CONTAINER_RESTART_COUNT.into(), restart_count.to_string());
+    a.insert(CONTAINER_TERMINATION_MESSAGE_PATH.into(), container.termination_message_path.clone().unwrap_or_default());
+    a.insert(CONTAINER_TERMINATION_MESSAGE_POLICY.into(), container.termination_message_policy.clone().unwrap_or_default());
+    if let Some(g) = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds) {
+        a.insert(POD_TERMINATION_GRACE_PERIOD.into(), g.to_string());
+    }
+    if let Some(ports) = container.ports.as_ref().filter(|p| !p.is_empty()) {
+        if let Ok(json) = serde_json::to_string(ports) {
+            a.insert(CONTAINER_PORTS.into(), json);
+        }
+    }
+    if is_init {
+        a.insert(CONTAINER_IS_INIT.into(), "true".into());
+    }
+    a
+}
+
+/// Hash of a container's spec (kubelet's `HashContainer`): a change means the running container
+/// no longer matches and is restarted. Resources are left out, as kubelet does since in-place
+/// resize, so that a resource edit alone does not restart the container.
+pub fn container_hash(container: &Container) -> String {
+    let mut c = container.clone();
+    c.resources = None;
+    crate::hash::object_hash(&c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_ignores_resources_but_not_image_or_command() {
+        let c: Container = serde_yaml::from_str("{name: c, image: busybox, command: [sleep, '1']}").unwrap();
+        let mut r = c.clone();
+        r.resources = Some(serde_yaml::from_str("{limits: {cpu: '1'}}").unwrap());
+        assert_eq!(container_hash(&c), container_hash(&r));
+        let mut i = c.clone();
+        i.image = Some("busybox:1.36".into());
+        assert_ne!(container_hash(&c), container_hash(&i));
+        let mut cmd = c.clone();
+        cmd.command = Some(vec!["sleep".into(), "2".into()]);
+        assert_ne!(container_hash(&c), container_hash(&cmd));
+    }
+
+    #[test]
+    fn sandbox_labels_carry_pod_identity() {
+        let pod: Pod = serde_yaml::from_str("metadata: {name: p, namespace: ns, uid: u1, labels: {app: web}}").unwrap();
+        let l = sandbox_labels(&pod);
+        assert_eq!(l[POD_NAME], "p");
+        assert_eq!(l[POD_NAMESPACE], "ns");
+        assert_eq!(l[POD_UID], "u1");
+        assert_eq!(l["app"], "web");
+    }
+}

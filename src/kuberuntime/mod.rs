@@ -1,0 +1,311 @@
+//! Runtime manager (kubelet's `kuberuntime_manager.go`): turns a pod spec into CRI calls.
+//!
+//! `sync_pod` reads the pod's state from the runtime, computes the actions
+//! ([`actions::compute_pod_actions`]) and carries them out: stop what must stop, create the
+//! sandbox, start the next init container or the app containers; then it records the pod's status.
+//! `terminate_pod` stops every container with the grace period and stops and removes the
+//! sandboxes, the pod's log directory and its cgroups.
+
+pub mod actions;
+pub mod container;
+pub mod image;
+pub mod labels;
+pub mod runtime_status;
+pub mod sandbox;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{info, warn};
+
+use crate::cm::CgroupLayout;
+use crate::cri::{api, Cri, CriError};
+use crate::events::Recorder;
+use crate::metrics::Metrics;
+use crate::podworkers::{PodSyncer, Requeue};
+use crate::qos::pod_qos_class;
+use crate::status::generate::{generate_pod_status, StartErrors};
+use crate::status::StatusManager;
+use actions::{compute_pod_actions, ToStart};
+use runtime_status::{get_pod_status, ContainerState, RuntimePodStatus};
+use sandbox::ResolvConf;
+
+/// Smallest grace period used to stop a container, seconds (kubelet's
+/// `minimumGracePeriodInSeconds`).
+pub const MIN_GRACE_PERIOD_SECONDS: i64 = 2;
+
+/// Node facts and paths the runtime manager needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Node name (hostname or `--hostname-override`).
+    pub node_name: String,
+    /// Hostname given to host-network pods.
+    pub hostname: String,
+    /// The node's IP (`status.hostIP`).
+    pub node_ip: String,
+    /// `podLogsDir`.
+    pub pod_logs_dir: PathBuf,
+    /// The host's resolver for DNS policy Default / ClusterFirst without cluster DNS.
+    pub resolv_conf: ResolvConf,
+    /// Where pod cgroups go.
+    pub cgroups: CgroupLayout,
+}
+
+impl Settings {
+    /// Settings for unit tests: node `node1`, IP 10.0.0.10, logs in /var/log/pods.
+    #[doc(hidden)]
+    pub fn for_tests() -> Self {
+        Self {
+            node_name: "node1".into(),
+            hostname: "node1".into(),
+            node_ip: "10.0.0.10".into(),
+            pod_logs_dir: "/var/log/pods".into(),
+            resolv_conf: ResolvConf { servers: vec!["10.0.0.1".into()], ..Default::default() },
+            cgroups: CgroupLayout { root: "/".into(), per_qos: true, systemd: false },
+        }
+    }
+}
+
+/// A sync that did not complete.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SyncError {
+    /// A CRI call failed.
+    #[error(transparent)]
+    Cri(#[from] CriError),
+    /// A container could not be started; `reason` is kubelet's waiting reason.
+    #[error("container {container}: {reason}: {message}")]
+    Start {
+        /// Container name.
+        container: String,
+        /// `ErrImagePull`, `CreateContainerConfigError`, `CreateContainerError`, `RunContainerError`...
+        reason: &'static str,
+        /// Details.
+        message: String,
+    },
+}
+
+/// The runtime manager: one per agent, shared by all pod workers.
+pub struct KubeRuntimeManager {
+    cri: Cri,
+    settings: Settings,
+    status: StatusManager,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    start_errors: Mutex<HashMap<String, StartErrors>>,
+}
+
+fn pod_ref(pod: &Pod) -> String {
+    format!("pod/{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""))
+}
+
+fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
+    over.or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(crate::source::manifest::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
+        .max(MIN_GRACE_PERIOD_SECONDS)
+}
+
+impl KubeRuntimeManager {
+    /// A manager over `cri` writing statuses to `status`.
+    pub fn new(cri: Cri, settings: Settings, status: StatusManager, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
+        Self { cri, settings, status, recorder, metrics, start_errors: Mutex::new(HashMap::new()) }
+    }
+
+    /// The CRI client.
+    pub fn cri(&self) -> &Cri {
+        &self.cri
+    }
+
+    fn set_start_error(&self, uid: &str, container: &str, err: Option<(String, String)>) {
+        let mut m = self.start_errors.lock().unwrap_or_else(|e| e.into_inner());
+        let pod = m.entry(uid.to_owned()).or_default();
+        match err {
+            Some(e) => {
+                pod.insert(container.to_owned(), e);
+            }
+            None => {
+                pod.remove(container);
+            }
+        }
+    }
+
+    fn record_status(&self, pod: &Arc<Pod>, rt: &RuntimePodStatus, init_failed: bool) {
+        let uid = crate::source::pod_uid(pod);
+        let errors = self.start_errors.lock().unwrap_or_else(|e| e.into_inner()).get(uid).cloned().unwrap_or_default();
+        let st = generate_pod_status(pod, rt, &errors, &self.settings.node_ip, init_failed);
+        self.status.set(pod.clone(), st);
+        self.metrics.running_pods.set(self.status.running_pods() as i64);
+    }
+
+    async fn stop_containers(&self, pod: &Pod, ids: Vec<(String, String)>, grace: i64) -> Result<(), CriError> {
+        let stops = ids.iter().map(|(id, name)| async move {
+            info!(pod = %pod_ref(pod), container = %name, grace, "stopping container");
+            self.cri.stop_container(id, grace).await
+        });
+        futures::future::try_join_all(stops).await.map(drop)
+    }
+
+    async fn start_one(
+        &self,
+        pod: &Pod,
+        start: &ToStart,
+        is_init: bool,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        pod_ips: &[String],
+    ) -> Result<(), SyncError> {
+        let spec = pod.spec.as_ref().ok_or_else(|| SyncError::Start { container: String::new(), reason: "CreateContainerConfigError", message: "pod has no spec".into() })?;
+        let list = if is_init { spec.init_containers.as_deref().unwrap_or(&[]) } else { &spec.containers[..] };
+        let c = &list[start.index];
+        let uid = crate::source::pod_uid(pod);
+        let fail = |reason: &'static str, message: String| {
+            self.set_start_error(uid, &c.name, Some((reason.to_owned(), message.clone())));
+            self.recorder.warning(pod_ref(pod), if reason.starts_with("ErrImage") { "Failed" } else { "FailedCreate" }, format!("container {}: {reason}: {message}", c.name));
+            warn!(pod = %pod_ref(pod), uid, container = %c.name, reason, error = %message, "container start failed");
+            SyncError::Start { container: c.name.clone(), reason, message }
+        };
+        let image_ref = image::ensure_image(&self.cri, c, sandbox_config).await.map_err(|e| fail(e.reason(), e.to_string()))?;
+        let inputs = container::ContainerInputs { restart_count: start.restart_count, image_ref: &image_ref, pod_ips, is_init };
+        let config = container::container_config(&self.settings, pod, c, &inputs).map_err(|e| fail("CreateContainerConfigError", e.message))?;
+        let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
+        std::fs::create_dir_all(&log_dir).map_err(|e| fail("CreateContainerError", format!("cannot create log directory {}: {e}", log_dir.display())))?;
+        let id = self.cri.create_container(sandbox_id, config, sandbox_config.clone()).await.map_err(|e| fail("CreateContainerError", e.message))?;
+        self.cri.start_container(&id).await.map_err(|e| fail("RunContainerError", e.message))?;
+        self.set_start_error(uid, &c.name, None);
+        self.metrics.started_containers.inc();
+        self.recorder.normal(pod_ref(pod), "Started", format!("Started container {}", c.name));
+        info!(pod = %pod_ref(pod), uid, container = %c.name, restart_count = start.restart_count, init = is_init, "started container");
+        Ok(())
+    }
+
+    /// Kills everything running in the pod: containers with the grace period, then sandboxes.
+    async fn kill_running(&self, pod: &Pod, rt: &RuntimePodStatus, grace: i64) -> Result<(), CriError> {
+        let running: Vec<(String, String)> = rt.containers.iter().filter(|c| c.state() == ContainerState::Running).map(|c| (c.id.clone(), c.name.clone())).collect();
+        self.stop_containers(pod, running, grace).await?;
+        for s in rt.sandboxes.iter().filter(|s| s.ready) {
+            self.cri.stop_pod_sandbox(&s.id).await?;
+        }
+        Ok(())
+    }
+
+    async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
+        let uid = crate::source::pod_uid(pod).to_owned();
+        let rt = get_pod_status(&self.cri, &uid).await?;
+        let actions = compute_pod_actions(pod, &rt);
+        let grace = grace_seconds(pod, None);
+        if actions.kill_pod {
+            info!(pod = %pod_ref(pod), uid, recreate_sandbox = actions.create_sandbox.is_some(), "stopping pod containers and sandbox");
+            self.kill_running(pod, &rt, grace).await?;
+        }
+        let (sandbox_id, sandbox_config, ips) = if let Some(attempt) = actions.create_sandbox {
+            let cgroup = self.settings.cgroups.pod_cgroup_parent(&uid, pod_qos_class(pod));
+            let cfg = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup);
+            std::fs::create_dir_all(&cfg.log_directory).map_err(|e| SyncError::Start {
+                container: String::new(),
+                reason: "CreateContainerError",
+                message: format!("cannot create pod log directory {}: {e}", cfg.log_directory),
+            })?;
+            let id = self.cri.run_pod_sandbox(cfg.clone()).await?;
+            self.metrics.started_pods.inc();
+            info!(pod = %pod_ref(pod), uid, sandbox = %id, attempt, "created pod sandbox");
+            let ips = match self.cri.pod_sandbox_status(&id).await? {
+                Some(st) => st.network.map(|n| std::iter::once(n.ip).chain(n.additional_ips.into_iter().map(|i| i.ip)).filter(|i| !i.is_empty()).collect()).unwrap_or_default(),
+                None => Vec::new(),
+            };
+            (id, cfg, ips)
+        } else if let Some(id) = actions.sandbox_id.clone() {
+            let sb = rt.sandboxes.first().cloned().unwrap_or_default();
+            let cgroup = self.settings.cgroups.pod_cgroup_parent(&uid, pod_qos_class(pod));
+            (id, sandbox::sandbox_config(&self.settings, pod, sb.attempt, cgroup), sb.ips)
+        } else {
+            // Finished pod: nothing to start.
+            let rt = get_pod_status(&self.cri, &uid).await?;
+            self.record_status(pod, &rt, actions.init_failed);
+            return Ok(Requeue::Normal);
+        };
+
+        let to_kill: Vec<(String, String)> = actions.containers_to_kill.iter().map(|(id, name, _)| (id.clone(), name.clone())).collect();
+        self.stop_containers(pod, to_kill, grace).await?;
+
+        let mut first_err = None;
+        if let Some(init) = &actions.next_init {
+            if let Err(e) = self.start_one(pod, init, true, &sandbox_id, &sandbox_config, &ips).await {
+                first_err = Some(e);
+            }
+        } else {
+            let starts = actions.containers_to_start.iter().map(|s| self.start_one(pod, s, false, &sandbox_id, &sandbox_config, &ips));
+            first_err = futures::future::join_all(starts).await.into_iter().find_map(Result::err);
+        }
+        let rt = get_pod_status(&self.cri, &uid).await?;
+        self.record_status(pod, &rt, actions.init_failed);
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        // Without PLEG events, pods in motion (init containers running, containers just started)
+        // are looked at again soon.
+        let in_motion = actions.next_init.is_some()
+            || !actions.containers_to_start.is_empty()
+            || rt.containers.iter().any(|c| c.is_init && c.state() == ContainerState::Running);
+        Ok(if in_motion { Requeue::Soon } else { Requeue::Normal })
+    }
+
+    async fn terminate(&self, pod: &Arc<Pod>, grace: Option<i64>) -> Result<(), SyncError> {
+        let uid = crate::source::pod_uid(pod).to_owned();
+        let rt = get_pod_status(&self.cri, &uid).await?;
+        let grace = grace_seconds(pod, grace);
+        info!(pod = %pod_ref(pod), uid, grace, "killing pod");
+        self.kill_running(pod, &rt, grace).await?;
+        for s in &rt.sandboxes {
+            self.cri.remove_pod_sandbox(&s.id).await?;
+        }
+        let logs = sandbox::pod_logs_dir(&self.settings, pod);
+        if let Err(e) = std::fs::remove_dir_all(&logs) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                warn!(pod = %pod_ref(pod), uid, path = %logs.display(), error = %e, "cannot remove pod log directory");
+            }
+        }
+        let mounts = crate::cm::cgroup_mounts();
+        if !self.settings.cgroups.systemd {
+            for cg in self.settings.cgroups.pod_cgroup_candidates(&uid) {
+                if let Err(e) = crate::cm::remove_cgroup_everywhere(&mounts, &cg) {
+                    warn!(pod = %pod_ref(pod), uid, cgroup = %cg, error = %e, "cannot remove pod cgroup");
+                }
+            }
+        }
+        self.start_errors.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
+        self.status.remove(&uid);
+        self.metrics.running_pods.set(self.status.running_pods() as i64);
+        self.recorder.normal(pod_ref(pod), "Killing", "Pod removed: containers stopped, sandbox removed");
+        info!(pod = %pod_ref(pod), uid, "pod terminated and removed");
+        Ok(())
+    }
+
+    /// UIDs (with a minimal pod: name, namespace, uid, grace period) of every pod the runtime
+    /// has a sandbox for; housekeeping compares them with the desired pods.
+    pub async fn runtime_pods(&self) -> Result<Vec<Pod>, CriError> {
+        let sandboxes = self.cri.list_pod_sandbox(HashMap::new()).await?;
+        let mut pods: HashMap<String, Pod> = HashMap::new();
+        for s in sandboxes {
+            let Some(uid) = s.labels.get(labels::POD_UID).cloned() else { continue };
+            pods.entry(uid.clone()).or_insert_with(|| {
+                let mut p = Pod::default();
+                p.metadata.uid = Some(uid);
+                p.metadata.name = s.labels.get(labels::POD_NAME).cloned();
+                p.metadata.namespace = s.labels.get(labels::POD_NAMESPACE).cloned();
+                p
+            });
+        }
+        Ok(pods.into_values().collect())
+    }
+}
+
+impl PodSyncer for KubeRuntimeManager {
+    async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
+        self.sync(&pod).await.map_err(|e| e.to_string())
+    }
+
+    async fn terminate_pod(&self, pod: Arc<Pod>, grace: Option<i64>) -> Result<(), String> {
+        self.terminate(&pod, grace).await.map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,230 @@
+//! The pod sandbox config handed to RunPodSandbox (kubelet's `kuberuntime_sandbox.go`,
+//! `generatePodSandboxConfig`, and `network/dns` for the resolver).
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::actions::sandbox_hash;
+use super::labels;
+use super::Settings;
+use crate::cri::api;
+
+/// Resolver settings read from a resolv.conf file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolvConf {
+    /// `nameserver` lines (at most 3 are used, as glibc does).
+    pub servers: Vec<String>,
+    /// `search` domains.
+    pub searches: Vec<String>,
+    /// `options` entries.
+    pub options: Vec<String>,
+}
+
+/// Parses resolv.conf text (`nameserver`, `search`/`domain`, `options`; comments ignored).
+pub fn parse_resolv_conf(text: &str) -> ResolvConf {
+    let mut r = ResolvConf::default();
+    for line in text.lines() {
+        let line = line.split(['#', ';']).next().unwrap_or("");
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("nameserver") => r.servers.extend(f.next().map(str::to_owned)),
+            Some("search") | Some("domain") => r.searches = f.map(str::to_owned).collect(),
+            Some("options") => r.options.extend(f.map(str::to_owned)),
+            _ => {}
+        }
+    }
+    r.servers.truncate(3);
+    r
+}
+
+/// Directory of the pod's logs: `<podLogsDir>/<namespace>_<name>_<uid>` (kubelet's
+/// `BuildPodLogsDirectory`).
+pub fn pod_logs_dir(settings: &Settings, pod: &Pod) -> std::path::PathBuf {
+    let m = &pod.metadata;
+    settings.pod_logs_dir.join(format!(
+        "{}_{}_{}",
+        m.namespace.as_deref().unwrap_or(""),
+        m.name.as_deref().unwrap_or(""),
+        m.uid.as_deref().unwrap_or("")
+    ))
+}
+
+fn ns_mode(node: bool, alternative: api::NamespaceMode) -> i32 {
+    if node { api::NamespaceMode::Node as i32 } else { alternative as i32 }
+}
+
+/// Namespace options for the pod's sandbox and containers (kubelet's `namespacesForPod`):
+/// network NODE with hostNetwork, else POD; pid NODE with hostPID, POD with
+/// shareProcessNamespace, else CONTAINER; ipc NODE with hostIPC, else POD.
+pub fn namespace_options(pod: &Pod) -> api::NamespaceOption {
+    let s = pod.spec.as_ref();
+    let flag = |f: fn(&k8s_openapi::api::core::v1::PodSpec) -> Option<bool>| s.and_then(f).unwrap_or(false);
+    api::NamespaceOption {
+        network: ns_mode(flag(|s| s.host_network), api::NamespaceMode::Pod),
+        pid: ns_mode(
+            flag(|s| s.host_pid),
+            if flag(|s| s.share_process_namespace) { api::NamespaceMode::Pod } else { api::NamespaceMode::Container },
+        ),
+        ipc: ns_mode(flag(|s| s.host_ipc), api::NamespaceMode::Pod),
+        ..Default::default()
+    }
+}
+
+/// The sandbox's hostname (kubelet's `GeneratePodHostNameAndDomain`): the node's hostname for
+/// host-network pods, else `spec.hostname` or the pod name cut to 63 characters without a
+/// trailing `-` or `.`.
+pub fn pod_hostname(settings: &Settings, pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.host_network).unwrap_or(false) {
+        return settings.hostname.clone();
+    }
+    if let Some(h) = spec.and_then(|s| s.hostname.clone()) {
+        return h;
+    }
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    let cut = &name[..name.len().min(63)];
+    cut.trim_end_matches(['-', '.']).to_owned()
+}
+
+/// DNS for the sandbox (kubelet's `GetPodDNS`). With no cluster DNS configured, `ClusterFirst`
+/// falls back to the host's resolver, as kubelet does; `None` uses only `spec.dnsConfig`;
+/// `spec.dnsConfig` adds to any policy.
+pub fn pod_dns(resolv: &ResolvConf, pod: &Pod) -> api::DnsConfig {
+    let spec = pod.spec.as_ref();
+    let policy = spec.and_then(|s| s.dns_policy.as_deref()).unwrap_or("ClusterFirst");
+    let mut dns = if policy == "None" {
+        api::DnsConfig::default()
+    } else {
+        api::DnsConfig { servers: resolv.servers.clone(), searches: resolv.searches.clone(), options: resolv.options.clone() }
+    };
+    if let Some(cfg) = spec.and_then(|s| s.dns_config.as_ref()) {
+        dns.servers.extend(cfg.nameservers.iter().flatten().cloned());
+        dns.searches.extend(cfg.searches.iter().flatten().cloned());
+        for o in cfg.options.iter().flatten() {
+            let name = o.name.clone().unwrap_or_default();
+            dns.options.retain(|x| x.split(':').next() != Some(name.as_str()));
+            dns.options.push(match &o.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name,
+            });
+        }
+    }
+    dns.servers.dedup();
+    dns
+}
+
+/// Port mappings of every container port (kubelet's `makePortMappings`).
+pub fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
+    let spec = match pod.spec.as_ref() {
+        Some(s) => s,
+        None => return Vec::new(),
+    };
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .map(|p| api::PortMapping {
+            protocol: match p.protocol.as_deref() {
+                Some("UDP") => api::Protocol::Udp as i32,
+                Some("SCTP") => api::Protocol::Sctp as i32,
+                _ => api::Protocol::Tcp as i32,
+            },
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or(0),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The full PodSandboxConfig for `pod` at sandbox `attempt`, placed in `cgroup_parent`.
+pub fn sandbox_config(settings: &Settings, pod: &Pod, attempt: u32, cgroup_parent: String) -> api::PodSandboxConfig {
+    let m = &pod.metadata;
+    let mut annotations = labels::sandbox_annotations(pod);
+    annotations.insert(labels::SANDBOX_HASH.into(), sandbox_hash(pod));
+    let sysctls = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.sysctls.as_ref())
+        .map(|l| l.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        .unwrap_or_default();
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: m.name.clone().unwrap_or_default(),
+            uid: m.uid.clone().unwrap_or_default(),
+            namespace: m.namespace.clone().unwrap_or_default(),
+            attempt,
+        }),
+        hostname: pod_hostname(settings, pod),
+        log_directory: pod_logs_dir(settings, pod).display().to_string(),
+        dns_config: Some(pod_dns(&settings.resolv_conf, pod)),
+        port_mappings: port_mappings(pod),
+        labels: labels::sandbox_labels(pod),
+        annotations,
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent,
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                ..Default::default()
+            }),
+            sysctls,
+            ..Default::default()
+        }),
+        windows: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(spec: &str) -> Pod {
+        serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web-node1, namespace: ns, uid: u1}}\nspec: {spec}")).unwrap()
+    }
+
+    fn settings() -> Settings {
+        Settings::for_tests()
+    }
+
+    #[test]
+    fn resolv_conf_parses_host_file() {
+        let r = parse_resolv_conf("# c\nnameserver 10.0.0.1\nnameserver 10.0.0.2\nsearch a.local b.local\noptions ndots:2 edns0\n");
+        assert_eq!(r.servers, vec!["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(r.searches, vec!["a.local", "b.local"]);
+        assert_eq!(r.options, vec!["ndots:2", "edns0"]);
+    }
+
+    #[test]
+    fn sandbox_config_matches_kubelet() {
+        let p = pod("{containers: [{name: c, image: b, ports: [{containerPort: 80, hostPort: 8080}]}]}");
+        let c = sandbox_config(&settings(), &p, 2, "/kubepods/besteffort/podu1".into());
+        let md = c.metadata.unwrap();
+        assert_eq!((md.name.as_str(), md.namespace.as_str(), md.uid.as_str(), md.attempt), ("web-node1", "ns", "u1", 2));
+        assert_eq!(c.hostname, "web-node1");
+        assert_eq!(c.log_directory, "/var/log/pods/ns_web-node1_u1");
+        assert_eq!(c.port_mappings[0].host_port, 8080);
+        assert_eq!(c.labels[labels::POD_UID], "u1");
+        let linux = c.linux.unwrap();
+        assert_eq!(linux.cgroup_parent, "/kubepods/besteffort/podu1");
+        let ns = linux.security_context.unwrap().namespace_options.unwrap();
+        assert_eq!(ns.network, api::NamespaceMode::Pod as i32);
+        assert_eq!(ns.pid, api::NamespaceMode::Container as i32);
+        assert_eq!(c.dns_config.unwrap().servers, vec!["10.0.0.1"]);
+    }
+
+    #[test]
+    fn host_namespaces_and_shared_pid() {
+        let p = pod("{hostNetwork: true, hostIPC: true, shareProcessNamespace: true, containers: [{name: c, image: b}]}");
+        let ns = namespace_options(&p);
+        assert_eq!((ns.network, ns.pid, ns.ipc), (api::NamespaceMode::Node as i32, api::NamespaceMode::Pod as i32, api::NamespaceMode::Node as i32));
+        assert_eq!(pod_hostname(&settings(), &p), "node1");
+        let p = pod("{hostPID: true, containers: [{name: c, image: b}]}");
+        assert_eq!(namespace_options(&p).pid, api::NamespaceMode::Node as i32);
+    }
+
+    #[test]
+    fn dns_policy_none_uses_only_dns_config() {
+        let p = pod("{dnsPolicy: None, dnsConfig: {nameservers: [1.1.1.1], options: [{name: ndots, value: '5'}]}, containers: [{name: c, image: b}]}");
+        let d = pod_dns(&settings().resolv_conf, &p);
+        assert_eq!(d.servers, vec!["1.1.1.1"]);
+        assert_eq!(d.options, vec!["ndots:5"]);
+    }
+}

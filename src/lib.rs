@@ -1,0 +1,35 @@
+//! nodelet: a node agent modeled on the Kubernetes kubelet.
+//!
+//! The table of contents of the agent, in the order work flows through it:
+//!
+//! - [`config`]: the KubeletConfiguration file.
+//! - [`source`]: pod sources (static manifest directory) → ADD/UPDATE/REMOVE.
+//! - [`syncloop`]: the sync loop that dispatches to pod workers.
+//! - [`podworkers`]: one task per pod; latest update wins, kills are never lost.
+//! - [`kuberuntime`]: pod spec → CRI calls (sandbox, images, containers, labels, actions).
+//! - [`cri`]: the CRI client.
+//! - [`pleg`]: pod lifecycle events.
+//! - [`status`]: pod phase, conditions and container states.
+//! - [`cm`] and [`qos`]: pod cgroups and QoS classes.
+//! - [`server`], [`metrics`], [`events`]: what operators see.
+//! - [`agent`]: wiring; [`node`]: node facts; [`hash`], [`quantity`]: shared helpers.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod agent;
+pub mod cm;
+pub mod config;
+pub mod cri;
+pub mod events;
+pub mod hash;
+pub mod kuberuntime;
+pub mod metrics;
+pub mod node;
+pub mod pleg;
+pub mod podworkers;
+pub mod qos;
+pub mod quantity;
+pub mod server;
+pub mod source;
+pub mod status;
+pub mod syncloop;

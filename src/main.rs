@@ -1,0 +1,72 @@
+//! The `nodelet` binary: flags, configuration, logging, then [`nodelet::agent::run`].
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use nodelet::config::KubeletConfiguration;
+
+/// nodelet: a small, fast node agent modeled on the Kubernetes kubelet.
+#[derive(Parser, Debug)]
+#[command(name = "nodelet", version, about)]
+struct Cli {
+    /// KubeletConfiguration file (kubelet.config.k8s.io/v1beta1).
+    #[arg(long, value_name = "FILE", help_heading = "Configuration")]
+    config: PathBuf,
+    /// Use this name as the node name instead of the hostname.
+    #[arg(long, value_name = "NAME", help_heading = "Node")]
+    hostname_override: Option<String>,
+    /// The node's IP address (status.hostIP); detected when absent.
+    #[arg(long, value_name = "IP", help_heading = "Node")]
+    node_ip: Option<IpAddr>,
+    /// Directory for the agent's own files.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/nodelet", help_heading = "Node")]
+    root_dir: PathBuf,
+    /// Log verbosity: 0-1 info, 2-3 debug, 4+ trace (RUST_LOG overrides).
+    #[arg(short = 'v', long = "v", value_name = "N", default_value_t = 0, help_heading = "Logging")]
+    verbosity: u8,
+    /// Log format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"], help_heading = "Logging")]
+    log_format: String,
+}
+
+fn init_logging(verbosity: u8, format: &str) {
+    let level = match verbosity {
+        0 | 1 => "info",
+        2 | 3 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("nodelet={level},warn")));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().flatten_event(true).with_current_span(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbosity, &cli.log_format);
+    let loaded = match KubeletConfiguration::load(&cli.config) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid configuration; nothing started");
+            eprintln!("nodelet: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !loaded.unknown_fields.is_empty() {
+        tracing::warn!(fields = ?loaded.unknown_fields, file = %cli.config.display(), "configuration fields not supported by nodelet are ignored");
+    }
+    let flags = nodelet::agent::Flags { hostname_override: cli.hostname_override, root_dir: cli.root_dir, node_ip: cli.node_ip };
+    match nodelet::agent::run(loaded.config, flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "nodelet failed to start");
+            eprintln!("nodelet: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

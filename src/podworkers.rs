@@ -1,0 +1,344 @@
+//! Pod workers (kubelet's `pod_workers.go`): one tokio task per pod UID that serialises all work
+//! on that pod.
+//!
+//! Each worker has a mailbox of one slot: a new sync replaces a pending one (the latest spec
+//! wins), but a kill is never overwritten. Once a kill is accepted the pod is terminating: later
+//! syncs for the same UID are held and, if any arrived, the pod is started again only after the
+//! termination is complete (kubelet's "restart requested" for static pods that reuse a UID).
+//! After a sync the pod is queued for its next periodic sync in the [`WorkQueue`] — soon while it
+//! is in motion, after `syncFrequency` otherwise, after a back-off on error.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::Notify;
+use tracing::{debug, warn, Instrument};
+
+/// When a pod wants its next sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// The pod is in motion (starting containers, init running): sync again soon.
+    Soon,
+    /// Steady state: the next periodic sync (`syncFrequency`).
+    Normal,
+}
+
+/// What the pod workers call to do the work; implemented by the runtime manager, and by a
+/// recording fake in tests.
+pub trait PodSyncer: Send + Sync + 'static {
+    /// Brings the pod's runtime state to its spec. Errors are messages for the log.
+    fn sync_pod(&self, pod: Arc<Pod>) -> impl Future<Output = Result<Requeue, String>> + Send;
+    /// Stops every container (grace period `grace` seconds, or the pod's own) and removes the
+    /// pod's sandboxes, logs and cgroups.
+    fn terminate_pod(&self, pod: Arc<Pod>, grace: Option<i64>) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// An update for a pod worker (kubelet's `UpdatePodOptions.UpdateType`).
+#[derive(Debug, Clone)]
+pub enum UpdateType {
+    /// Create or sync the pod.
+    Sync,
+    /// Kill the pod with this grace period override (seconds), or its own.
+    Kill(Option<i64>),
+}
+
+enum Work {
+    Sync(Arc<Pod>),
+    Kill(Arc<Pod>, Option<i64>),
+}
+
+#[derive(Default)]
+struct WorkerState {
+    pending: Option<Work>,
+    terminating: bool,
+    restart_after_kill: Option<Arc<Pod>>,
+}
+
+struct Worker {
+    state: Mutex<WorkerState>,
+    notify: Notify,
+}
+
+/// Pods due for a periodic sync (kubelet's `queue.WorkQueue`): UID → time it is due.
+#[derive(Clone, Default)]
+pub struct WorkQueue(Arc<Mutex<HashMap<String, Instant>>>);
+
+impl WorkQueue {
+    /// Queues `uid` to be due at `at` (replacing an earlier entry).
+    pub fn enqueue(&self, uid: &str, at: Instant) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(uid.to_owned(), at);
+    }
+
+    /// Removes and returns the UIDs due at `now`.
+    pub fn take_due(&self, now: Instant) -> Vec<String> {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let due: Vec<String> = q.iter().filter(|(_, t)| **t <= now).map(|(u, _)| u.clone()).collect();
+        for u in &due {
+            q.remove(u);
+        }
+        due
+    }
+
+    fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+    }
+}
+
+/// Delays after a sync.
+#[derive(Debug, Clone, Copy)]
+pub struct Periods {
+    /// `syncFrequency`: after a successful sync of a steady pod.
+    pub resync: Duration,
+    /// After a sync of a pod in motion.
+    pub soon: Duration,
+    /// After a failed sync or kill (kubelet's worker back-off, 10 s).
+    pub backoff: Duration,
+}
+
+struct Inner<S> {
+    syncer: Arc<S>,
+    workers: Mutex<HashMap<String, Arc<Worker>>>,
+    queue: WorkQueue,
+    periods: Periods,
+    rt: tokio::runtime::Handle,
+}
+
+/// The set of pod workers. Cheap to clone; safe to call from the sync-loop thread (never blocks
+/// on the runtime).
+pub struct PodWorkers<S: PodSyncer> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: PodSyncer> Clone for PodWorkers<S> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+impl<S: PodSyncer> PodWorkers<S> {
+    /// Workers spawned on `rt`, calling `syncer`, queueing periodic syncs in `queue`.
+    pub fn new(syncer: Arc<S>, queue: WorkQueue, periods: Periods, rt: tokio::runtime::Handle) -> Self {
+        Self { inner: Arc::new(Inner { syncer, workers: Mutex::new(HashMap::new()), queue, periods, rt }) }
+    }
+
+    /// Delivers an update to the pod's worker, starting one if needed (kubelet's `UpdatePod`).
+    pub fn update_pod(&self, pod: Arc<Pod>, update: UpdateType) {
+        let uid = crate::source::pod_uid(&pod).to_owned();
+        let mut workers = self.inner.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let worker = match workers.get(&uid) {
+            Some(w) => w.clone(),
+            None => {
+                let w = Arc::new(Worker { state: Mutex::new(WorkerState::default()), notify: Notify::new() });
+                workers.insert(uid.clone(), w.clone());
+                let span = tracing::info_span!("pod_worker", pod = %pod.metadata.name.as_deref().unwrap_or(""), namespace = %pod.metadata.namespace.as_deref().unwrap_or(""), uid = %uid);
+                self.inner.rt.spawn(run_worker(self.inner.clone(), uid.clone(), w.clone()).instrument(span));
+                w
+            }
+        };
+        drop(workers);
+        let mut st = worker.state.lock().unwrap_or_else(|e| e.into_inner());
+        match update {
+            UpdateType::Sync => {
+                if st.terminating {
+                    st.restart_after_kill = Some(pod);
+                } else {
+                    st.pending = Some(Work::Sync(pod));
+                }
+            }
+            UpdateType::Kill(grace) => {
+                if !st.terminating {
+                    st.terminating = true;
+                    st.restart_after_kill = None;
+                    st.pending = Some(Work::Kill(pod, grace));
+                } else {
+                    // A kill is never overwritten; a later sync request is dropped by this kill.
+                    st.restart_after_kill = None;
+                }
+            }
+        }
+        drop(st);
+        worker.notify.notify_one();
+    }
+
+    /// True when the pod has a worker (syncing or terminating).
+    pub fn is_known(&self, uid: &str) -> bool {
+        self.inner.workers.lock().unwrap_or_else(|e| e.into_inner()).contains_key(uid)
+    }
+
+    /// Number of live workers.
+    pub fn len(&self) -> usize {
+        self.inner.workers.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when no worker is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Worker>) {
+    loop {
+        let work = loop {
+            let next = w.state.lock().unwrap_or_else(|e| e.into_inner()).pending.take();
+            match next {
+                Some(work) => break work,
+                None => w.notify.notified().await,
+            }
+        };
+        match work {
+            Work::Sync(pod) => {
+                debug!("syncing pod");
+                let due = match inner.syncer.sync_pod(pod).await {
+                    Ok(Requeue::Soon) => inner.periods.soon,
+                    Ok(Requeue::Normal) => inner.periods.resync,
+                    Err(e) => {
+                        warn!(error = %e, "pod sync failed; will retry");
+                        inner.periods.backoff
+                    }
+                };
+                inner.queue.enqueue(&uid, Instant::now() + due);
+            }
+            Work::Kill(pod, grace) => {
+                inner.queue.forget(&uid);
+                if let Err(e) = inner.syncer.terminate_pod(pod.clone(), grace).await {
+                    warn!(error = %e, "killing pod failed; will retry");
+                    tokio::time::sleep(inner.periods.backoff).await;
+                    let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if st.pending.is_none() {
+                        st.pending = Some(Work::Kill(pod, grace));
+                    }
+                    continue;
+                }
+                let mut workers = inner.workers.lock().unwrap_or_else(|e| e.into_inner());
+                let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(p) = st.restart_after_kill.take() {
+                    debug!("pod terminated; starting it again as requested");
+                    st.terminating = false;
+                    st.pending = Some(Work::Sync(p));
+                    continue;
+                }
+                if st.pending.is_none() {
+                    workers.remove(&uid);
+                    debug!("pod terminated; worker exits");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records calls; each call waits until the test releases it.
+    struct Recording {
+        calls: Mutex<Vec<String>>,
+        gate: tokio::sync::Semaphore,
+    }
+
+    impl Default for Recording {
+        fn default() -> Self {
+            Self { calls: Mutex::new(Vec::new()), gate: tokio::sync::Semaphore::new(0) }
+        }
+    }
+
+    impl PodSyncer for Recording {
+        async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
+            self.gate.acquire().await.unwrap().forget();
+            self.calls.lock().unwrap().push(format!("sync {}", pod.metadata.name.clone().unwrap()));
+            Ok(Requeue::Normal)
+        }
+        async fn terminate_pod(&self, pod: Arc<Pod>, grace: Option<i64>) -> Result<(), String> {
+            self.gate.acquire().await.unwrap().forget();
+            self.calls.lock().unwrap().push(format!("kill {} {grace:?}", pod.metadata.name.clone().unwrap()));
+            Ok(())
+        }
+    }
+
+    fn pod(uid: &str, version: &str) -> Arc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p.metadata.name = Some(version.into());
+        Arc::new(p)
+    }
+
+    fn workers(rec: &Arc<Recording>) -> PodWorkers<Recording> {
+        let periods = Periods { resync: Duration::from_secs(60), soon: Duration::from_secs(1), backoff: Duration::from_millis(10) };
+        PodWorkers::new(rec.clone(), WorkQueue::default(), periods, tokio::runtime::Handle::current())
+    }
+
+    async fn settle(rec: &Recording, n: usize) -> Vec<String> {
+        rec.gate.add_permits(n);
+        for _ in 0..200 {
+            if rec.calls.lock().unwrap().len() >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        rec.calls.lock().unwrap().clone()
+    }
+
+    #[tokio::test]
+    async fn latest_sync_wins_while_busy() {
+        let rec = Arc::new(Recording::default());
+        let w = workers(&rec);
+        w.update_pod(pod("u", "v1"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await; // v1 is in progress, blocked
+        w.update_pod(pod("u", "v2"), UpdateType::Sync);
+        w.update_pod(pod("u", "v3"), UpdateType::Sync);
+        assert_eq!(settle(&rec, 2).await, vec!["sync v1", "sync v3"]);
+    }
+
+    #[tokio::test]
+    async fn a_kill_is_never_overwritten_and_the_worker_exits() {
+        let rec = Arc::new(Recording::default());
+        let w = workers(&rec);
+        w.update_pod(pod("u", "v1"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        w.update_pod(pod("u", "v1"), UpdateType::Kill(Some(5)));
+        w.update_pod(pod("u", "v2"), UpdateType::Sync);
+        w.update_pod(pod("u", "v1"), UpdateType::Kill(None));
+        assert_eq!(settle(&rec, 2).await, vec!["sync v1", "kill v1 Some(5)"]);
+        assert!(!w.is_known("u"));
+    }
+
+    #[tokio::test]
+    async fn a_sync_after_a_kill_restarts_the_pod_once_terminated() {
+        let rec = Arc::new(Recording::default());
+        let w = workers(&rec);
+        w.update_pod(pod("u", "v1"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        w.update_pod(pod("u", "v1"), UpdateType::Kill(None));
+        w.update_pod(pod("u", "v2"), UpdateType::Sync);
+        assert_eq!(settle(&rec, 3).await, vec!["sync v1", "kill v1 None", "sync v2"]);
+        assert!(w.is_known("u"));
+    }
+
+    #[tokio::test]
+    async fn pods_are_worked_on_independently() {
+        let rec = Arc::new(Recording::default());
+        let w = workers(&rec);
+        w.update_pod(pod("a", "a1"), UpdateType::Sync);
+        w.update_pod(pod("b", "b1"), UpdateType::Sync);
+        let mut calls = settle(&rec, 2).await;
+        calls.sort();
+        assert_eq!(calls, vec!["sync a1", "sync b1"]);
+        assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn work_queue_returns_due_pods_once() {
+        let q = WorkQueue::default();
+        let t0 = Instant::now();
+        q.enqueue("a", t0);
+        q.enqueue("b", t0 + Duration::from_secs(10));
+        assert_eq!(q.take_due(t0 + Duration::from_secs(1)), vec!["a".to_string()]);
+        assert!(q.take_due(t0 + Duration::from_secs(1)).is_empty());
+        assert_eq!(q.take_due(t0 + Duration::from_secs(10)), vec!["b".to_string()]);
+    }
+}

@@ -1,0 +1,97 @@
+//! Resource quantities (`resource.Quantity`): `100m`, `1`, `128Mi`, `1G`, `1e3`.
+//!
+//! Parsed to an exact integer of milli-units (`i128`), enough for every cpu and memory value a
+//! pod can carry. Follows apimachinery's `ParseQuantity` grammar: a signed decimal number followed
+//! by a binary-SI suffix (`Ki Mi Gi Ti Pi Ei`), a decimal-SI suffix (`n u m k M G T P E`) or a
+//! decimal exponent (`e3`, `E-2`).
+
+/// A quantity that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("quantity {value:?} does not parse: {reason}")]
+pub struct QuantityError {
+    /// The text given.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// Parses a quantity into milli-units (`"100m"` → 100, `"1"` → 1000, `"1Ki"` → 1_024_000).
+/// Fractions below one milli-unit round up, as apimachinery's `MilliValue` does.
+///
+/// Errors: [`QuantityError`] for empty text, a missing number, an unknown suffix or overflow.
+pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
+    let err = |reason| QuantityError { value: text.to_owned(), reason };
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(err("empty"));
+    }
+    let (neg, s) = match s.as_bytes()[0] {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let num_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, suffix) = s.split_at(num_end);
+    if num.is_empty() || num == "." || num.matches('.').count() > 1 {
+        return Err(err("no number"));
+    }
+    let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
+    // value = digits * 10^(exp10) * 2^(exp2), digits an integer.
+    let digits: String = format!("{int_part}{frac_part}");
+    let digits: i128 = digits.parse().map_err(|_| err("number too large"))?;
+    let mut exp10: i32 = -(frac_part.len() as i32) + 3; // milli-units
+    let mut exp2: u32 = 0;
+    match suffix {
+        "" => {}
+        "Ki" => exp2 = 10,
+        "Mi" => exp2 = 20,
+        "Gi" => exp2 = 30,
+        "Ti" => exp2 = 40,
+        "Pi" => exp2 = 50,
+        "Ei" => exp2 = 60,
+        "n" => exp10 -= 9,
+        "u" => exp10 -= 6,
+        "m" => exp10 -= 3,
+        "k" => exp10 += 3,
+        "M" => exp10 += 6,
+        "G" => exp10 += 9,
+        "T" => exp10 += 12,
+        "P" => exp10 += 15,
+        "E" => exp10 += 18,
+        s if s.starts_with(['e', 'E']) => {
+            let e: i32 = s[1..].parse().map_err(|_| err("bad exponent"))?;
+            exp10 += e;
+        }
+        _ => return Err(err("unknown suffix (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or eN)")),
+    }
+    let mut v = digits.checked_mul(1i128 << exp2).ok_or_else(|| err("too large"))?;
+    if exp10 >= 0 {
+        v = v.checked_mul(10i128.checked_pow(exp10 as u32).ok_or_else(|| err("too large"))?).ok_or_else(|| err("too large"))?;
+    } else {
+        let d = 10i128.checked_pow((-exp10) as u32).unwrap_or(i128::MAX);
+        v = (v + d - 1) / d;
+    }
+    Ok(if neg { -v } else { v })
+}
+
+/// Parses a quantity into whole units, rounding up (`"128Mi"` → 134217728 bytes).
+pub fn parse_value(text: &str) -> Result<i128, QuantityError> {
+    parse_milli(text).map(|m| (m + 999).div_euclid(1000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kubernetes_quantities() {
+        for (s, milli) in [("100m", 100), ("1", 1000), ("0.5", 500), ("1Ki", 1_024_000), ("1k", 1_000_000), ("1e3", 1_000_000), ("0", 0), ("1m", 1), ("0.1m", 1), ("250m", 250), ("-1", -1000)] {
+            assert_eq!(parse_milli(s), Ok(milli), "{s}");
+        }
+        assert_eq!(parse_value("128Mi"), Ok(134_217_728));
+        assert_eq!(parse_value("1G"), Ok(1_000_000_000));
+        for bad in ["", "abc", "1Q", "1..2", "Mi", "1e"] {
+            assert!(parse_milli(bad).is_err(), "{bad}");
+        }
+    }
+}

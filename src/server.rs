@@ -1,0 +1,66 @@
+//! The agent's HTTP endpoints on `healthzBindAddress:healthzPort` (kubelet's healthz listener and
+//! read-only server): `GET /healthz`, `GET /pods` (a v1 PodList with status), `GET /metrics`
+//! (Prometheus text) and `GET /events`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::events::Recorder;
+use crate::metrics::Metrics;
+use crate::status::StatusManager;
+
+/// What the endpoints read.
+#[derive(Clone)]
+pub struct ServerState {
+    /// Pod statuses.
+    pub status: StatusManager,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Events.
+    pub recorder: Recorder,
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn pods(State(s): State<ServerState>) -> impl IntoResponse {
+    Json(serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": s.status.pods(),
+    }))
+}
+
+async fn metrics(State(s): State<ServerState>) -> impl IntoResponse {
+    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.encode())
+}
+
+async fn events(State(s): State<ServerState>) -> impl IntoResponse {
+    Json(serde_json::json!({ "kind": "EventList", "items": s.recorder.list() }))
+}
+
+/// The router with every endpoint.
+pub fn router(state: ServerState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/pods", get(pods))
+        .route("/metrics", get(metrics))
+        .route("/events", get(events))
+        .with_state(state)
+}
+
+/// Binds `addr` and serves until the task is dropped.
+///
+/// Errors: the bind error (address in use, permission denied).
+pub async fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    Ok(async move { axum::serve(listener, router(state)).await })
+}

@@ -1,0 +1,181 @@
+//! Decoding one static pod manifest and applying kubelet's defaults for file pods.
+//!
+//! Follows kubelet's `pkg/kubelet/config/common.go` (`applyDefaults`, `tryDecodeSinglePod`): the
+//! pod is named `<metadata.name>-<nodeName>`, its namespace defaults to `default`, `spec.nodeName`
+//! is this node, and it carries the annotations `kubernetes.io/config.source=file` and
+//! `kubernetes.io/config.hash`.
+//!
+//! One deliberate difference: kubelet derives a file pod's UID from a hash of the whole manifest,
+//! so any edit gives the pod a new UID and restarts every container. nodelet derives the UID from
+//! the file path, node name, namespace and name (a name-based UUID, v5), and keeps the content hash
+//! in `config.hash`; an edit is then an UPDATE of the same pod, and only the containers whose spec
+//! changed are restarted. A `metadata.uid` written in the manifest is kept, as kubelet does.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::validation::{is_dns1123_subdomain, validate_pod, FieldError};
+use super::{ManifestError, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+
+/// Namespace UUID under which file pod UIDs are derived (a fixed random v4 UUID of nodelet's).
+const UID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6e0d_e1e7_5a1c_4f0e_9b52_7c1d_0f3a_9e41);
+
+/// Default `terminationGracePeriodSeconds` (API default), seconds.
+pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
+
+/// Decodes one manifest (YAML or JSON, a single `v1` `Pod`), validates it and applies the file-pod
+/// defaults. `file` names the manifest in errors and seeds the UID.
+///
+/// Errors: [`ManifestError::Empty`], [`ManifestError::Parse`] (with the parser's line/column),
+/// [`ManifestError::Invalid`] naming the field and value, [`ManifestError::InvalidName`] when
+/// `<name>-<nodeName>` is not a DNS-1123 subdomain.
+pub fn decode_static_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<Pod, ManifestError> {
+    let file_s = file.display().to_string();
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err(ManifestError::Empty { file: file_s });
+    }
+    let value: serde_yaml::Value = serde_yaml::from_slice(bytes)
+        .map_err(|e| ManifestError::Parse { file: file_s.clone(), message: e.to_string() })?;
+    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+    let api_version = value.get("apiVersion").and_then(|k| k.as_str()).unwrap_or("");
+    if kind != "Pod" || api_version != "v1" {
+        return Err(ManifestError::Invalid {
+            file: file_s,
+            error: FieldError {
+                field: if kind != "Pod" { "kind".into() } else { "apiVersion".into() },
+                value: if kind != "Pod" { kind.into() } else { api_version.into() },
+                reason: "a static pod manifest holds one object with apiVersion v1 and kind Pod".into(),
+            },
+        });
+    }
+    let mut pod: Pod = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_slice(bytes))
+        .map_err(|e| ManifestError::Parse { file: file_s.clone(), message: format!("field {}: {}", e.path(), e.inner()) })?;
+    validate_pod(&pod).map_err(|error| ManifestError::Invalid { file: file_s.clone(), error })?;
+    let content_hash = crate::hash::object_hash(&pod);
+    apply_file_pod_defaults(&mut pod, file, node_name, &content_hash)?;
+    Ok(pod)
+}
+
+fn apply_file_pod_defaults(pod: &mut Pod, file: &Path, node_name: &str, content_hash: &str) -> Result<(), ManifestError> {
+    let meta = &mut pod.metadata;
+    let namespace = meta.namespace.get_or_insert_with(|| "default".into()).clone();
+    let base_name = meta.name.clone().unwrap_or_default();
+    let name = format!("{base_name}-{node_name}");
+    if !is_dns1123_subdomain(&name) {
+        return Err(ManifestError::InvalidName { file: file.display().to_string(), name });
+    }
+    if meta.uid.as_deref().map_or(true, str::is_empty) {
+        let seed = format!("file:{}\nnode:{node_name}\n{namespace}/{base_name}", file.display());
+        meta.uid = Some(uuid::Uuid::new_v5(&UID_NAMESPACE, seed.as_bytes()).to_string());
+    }
+    meta.name = Some(name);
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), content_hash.into());
+
+    let Some(spec) = pod.spec.as_mut() else { return Ok(()) };
+    spec.node_name = Some(node_name.into());
+    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
+    spec.termination_grace_period_seconds.get_or_insert(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+    let containers = spec.init_containers.iter_mut().flatten().chain(spec.containers.iter_mut());
+    for c in containers {
+        let image = c.image.clone().unwrap_or_default();
+        c.image_pull_policy.get_or_insert_with(|| default_pull_policy(&image).into());
+        c.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
+        c.termination_message_policy.get_or_insert_with(|| "File".into());
+        for p in c.ports.iter_mut().flatten() {
+            p.protocol.get_or_insert_with(|| "TCP".into());
+        }
+    }
+    Ok(())
+}
+
+/// The API default for `imagePullPolicy`: `Always` when the image has no tag or the tag is
+/// `latest` (and no digest), otherwise `IfNotPresent`.
+pub fn default_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, tag)) if tag != "latest" => "IfNotPresent",
+        _ => "Always",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
+
+    #[test]
+    fn file_pods_get_kubelets_name_namespace_and_annotations() {
+        let pod = decode_static_pod(Path::new("/etc/m/web.yaml"), GOOD.as_bytes(), "node1").unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-node1"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
+        let ann = pod.metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann[CONFIG_SOURCE_ANNOTATION], "file");
+        assert_eq!(ann[CONFIG_HASH_ANNOTATION].len(), 16);
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("node1"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(spec.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+    }
+
+    #[test]
+    fn uid_is_stable_across_edits_and_distinct_across_files() {
+        let a = decode_static_pod(Path::new("/m/a.yaml"), GOOD.as_bytes(), "n").unwrap();
+        let edited = GOOD.replace("1.36", "1.35");
+        let b = decode_static_pod(Path::new("/m/a.yaml"), edited.as_bytes(), "n").unwrap();
+        let c = decode_static_pod(Path::new("/m/c.yaml"), GOOD.as_bytes(), "n").unwrap();
+        assert_eq!(a.metadata.uid, b.metadata.uid);
+        assert_ne!(a.metadata.uid, c.metadata.uid);
+        let hash = |p: &Pod| p.metadata.annotations.as_ref().unwrap()[CONFIG_HASH_ANNOTATION].clone();
+        assert_ne!(hash(&a), hash(&b));
+    }
+
+    #[test]
+    fn json_manifests_decode() {
+        let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j","uid":"fixed"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#;
+        let pod = decode_static_pod(Path::new("/m/j.json"), json.as_bytes(), "n").unwrap();
+        assert_eq!(pod.metadata.uid.as_deref(), Some("fixed"));
+        assert_eq!(pod.spec.unwrap().containers[0].image_pull_policy.as_deref(), Some("Always"));
+    }
+
+    #[test]
+    fn bad_manifests_name_file_and_field() {
+        let cases: [(&str, &str); 5] = [
+            ("", "empty"),
+            ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: b}]\n", "/m/f.yaml"),
+            ("apiVersion: v1\nkind: Deployment\nmetadata: {name: x}\n", "kind"),
+            ("apiVersion: v1\nkind: Pod\nmetadata: {name: x/../y}\nspec: {containers: [{name: c, image: b}]}\n", "metadata.name"),
+            ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: 3}\n", "spec.containers"),
+        ];
+        for (text, needle) in cases {
+            let e = decode_static_pod(Path::new("/m/f.yaml"), text.as_bytes(), "n").unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains("/m/f.yaml") && msg.contains(needle), "{text:?}: {msg}");
+        }
+    }
+
+    #[test]
+    fn name_too_long_with_node_suffix_is_refused() {
+        let long = GOOD.replace("name: web", &format!("name: {}", "a".repeat(250)));
+        let e = decode_static_pod(Path::new("/m/f.yaml"), long.as_bytes(), "node1").unwrap_err();
+        assert!(matches!(e, ManifestError::InvalidName { .. }), "{e}");
+    }
+
+    #[test]
+    fn pull_policy_defaults_follow_the_tag() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("busybox:1.36"), "IfNotPresent");
+        assert_eq!(default_pull_policy("127.0.0.1:5000/busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+    }
+}

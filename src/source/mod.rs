@@ -1,0 +1,247 @@
+//! Pod sources (kubelet's `pkg/kubelet/config`): where desired pods come from, and how their
+//! changes become ADD / UPDATE / REMOVE operations for the sync loop.
+//!
+//! Each source reports the complete set of pods it wants (a snapshot); [`PodConfig`] diffs each
+//! snapshot against the previous one of the same source and emits [`PodUpdate`]s, stamping
+//! `kubernetes.io/config.seen` on added and updated pods as kubelet does.
+
+pub mod file;
+pub mod manifest;
+pub mod validation;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// Annotation naming the source of a pod (`file`, `http`).
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// Annotation holding the hash of the pod's manifest content.
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+/// Annotation holding the time (RFC 3339) the agent first saw this version of the pod.
+pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+/// Annotation holding the mirror pod's hash (mirror pods are not created by nodelet yet).
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Errors about one manifest file. Each names the file; none stops the agent or other pods.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("manifest {file}: cannot read: {message}")]
+    Read {
+        /// Path of the manifest.
+        file: String,
+        /// The I/O error.
+        message: String,
+    },
+    /// The file is empty.
+    #[error("manifest {file}: file is empty")]
+    Empty {
+        /// Path of the manifest.
+        file: String,
+    },
+    /// The file is not valid YAML/JSON, or a field has the wrong type.
+    #[error("manifest {file}: cannot decode pod: {message}")]
+    Parse {
+        /// Path of the manifest.
+        file: String,
+        /// The decoder's message, with field path or line and column.
+        message: String,
+    },
+    /// A field fails validation.
+    #[error("manifest {file}: invalid field {}: {:?} {}", error.field, error.value, error.reason)]
+    Invalid {
+        /// Path of the manifest.
+        file: String,
+        /// The failing field.
+        error: validation::FieldError,
+    },
+    /// `<metadata.name>-<nodeName>` is not a DNS-1123 subdomain.
+    #[error("manifest {file}: field metadata.name: static pod name {name:?} (name + \"-\" + node name) is not a DNS-1123 subdomain of at most 253 characters")]
+    InvalidName {
+        /// Path of the manifest.
+        file: String,
+        /// The full pod name.
+        name: String,
+    },
+    /// Another file already defines a pod with this namespace and name; the first one wins.
+    #[error("manifest {file}: field metadata.name: pod {namespace}/{name} is already defined by {first}; this file is ignored")]
+    Duplicate {
+        /// Path of the ignored manifest.
+        file: String,
+        /// Namespace of the pod.
+        namespace: String,
+        /// Full pod name.
+        name: String,
+        /// The manifest that defines it first.
+        first: String,
+    },
+}
+
+impl ManifestError {
+    /// A short CamelCase reason, used as the event reason and metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "ReadError",
+            Self::Empty { .. } => "EmptyManifest",
+            Self::Parse { .. } => "DecodeError",
+            Self::Invalid { .. } | Self::InvalidName { .. } => "InvalidManifest",
+            Self::Duplicate { .. } => "DuplicatePod",
+        }
+    }
+}
+
+/// What happened to a set of pods (kubelet's `PodOperation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodOp {
+    /// Pods new to the agent.
+    Add,
+    /// Pods whose manifest changed.
+    Update,
+    /// Pods no source wants any more: kill them and forget them.
+    Remove,
+}
+
+/// A batch of pod changes from one source (kubelet's `kubetypes.PodUpdate`).
+#[derive(Debug, Clone)]
+pub struct PodUpdate {
+    /// The operation.
+    pub op: PodOp,
+    /// The source name (`file`).
+    pub source: &'static str,
+    /// The pods concerned.
+    pub pods: Vec<Arc<Pod>>,
+}
+
+/// UID of a pod (empty when unset).
+pub fn pod_uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or("")
+}
+
+fn config_hash(pod: &Pod) -> &str {
+    pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_HASH_ANNOTATION)).map_or("", String::as_str)
+}
+
+/// Merges snapshots from the sources into operations (kubelet's `PodConfig` / `podStorage` in
+/// `PodConfigNotificationIncremental` mode) and tracks which sources have reported at least once.
+pub struct PodConfig {
+    pods: HashMap<&'static str, HashMap<String, Arc<Pod>>>,
+    ready: HashMap<&'static str, Arc<AtomicBool>>,
+    tx: crossbeam_channel::Sender<PodUpdate>,
+}
+
+impl PodConfig {
+    /// A merger sending its operations on `tx` (the sync loop's config channel).
+    pub fn new(tx: crossbeam_channel::Sender<PodUpdate>) -> Self {
+        Self { pods: HashMap::new(), ready: HashMap::new(), tx }
+    }
+
+    /// Registers a source; the returned flag turns true after its first snapshot.
+    pub fn register(&mut self, source: &'static str) -> Arc<AtomicBool> {
+        self.ready.entry(source).or_default().clone()
+    }
+
+    /// Flags of all registered sources (kubelet's `SourcesReady`).
+    pub fn readiness(&self) -> SourcesReady {
+        SourcesReady(self.ready.values().cloned().collect())
+    }
+
+    /// Takes the complete set of pods `source` wants now and sends ADD, UPDATE and REMOVE batches
+    /// for the differences from its previous snapshot. Returns the operations sent.
+    pub fn set(&mut self, source: &'static str, snapshot: Vec<Pod>) -> Vec<PodUpdate> {
+        let old = self.pods.remove(source).unwrap_or_default();
+        let mut new = HashMap::with_capacity(snapshot.len());
+        let (mut adds, mut updates) = (Vec::new(), Vec::new());
+        let seen = now_rfc3339();
+        for mut pod in snapshot {
+            let uid = pod_uid(&pod).to_owned();
+            match old.get(&uid) {
+                Some(prev) if config_hash(prev) == config_hash(&pod) && prev.metadata.name == pod.metadata.name => {
+                    new.insert(uid, prev.clone());
+                }
+                prev => {
+                    pod.metadata.annotations.get_or_insert_with(Default::default).insert(CONFIG_SEEN_ANNOTATION.into(), seen.clone());
+                    let pod = Arc::new(pod);
+                    if prev.is_some() { updates.push(pod.clone()) } else { adds.push(pod.clone()) }
+                    new.insert(uid, pod);
+                }
+            }
+        }
+        let removes: Vec<Arc<Pod>> = old.iter().filter(|(uid, _)| !new.contains_key(*uid)).map(|(_, p)| p.clone()).collect();
+        self.pods.insert(source, new);
+        let mut ops = Vec::new();
+        for (op, pods) in [(PodOp::Remove, removes), (PodOp::Add, adds), (PodOp::Update, updates)] {
+            if !pods.is_empty() {
+                let update = PodUpdate { op, source, pods };
+                // A closed channel means the agent is shutting down; nothing to do then.
+                let _ = self.tx.send(update.clone());
+                ops.push(update);
+            }
+        }
+        if let Some(flag) = self.ready.get(source) {
+            flag.store(true, Ordering::Release);
+        }
+        ops
+    }
+}
+
+/// Whether every registered source has delivered its first snapshot; housekeeping only kills
+/// unwanted pods after that (kubelet's `sourcesReady.AllReady`).
+#[derive(Clone, Default)]
+pub struct SourcesReady(Vec<Arc<AtomicBool>>);
+
+impl SourcesReady {
+    /// True once all sources have reported.
+    pub fn all_ready(&self) -> bool {
+        self.0.iter().all(|f| f.load(Ordering::Acquire))
+    }
+}
+
+/// Current time in RFC 3339 with nanoseconds, UTC (the `config.seen` format).
+pub fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, hash: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p.metadata.name = Some(format!("p-{uid}"));
+        p.metadata.annotations = Some([(CONFIG_HASH_ANNOTATION.to_string(), hash.to_string())].into());
+        p
+    }
+
+    #[test]
+    fn snapshots_become_add_update_remove() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut cfg = PodConfig::new(tx);
+        let ready = cfg.register("file");
+        assert!(!cfg.readiness().all_ready());
+        let ops = cfg.set("file", vec![pod("a", "1"), pod("b", "1")]);
+        assert_eq!(ops.len(), 1);
+        assert_eq!(ops[0].op, PodOp::Add);
+        assert!(ready.load(Ordering::Acquire) && cfg.readiness().all_ready());
+        let ops = cfg.set("file", vec![pod("a", "1"), pod("b", "2"), pod("c", "1")]);
+        let kinds: Vec<_> = ops.iter().map(|u| (u.op, u.pods.len())).collect();
+        assert_eq!(kinds, vec![(PodOp::Add, 1), (PodOp::Update, 1)]);
+        let ops = cfg.set("file", vec![pod("b", "2")]);
+        assert_eq!(ops.len(), 1);
+        assert_eq!(ops[0].op, PodOp::Remove);
+        assert_eq!(ops[0].pods.len(), 2);
+        assert!(cfg.set("file", vec![pod("b", "2")]).is_empty());
+        assert_eq!(rx.try_iter().count(), 4);
+    }
+
+    #[test]
+    fn added_pods_carry_config_seen() {
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let mut cfg = PodConfig::new(tx);
+        let ops = cfg.set("file", vec![pod("a", "1")]);
+        let ann = ops[0].pods[0].metadata.annotations.as_ref().unwrap();
+        assert!(ann[CONFIG_SEEN_ANNOTATION].ends_with('Z'));
+    }
+}

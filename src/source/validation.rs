@@ -1,0 +1,164 @@
+//! Validation of pod manifests: names, namespaces and the container list.
+//!
+//! Follows the API server's `ValidatePod` for the parts a node agent depends on: a name that is a
+//! DNS-1123 subdomain (so it can never escape a path: no `/`, no `..`), a namespace that is a
+//! DNS-1123 label, at least one container, container names that are unique DNS-1123 labels,
+//! an image for every container, and the enumerated policies.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+/// One validation failure: the field path (`spec.containers[1].name`), the value and the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Field path in the manifest, e.g. `metadata.name`.
+    pub field: String,
+    /// The offending value (empty when the field is missing).
+    pub value: String,
+    /// What the value must look like.
+    pub reason: String,
+}
+
+fn err(field: impl Into<String>, value: &str, reason: &str) -> FieldError {
+    FieldError { field: field.into(), value: value.to_owned(), reason: reason.to_owned() }
+}
+
+/// True when `s` is a DNS-1123 label: 1..=63 of `[a-z0-9-]`, starting and ending alphanumeric.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// True when `s` is a DNS-1123 subdomain: at most 253 characters of dot-separated labels
+/// (each `[a-z0-9]([-a-z0-9]*[a-z0-9])?`); rejects `/`, `..`, upper case and empty labels.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
+}
+
+/// Validates a decoded manifest before defaults are applied. Returns the first failure.
+pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    if name.is_empty() {
+        return Err(err("metadata.name", "", "is required"));
+    }
+    if !is_dns1123_subdomain(name) {
+        return Err(err("metadata.name", name, "must be a DNS-1123 subdomain (lowercase a-z, 0-9, '-', '.'; no '/' or '..')"));
+    }
+    if let Some(ns) = pod.metadata.namespace.as_deref() {
+        if !is_dns1123_label(ns) {
+            return Err(err("metadata.namespace", ns, "must be a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)"));
+        }
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(err("spec", "", "is required"));
+    };
+    if spec.containers.is_empty() {
+        return Err(err("spec.containers", "", "must hold at least one container"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let init = spec.init_containers.as_deref().unwrap_or(&[]);
+    for (list, containers) in [("spec.initContainers", init), ("spec.containers", &spec.containers[..])] {
+        for (i, c) in containers.iter().enumerate() {
+            validate_container(&format!("{list}[{i}]"), c)?;
+            if !seen.insert(c.name.as_str()) {
+                return Err(err(format!("{list}[{i}].name"), &c.name, "duplicates another container's name"));
+            }
+        }
+    }
+    if let Some(p) = spec.restart_policy.as_deref() {
+        if !matches!(p, "Always" | "OnFailure" | "Never") {
+            return Err(err("spec.restartPolicy", p, "must be Always, OnFailure or Never"));
+        }
+    }
+    if let Some(g) = spec.termination_grace_period_seconds {
+        if g < 0 {
+            return Err(err("spec.terminationGracePeriodSeconds", &g.to_string(), "must not be negative"));
+        }
+    }
+    if let Some(h) = spec.hostname.as_deref() {
+        if !is_dns1123_label(h) {
+            return Err(err("spec.hostname", h, "must be a DNS-1123 label"));
+        }
+    }
+    Ok(())
+}
+
+fn validate_container(path: &str, c: &Container) -> Result<(), FieldError> {
+    if !is_dns1123_label(&c.name) {
+        return Err(err(format!("{path}.name"), &c.name, "must be a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)"));
+    }
+    if c.image.as_deref().map_or(true, |i| i.trim().is_empty()) {
+        return Err(err(format!("{path}.image"), "", "is required"));
+    }
+    if let Some(p) = c.image_pull_policy.as_deref() {
+        if !matches!(p, "Always" | "IfNotPresent" | "Never") {
+            return Err(err(format!("{path}.imagePullPolicy"), p, "must be Always, IfNotPresent or Never"));
+        }
+    }
+    for (i, port) in c.ports.iter().flatten().enumerate() {
+        if !(1..=65535).contains(&port.container_port) {
+            return Err(err(format!("{path}.ports[{i}].containerPort"), &port.container_port.to_string(), "must be 1..65535"));
+        }
+        if let Some(hp) = port.host_port {
+            if !(0..=65535).contains(&hp) {
+                return Err(err(format!("{path}.ports[{i}].hostPort"), &hp.to_string(), "must be 0..65535"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_could_escape_a_path_are_refused() {
+        for bad in ["../etc", "a/b", "a..b", "..", ".", "A", "-a", "a-", "", "a_b"] {
+            assert!(!is_dns1123_subdomain(bad), "{bad:?}");
+        }
+        for good in ["a", "web-1", "a.b.c", "0abc"] {
+            assert!(is_dns1123_subdomain(good), "{good:?}");
+        }
+        assert!(!is_dns1123_label("a.b"));
+        assert!(!is_dns1123_label(&"a".repeat(64)));
+        assert!(is_dns1123_label(&"a".repeat(63)));
+    }
+
+    fn pod(yaml: &str) -> Pod {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let cases = [
+            ("metadata: {name: ok}\nspec: {containers: []}", "spec.containers"),
+            ("metadata: {name: ok, namespace: ../x}\nspec: {containers: [{name: c, image: busybox}]}", "metadata.namespace"),
+            ("metadata: {name: Bad}\nspec: {containers: [{name: c, image: busybox}]}", "metadata.name"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c}]}", "spec.containers[0].image"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b}, {name: c, image: b}]}", "spec.containers[1].name"),
+            ("metadata: {name: ok}\nspec: {initContainers: [{name: c, image: b}], containers: [{name: c, image: b}]}", "spec.containers[0].name"),
+            ("metadata: {name: ok}\nspec: {restartPolicy: Sometimes, containers: [{name: c, image: b}]}", "spec.restartPolicy"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, imagePullPolicy: Maybe}]}", "spec.containers[0].imagePullPolicy"),
+            ("metadata: {}\nspec: {containers: [{name: c, image: b}]}", "metadata.name"),
+        ];
+        for (yaml, field) in cases {
+            let full = format!("apiVersion: v1\nkind: Pod\n{yaml}");
+            let e = validate_pod(&pod(&full)).unwrap_err();
+            assert_eq!(e.field, field, "{yaml}");
+        }
+        let ok = pod("apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec: {containers: [{name: c, image: b}]}");
+        assert_eq!(validate_pod(&ok), Ok(()));
+    }
+}

@@ -1,0 +1,53 @@
+//! Status manager (kubelet's `status_manager.go`): the latest status of every pod the agent
+//! handles, written by pod workers after each sync and read by the server (`GET /pods`).
+
+pub mod generate;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+/// Latest known pods with their statuses, by UID.
+#[derive(Clone, Default)]
+pub struct StatusManager {
+    inner: Arc<RwLock<HashMap<String, (Arc<Pod>, PodStatus)>>>,
+}
+
+impl StatusManager {
+    /// Records `status` as the pod's latest status.
+    pub fn set(&self, pod: Arc<Pod>, status: PodStatus) {
+        let uid = crate::source::pod_uid(&pod).to_owned();
+        self.inner.write().unwrap_or_else(|e| e.into_inner()).insert(uid, (pod, status));
+    }
+
+    /// Forgets a pod that is gone.
+    pub fn remove(&self, uid: &str) {
+        self.inner.write().unwrap_or_else(|e| e.into_inner()).remove(uid);
+    }
+
+    /// The pod's status, if known.
+    pub fn get(&self, uid: &str) -> Option<PodStatus> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).get(uid).map(|(_, s)| s.clone())
+    }
+
+    /// All pods with `status` filled in, sorted by namespace and name.
+    pub fn pods(&self) -> Vec<Pod> {
+        let map = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let mut pods: Vec<Pod> = map
+            .values()
+            .map(|(p, s)| {
+                let mut p = (**p).clone();
+                p.status = Some(s.clone());
+                p
+            })
+            .collect();
+        pods.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+        pods
+    }
+
+    /// Number of pods whose phase is Running.
+    pub fn running_pods(&self) -> usize {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).values().filter(|(_, s)| s.phase.as_deref() == Some("Running")).count()
+    }
+}

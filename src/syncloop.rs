@@ -1,0 +1,196 @@
+//! The sync loop (kubelet's `syncLoop` / `syncLoopIteration`): one thread that selects over the
+//! config, PLEG, sync-tick and housekeeping channels and dispatches work to the pod workers.
+//!
+//! It only dispatches: it never waits on the runtime, so a slow runtime call delays one pod's
+//! worker, never the loop. Handlers follow kubelet's: ADD admits and syncs, UPDATE syncs,
+//! REMOVE kills and forgets; a PLEG event syncs its pod; the 1 s tick syncs pods whose
+//! work-queue entry is due; housekeeping (every 2 s, once all sources are ready) kills pods the
+//! runtime runs that no source wants.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, tick, Receiver};
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{debug, info, warn};
+
+use crate::events::Recorder;
+use crate::pleg::PodLifecycleEvent;
+use crate::podworkers::{PodSyncer, PodWorkers, UpdateType, WorkQueue};
+use crate::source::{pod_uid, PodOp, PodUpdate, SourcesReady};
+
+/// Period of the sync tick (kubelet: 1 s).
+pub const SYNC_TICK: Duration = Duration::from_secs(1);
+/// Period of housekeeping (kubelet: 2 s).
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+
+/// Housekeeping work, started from the loop and run elsewhere: given the desired pod UIDs, kill
+/// what the runtime runs beyond them. Must not block.
+pub type Housekeeper = Box<dyn Fn(HashSet<String>) + Send>;
+
+/// Channels that feed the loop.
+pub struct Channels {
+    /// Pod updates from the sources.
+    pub config: Receiver<PodUpdate>,
+    /// PLEG events.
+    pub pleg: Receiver<PodLifecycleEvent>,
+    /// Stop signal (a message or a closed channel ends the loop).
+    pub stop: Receiver<()>,
+}
+
+/// The loop's state: the desired pods (kubelet's pod manager) and where work goes.
+pub struct SyncLoop<S: PodSyncer> {
+    pods: HashMap<String, Arc<Pod>>,
+    workers: PodWorkers<S>,
+    queue: WorkQueue,
+    sources_ready: SourcesReady,
+    housekeeper: Housekeeper,
+    recorder: Recorder,
+    max_pods: usize,
+    /// Called after every iteration (the systemd watchdog hook, later); cheap.
+    pub on_iteration: Option<Box<dyn Fn() + Send>>,
+}
+
+impl<S: PodSyncer> SyncLoop<S> {
+    /// A loop dispatching to `workers`.
+    pub fn new(workers: PodWorkers<S>, queue: WorkQueue, sources_ready: SourcesReady, housekeeper: Housekeeper, recorder: Recorder, max_pods: usize) -> Self {
+        Self { pods: HashMap::new(), workers, queue, sources_ready, housekeeper, recorder, max_pods, on_iteration: None }
+    }
+
+    /// Handles one batch of pod updates (kubelet's `HandlePodAdditions` / `Updates` / `Removes`).
+    pub fn handle_config(&mut self, update: PodUpdate) {
+        match update.op {
+            PodOp::Add => {
+                for pod in update.pods {
+                    let uid = pod_uid(&pod).to_owned();
+                    if !self.pods.contains_key(&uid) && self.pods.len() >= self.max_pods {
+                        let msg = format!("node has reached maxPods ({}); pod not admitted", self.max_pods);
+                        warn!(pod = ?pod.metadata.name, uid, "{msg}");
+                        self.recorder.warning(format!("pod/{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), "OutOfpods", msg);
+                        continue;
+                    }
+                    info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, uid, source = update.source, "pod added");
+                    self.pods.insert(uid, pod.clone());
+                    self.workers.update_pod(pod, UpdateType::Sync);
+                }
+            }
+            PodOp::Update => {
+                for pod in update.pods {
+                    let uid = pod_uid(&pod).to_owned();
+                    info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, uid, source = update.source, "pod updated");
+                    self.pods.insert(uid, pod.clone());
+                    self.workers.update_pod(pod, UpdateType::Sync);
+                }
+            }
+            PodOp::Remove => {
+                for pod in update.pods {
+                    let uid = pod_uid(&pod).to_owned();
+                    info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, uid, source = update.source, "pod removed");
+                    let pod = self.pods.remove(&uid).unwrap_or(pod);
+                    self.workers.update_pod(pod, UpdateType::Kill(None));
+                }
+            }
+        }
+    }
+
+    /// A PLEG event: sync its pod if it is desired.
+    pub fn handle_pleg(&mut self, ev: PodLifecycleEvent) {
+        if let Some(pod) = self.pods.get(&ev.uid) {
+            debug!(uid = %ev.uid, event = ?ev.kind, "PLEG event");
+            self.workers.update_pod(pod.clone(), UpdateType::Sync);
+        }
+    }
+
+    /// The sync tick: sync every desired pod whose work-queue entry is due at `now`.
+    pub fn handle_sync_tick(&mut self, now: Instant) {
+        for uid in self.queue.take_due(now) {
+            if let Some(pod) = self.pods.get(&uid) {
+                self.workers.update_pod(pod.clone(), UpdateType::Sync);
+            }
+        }
+    }
+
+    /// Housekeeping: once every source has reported, hand the desired UIDs to the housekeeper.
+    pub fn handle_housekeeping(&mut self) {
+        if self.sources_ready.all_ready() {
+            (self.housekeeper)(self.pods.keys().cloned().collect());
+        }
+    }
+
+    /// Runs the loop on the calling thread until `stop` fires or the config channel closes.
+    pub fn run(mut self, ch: Channels) {
+        let sync_tick = tick(SYNC_TICK);
+        let housekeeping = tick(HOUSEKEEPING_PERIOD);
+        loop {
+            select! {
+                recv(ch.config) -> u => match u {
+                    Ok(u) => self.handle_config(u),
+                    Err(_) => return,
+                },
+                recv(ch.pleg) -> ev => if let Ok(ev) = ev { self.handle_pleg(ev) },
+                recv(sync_tick) -> _ => self.handle_sync_tick(Instant::now()),
+                recv(housekeeping) -> _ => self.handle_housekeeping(),
+                recv(ch.stop) -> _ => return,
+            }
+            if let Some(f) = &self.on_iteration {
+                f();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::podworkers::{Periods, Requeue};
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Rec(Mutex<Vec<String>>);
+    impl PodSyncer for Rec {
+        async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
+            self.0.lock().unwrap().push(format!("sync {}", pod_uid(&pod)));
+            Ok(Requeue::Soon)
+        }
+        async fn terminate_pod(&self, pod: Arc<Pod>, _: Option<i64>) -> Result<(), String> {
+            self.0.lock().unwrap().push(format!("kill {}", pod_uid(&pod)));
+            Ok(())
+        }
+    }
+
+    fn pod(uid: &str) -> Arc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        Arc::new(p)
+    }
+
+    #[tokio::test]
+    async fn add_update_remove_and_housekeeping_dispatch_in_order() {
+        let rec = Arc::new(Rec::default());
+        let queue = WorkQueue::default();
+        let periods = Periods { resync: Duration::from_secs(60), soon: Duration::ZERO, backoff: Duration::ZERO };
+        let workers = PodWorkers::new(rec.clone(), queue.clone(), periods, tokio::runtime::Handle::current());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen2 = seen.clone();
+        let hk: Housekeeper = Box::new(move |desired| seen2.lock().unwrap().push(desired.len()));
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let mut cfg = crate::source::PodConfig::new(tx);
+        let ready = cfg.register("file");
+        let mut l = SyncLoop::new(workers.clone(), queue, cfg.readiness(), hk, Recorder::default(), 1);
+        l.handle_housekeeping();
+        assert!(seen.lock().unwrap().is_empty(), "housekeeping waits for sources");
+        ready.store(true, std::sync::atomic::Ordering::Release);
+        l.handle_config(PodUpdate { op: PodOp::Add, source: "file", pods: vec![pod("a"), pod("b")] });
+        assert_eq!(l.recorder.list()[0].reason, "OutOfpods", "maxPods=1 refuses the second pod");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        l.handle_sync_tick(Instant::now() + Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        l.handle_config(PodUpdate { op: PodOp::Remove, source: "file", pods: vec![pod("a")] });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        l.handle_housekeeping();
+        assert_eq!(*rec.0.lock().unwrap(), vec!["sync a", "sync a", "kill a"]);
+        assert_eq!(*seen.lock().unwrap(), vec![0]);
+        assert!(workers.is_empty());
+    }
+}
