@@ -207,7 +207,7 @@ fn housekeeper(manager: Arc<KubeRuntimeManager>, workers: PodWorkers<KubeRuntime
                     for pod in pods {
                         let uid = crate::source::pod_uid(&pod).to_owned();
                         if !desired.contains(&uid) && !workers.is_known(&uid) {
-                            info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, uid, "killing pod that no source wants");
+                            info!(pod = pod.metadata.name.as_deref().unwrap_or(""), namespace = pod.metadata.namespace.as_deref().unwrap_or(""), uid, "killing pod that no source wants");
                             workers.update_pod(Arc::new(pod), UpdateType::Kill(None));
                         }
                     }

@@ -66,11 +66,11 @@ impl<S: PodSyncer> SyncLoop<S> {
                     let uid = pod_uid(&pod).to_owned();
                     if !self.pods.contains_key(&uid) && self.pods.len() >= self.max_pods {
                         let msg = format!("node has reached maxPods ({}); pod not admitted", self.max_pods);
-                        warn!(pod = ?pod.metadata.name, uid, "{msg}");
+                        warn!(pod = pod.metadata.name.as_deref().unwrap_or(""), uid, "{msg}");
                         self.recorder.warning(format!("pod/{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), "OutOfpods", msg);
                         continue;
                     }
-                    info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, uid, source = update.source, "pod added");
+                    info!(pod = pod.metadata.name.as_deref().unwrap_or(""), namespace = pod.metadata.namespace.as_deref().unwrap_or(""), uid, source = update.source, "pod added");
                     self.pods.insert(uid, pod.clone());
                     self.workers.update_pod(pod, UpdateType::Sync);
                 }
@@ -78,7 +78,7 @@ impl<S: PodSyncer> SyncLoop<S> {
             PodOp::Update => {
                 for pod in update.pods {
                     let uid = pod_uid(&pod).to_owned();
-                    info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, uid, source = update.source, "pod updated");
+                    info!(pod = pod.metadata.name.as_deref().unwrap_or(""), namespace = pod.metadata.namespace.as_deref().unwrap_or(""), uid, source = update.source, "pod updated");
                     self.pods.insert(uid, pod.clone());
                     self.workers.update_pod(pod, UpdateType::Sync);
                 }
@@ -86,7 +86,7 @@ impl<S: PodSyncer> SyncLoop<S> {
             PodOp::Remove => {
                 for pod in update.pods {
                     let uid = pod_uid(&pod).to_owned();
-                    info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, uid, source = update.source, "pod removed");
+                    info!(pod = pod.metadata.name.as_deref().unwrap_or(""), namespace = pod.metadata.namespace.as_deref().unwrap_or(""), uid, source = update.source, "pod removed");
                     let pod = self.pods.remove(&uid).unwrap_or(pod);
                     self.workers.update_pod(pod, UpdateType::Kill(None));
                 }

@@ -25,17 +25,25 @@ pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.
 pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
 /// Pod's termination grace period annotation, seconds.
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+/// Label naming the node a sandbox was created for. Housekeeping only ever removes sandboxes of
+/// its own node, so two agents (or a test and a running agent) sharing one runtime never remove
+/// each other's pods. kubelet has no such label: it assumes the runtime is its alone.
+pub const NODE_NAME: &str = "nodelet.io/node-name";
 /// Annotation set by nodelet on init containers, so that status can tell them apart.
 pub const CONTAINER_IS_INIT: &str = "nodelet.io/init-container";
 /// Hash of the pod-level fields that shape the sandbox; a change recreates the sandbox.
 pub const SANDBOX_HASH: &str = "nodelet.io/sandbox-hash";
 
-/// Labels of a pod sandbox: the pod's labels plus name, namespace and UID (`newPodLabels`).
+/// Labels of a pod sandbox: the pod's labels plus name, namespace and UID (`newPodLabels`), and
+/// the node name ([`NODE_NAME`]).
 pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
     let mut labels: HashMap<String, String> = pod.metadata.labels.clone().unwrap_or_default().into_iter().collect();
     labels.insert(POD_NAME.into(), pod.metadata.name.clone().unwrap_or_default());
     labels.insert(POD_NAMESPACE.into(), pod.metadata.namespace.clone().unwrap_or_default());
     labels.insert(POD_UID.into(), pod.metadata.uid.clone().unwrap_or_default());
+    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+        labels.insert(NODE_NAME.into(), node);
+    }
     labels
 }
 

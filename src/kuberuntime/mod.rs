@@ -281,18 +281,26 @@ impl KubeRuntimeManager {
         Ok(())
     }
 
-    /// UIDs (with a minimal pod: name, namespace, uid, grace period) of every pod the runtime
-    /// has a sandbox for; housekeeping compares them with the desired pods.
+    /// Every pod the runtime has a sandbox for on this node, as a minimal pod (name, namespace,
+    /// UID, and the grace period its containers were created with); housekeeping compares them
+    /// with the desired pods.
     pub async fn runtime_pods(&self) -> Result<Vec<Pod>, CriError> {
-        let sandboxes = self.cri.list_pod_sandbox(HashMap::new()).await?;
+        let sel: HashMap<String, String> = [(labels::NODE_NAME.to_string(), self.settings.node_name.clone())].into();
+        let (sandboxes, containers) = tokio::try_join!(self.cri.list_pod_sandbox(sel), self.cri.list_containers(HashMap::new()))?;
+        let grace: HashMap<&str, i64> = containers
+            .iter()
+            .filter_map(|c| Some((c.labels.get(labels::POD_UID)?.as_str(), c.annotations.get(labels::POD_TERMINATION_GRACE_PERIOD)?.parse().ok()?)))
+            .collect();
         let mut pods: HashMap<String, Pod> = HashMap::new();
         for s in sandboxes {
             let Some(uid) = s.labels.get(labels::POD_UID).cloned() else { continue };
             pods.entry(uid.clone()).or_insert_with(|| {
                 let mut p = Pod::default();
-                p.metadata.uid = Some(uid);
                 p.metadata.name = s.labels.get(labels::POD_NAME).cloned();
                 p.metadata.namespace = s.labels.get(labels::POD_NAMESPACE).cloned();
+                let g = grace.get(uid.as_str()).copied();
+                p.spec = Some(k8s_openapi::api::core::v1::PodSpec { termination_grace_period_seconds: g, ..Default::default() });
+                p.metadata.uid = Some(uid);
                 p
             });
         }

@@ -2,9 +2,10 @@
 //! `file_linux.go`).
 //!
 //! The directory is watched with inotify (through `notify`) and re-listed every
-//! `fileCheckFrequency`. A write that ends with close, a rename or a removal triggers a re-list at
-//! once; other events (create, partial writes) a re-list [`SETTLE`] later, so that a file caught
-//! half-written is not reported as broken. Dotfiles and directories are ignored. Each re-list
+//! `fileCheckFrequency`. A write that ends with close, a rename or a removal of a `.yaml`, `.yml`
+//! or `.json` file triggers a re-list at once; other events (create, partial writes, temporary
+//! files of editors and `sed -i`) a re-list [`SETTLE`] later, so that a file caught half-written
+//! or a temporary copy is not reported as broken. Dotfiles and directories are ignored. Each re-list
 //! sends the full set of pods to [`PodConfig::set`].
 //!
 //! Broken manifests are reported (log, event, metric) once per distinct content. A manifest that
@@ -167,6 +168,13 @@ impl FileSource {
     }
 }
 
+/// True for names editors and tools give finished manifests (`.yaml`, `.yml`, `.json`): a write
+/// to one is acted on at once; other names (temporary files of `sed -i`, editors' swap files) are
+/// given [`SETTLE`] to be renamed or removed first.
+fn has_manifest_extension(p: &Path) -> bool {
+    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+}
+
 /// Runs the file source on the calling thread until `stop` fires: watches `dir`, re-lists on
 /// changes and every `period`, and feeds `config`.
 pub fn run(mut source: FileSource, period: Duration, config: Arc<std::sync::Mutex<PodConfig>>, stop: Receiver<()>) {
@@ -201,16 +209,24 @@ pub fn run(mut source: FileSource, period: Duration, config: Arc<std::sync::Mute
             recv(stop) -> _ => return,
             recv(ticker) -> _ => relist = true,
             recv(ev_rx) -> ev => match ev {
-                Ok(Ok(ev)) => match ev.kind {
-                    EventKind::Access(notify::event::AccessKind::Close(notify::event::AccessMode::Write))
-                    | EventKind::Modify(notify::event::ModifyKind::Name(_))
-                    | EventKind::Remove(_) => relist = true,
-                    EventKind::Access(_) => {}
-                    _ => {
-                        let due = Instant::now() + SETTLE;
-                        settle_at = Some(settle_at.map_or(due, |t| t.min(due)));
+                Ok(Ok(ev)) => {
+                    // For a rename the destination (last path) is what will be listed.
+                    let manifests_only = match ev.kind {
+                        EventKind::Modify(notify::event::ModifyKind::Name(_)) => ev.paths.last().is_some_and(|p| has_manifest_extension(p)),
+                        _ => ev.paths.iter().all(|p| has_manifest_extension(p)),
+                    };
+                    match ev.kind {
+                        EventKind::Access(notify::event::AccessKind::Close(notify::event::AccessMode::Write))
+                        | EventKind::Modify(notify::event::ModifyKind::Name(_))
+                        | EventKind::Remove(_)
+                            if manifests_only => relist = true,
+                        EventKind::Access(notify::event::AccessKind::Close(notify::event::AccessMode::Write)) | EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => {
+                            let due = Instant::now() + SETTLE;
+                            settle_at = Some(settle_at.map_or(due, |t| t.min(due)));
+                        }
+                        _ => {}
                     }
-                },
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "inotify error; re-watching");
                     watching = false;

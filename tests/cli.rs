@@ -1,0 +1,68 @@
+//! The binary's handling of its configuration: bad values stop it with exit code 2 and a message
+//! naming the field and value, before anything starts. No runtime needed.
+
+use std::process::Command;
+
+fn run_with(config: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, config).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["--config", path.to_str().unwrap(), "--root-dir", dir.path().join("root").to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+#[test]
+fn invalid_values_exit_2_naming_field_and_value() {
+    for (line, field, value) in [
+        ("cgroupDriver: docker", "cgroupDriver", "docker"),
+        ("syncFrequency: soon", "syncFrequency", "soon"),
+        ("healthzPort: 99999", "healthzPort", "99999"),
+        ("containerRuntimeEndpoint: tcp://127.0.0.1:1", "containerRuntimeEndpoint", "tcp://127.0.0.1:1"),
+        ("podLogsDir: logs", "podLogsDir", "logs"),
+    ] {
+        let out = run_with(&format!("{HEAD}{line}\n"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{line}: {stderr}");
+        assert!(stderr.contains(field) && stderr.contains(value), "{line}: {stderr}");
+    }
+}
+
+#[test]
+fn unknown_fields_are_named_in_a_warning() {
+    // Valid config whose runtime socket does not exist: the agent warns about unknown fields,
+    // then waits for the runtime; we only read the start of its log.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::fs::write(
+        &path,
+        format!("{HEAD}clusterDNS: [10.0.0.10]\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["--config", path.to_str().unwrap(), "--root-dir", dir.path().join("root").to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SIGTERM: the agent stops cleanly while still waiting for the runtime.
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("clusterDNS") && stderr.contains("fancyNewThing"), "{stderr}");
+    assert!(stderr.contains("waiting for the container runtime"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn missing_config_file_exits_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodelet")).args(["--config", "/nonexistent/nodelet.yaml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/nodelet.yaml"));
+}

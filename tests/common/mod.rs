@@ -1,0 +1,270 @@
+//! Shared harness of the integration tests: a real nodelet process against the real containerd
+//! that `scripts/env/up.sh` starts, each test with its own node name, manifest directory, log
+//! directory, cgroup root and port. Everything is removed on drop, even when the test fails.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nodelet::cri::{api, Cri};
+use nodelet::kuberuntime::labels;
+
+/// The CRI socket of the test containerd (`NODELET_CRI_ENDPOINT`, else the env scripts' default).
+pub fn cri_socket() -> PathBuf {
+    let ep = std::env::var("NODELET_CRI_ENDPOINT").unwrap_or_else(|_| "unix:///run/nodelet-env/containerd/containerd.sock".into());
+    let p = PathBuf::from(ep.trim_start_matches("unix://"));
+    assert!(p.exists(), "containerd socket {} not found: run scripts/env/up.sh (or scripts/test.sh) first", p.display());
+    p
+}
+
+/// A CRI client plus a runtime to call it from synchronous tests.
+pub struct Runtime {
+    pub cri: Cri,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Runtime {
+    pub fn new() -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let sock = cri_socket();
+        let cri = rt.block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), nodelet::metrics::Metrics::new()) });
+        Self { cri, rt }
+    }
+
+    fn sel(key: &str, value: &str) -> HashMap<String, String> {
+        [(key.to_string(), value.to_string())].into()
+    }
+
+    /// Sandboxes of a pod UID.
+    pub fn sandboxes(&self, uid: &str) -> Vec<api::PodSandbox> {
+        self.rt.block_on(self.cri.list_pod_sandbox(Self::sel(labels::POD_UID, uid))).unwrap()
+    }
+
+    /// Containers of a pod UID.
+    pub fn containers(&self, uid: &str) -> Vec<api::Container> {
+        self.rt.block_on(self.cri.list_containers(Self::sel(labels::POD_UID, uid))).unwrap()
+    }
+
+    /// Full status of a container.
+    pub fn container_status(&self, id: &str) -> api::ContainerStatus {
+        self.rt.block_on(self.cri.container_status(id)).unwrap().unwrap()
+    }
+
+    /// The host PID of a running container's process (from the verbose status info).
+    pub fn container_pid(&self, id: &str) -> Option<u32> {
+        // The verbose `info` field of containerd carries the pid.
+        let out = Command::new("ctr")
+            .args(["--address", cri_socket().to_str().unwrap(), "-n", "k8s.io", "tasks", "ls"])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines().find(|l| l.starts_with(id)).and_then(|l| l.split_whitespace().nth(1)).and_then(|p| p.parse().ok())
+    }
+
+    /// Removes every sandbox created for `node` (test cleanup).
+    pub fn remove_node_pods(&self, node: &str) {
+        let sandboxes = self.rt.block_on(self.cri.list_pod_sandbox(Self::sel(labels::NODE_NAME, node))).unwrap_or_default();
+        for s in sandboxes {
+            let _ = self.rt.block_on(self.cri.stop_pod_sandbox(&s.id));
+            let _ = self.rt.block_on(self.cri.remove_pod_sandbox(&s.id));
+        }
+    }
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// One nodelet under test.
+pub struct Nodelet {
+    pub node: String,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub cgroup_root: String,
+    pub child: Option<Child>,
+    pub runtime: Runtime,
+    extra_config: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Nodelet {
+    /// Prepares directories and config; does not start the process.
+    pub fn new(test: &str) -> Self {
+        Self::with_config(test, "")
+    }
+
+    /// Like [`Nodelet::new`] with extra KubeletConfiguration lines appended.
+    pub fn with_config(test: &str, extra: &str) -> Self {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let node = format!("t{}-{}-{n}", std::process::id(), test.replace('_', "-"));
+        let node: String = node.chars().take(40).collect::<String>().trim_end_matches('-').to_string();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        let s = Self {
+            cgroup_root: format!("/nodelet-test-{node}"),
+            node,
+            dir,
+            port: free_port(),
+            child: None,
+            runtime: Runtime::new(),
+            extra_config: extra.to_string(),
+        };
+        s.write_config();
+        s
+    }
+
+    pub fn manifests(&self) -> PathBuf {
+        self.dir.path().join("manifests")
+    }
+
+    pub fn logs(&self) -> PathBuf {
+        self.dir.path().join("logs")
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.yaml")
+    }
+
+    fn write_config(&self) {
+        let cfg = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {}\nhealthzPort: {}\npodLogsDir: {}\n{}",
+            self.manifests().display(),
+            cri_socket().display(),
+            self.cgroup_root,
+            self.port,
+            self.logs().display(),
+            self.extra_config
+        );
+        std::fs::write(self.config_path(), cfg).unwrap();
+    }
+
+    /// Starts the nodelet process and waits for /healthz.
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("nodelet.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+            .args(["--config", self.config_path().to_str().unwrap(), "--hostname-override", &self.node, "--root-dir"])
+            .arg(self.dir.path().join("root"))
+            .args(["-v", "2"])
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_until(Duration::from_secs(20), "nodelet /healthz", || self.get("/healthz").is_some_and(|b| b == "ok"));
+    }
+
+    /// SIGKILLs the process (pods keep running).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The agent's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nodelet.log")).unwrap_or_default()
+    }
+
+    /// GET a path on the healthz listener; None when it does not answer 200.
+    pub fn get(&self, path: &str) -> Option<String> {
+        let r = reqwest::blocking::Client::new().get(format!("http://127.0.0.1:{}{path}", self.port)).timeout(Duration::from_secs(5)).send().ok()?;
+        r.status().is_success().then(|| r.text().ok()).flatten()
+    }
+
+    /// The `/pods` list as JSON.
+    pub fn pods(&self) -> Vec<serde_json::Value> {
+        let body = self.get("/pods").unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The pod named `<name>-<node>` in `/pods`.
+    pub fn pod(&self, name: &str) -> Option<serde_json::Value> {
+        let full = format!("{name}-{}", self.node);
+        self.pods().into_iter().find(|p| p["metadata"]["name"] == full.as_str())
+    }
+
+    /// UID of pod `name` once `/pods` lists it.
+    pub fn uid(&self, name: &str) -> String {
+        wait_until(Duration::from_secs(20), &format!("pod {name} listed"), || self.pod(name).is_some());
+        self.pod(name).unwrap()["metadata"]["uid"].as_str().unwrap().to_string()
+    }
+
+    /// Writes a manifest file into the manifest directory.
+    pub fn write_manifest(&self, file: &str, text: &str) {
+        // Write then rename, as editors and config management do.
+        let tmp = self.manifests().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(tmp, self.manifests().join(file)).unwrap();
+    }
+
+    /// Waits until the pod's containers named in `names` are all RUNNING in the runtime; returns
+    /// their (name → container) map.
+    pub fn wait_running(&self, uid: &str, names: &[&str], timeout: Duration) -> HashMap<String, api::Container> {
+        let mut out = HashMap::new();
+        wait_until(timeout, &format!("containers {names:?} running"), || {
+            out = running_by_name(&self.runtime.containers(uid));
+            names.iter().all(|n| out.contains_key(*n))
+        });
+        out
+    }
+}
+
+/// Running containers of a listing, by container name.
+pub fn running_by_name(cs: &[api::Container]) -> HashMap<String, api::Container> {
+    cs.iter()
+        .filter(|c| c.state == api::ContainerState::ContainerRunning as i32)
+        .map(|c| (c.labels[labels::CONTAINER_NAME].clone(), c.clone()))
+        .collect()
+}
+
+impl Drop for Nodelet {
+    fn drop(&mut self) {
+        self.kill9();
+        self.runtime.remove_node_pods(&self.node);
+        let mounts = nodelet::cm::cgroup_mounts();
+        let _ = nodelet::cm::remove_cgroup_everywhere(&mounts, &self.cgroup_root);
+        if std::thread::panicking() {
+            eprintln!("---- nodelet log ({}) ----\n{}", self.node, self.log());
+        }
+    }
+}
+
+/// Polls `f` every 50 ms until it is true; panics with `what` after `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// A pod cgroup directory `pod<uid>` anywhere under `root` in any hierarchy.
+pub fn pod_cgroup_dirs(root: &str, uid: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for m in nodelet::cm::cgroup_mounts() {
+        find_dirs(&m.join(root.trim_start_matches('/')), &format!("pod{uid}"), &mut found);
+    }
+    found
+}
+
+fn find_dirs(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            if e.file_name().to_string_lossy() == name {
+                out.push(e.path());
+            }
+            find_dirs(&e.path(), name, out);
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Static pods on a real containerd: the walking skeleton end to end.
+//! Needs the environment of `scripts/env/up.sh` (run by `scripts/test.sh`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{pod_cgroup_dirs, running_by_name, wait_until, Nodelet};
+use nodelet::cri::api;
+use nodelet::kuberuntime::labels;
+
+const TWO_CONTAINERS: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: duo
+  namespace: team-a
+  labels: {app: duo}
+spec:
+  terminationGracePeriodSeconds: 3
+  containers:
+  - name: alpha
+    image: busybox:1.36
+    command: ["sh", "-c", "trap 'exit 0' TERM; echo alpha says $(MSG) in $(NS); while true; do sleep 1 & wait; done"]
+    env:
+    - {name: MSG, value: hello}
+    - name: NS
+      valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+  - name: beta
+    image: busybox
+    command: ["sh", "-c", "trap 'exit 0' TERM; echo beta up; while true; do sleep 1 & wait; done"]
+"#;
+
+#[test]
+fn two_container_pod_runs_with_kubelet_labels_and_logs() {
+    let mut n = Nodelet::new("duo");
+    n.start();
+    n.write_manifest("duo.yaml", TWO_CONTAINERS);
+    let uid = n.uid("duo");
+    let running = n.wait_running(&uid, &["alpha", "beta"], Duration::from_secs(30));
+
+    // Labels as kubelet writes them, on the sandbox and on each container.
+    let sandboxes = n.runtime.sandboxes(&uid);
+    assert_eq!(sandboxes.len(), 1);
+    let sb = &sandboxes[0];
+    let full_name = format!("duo-{}", n.node);
+    assert_eq!(sb.labels[labels::POD_NAME], full_name);
+    assert_eq!(sb.labels[labels::POD_NAMESPACE], "team-a");
+    assert_eq!(sb.labels[labels::POD_UID], uid);
+    assert_eq!(sb.labels["app"], "duo");
+    assert_eq!(sb.annotations["kubernetes.io/config.source"], "file");
+    assert_eq!(sb.state, api::PodSandboxState::SandboxReady as i32);
+    for (name, c) in &running {
+        assert_eq!(&c.labels[labels::CONTAINER_NAME], name);
+        assert_eq!(c.labels[labels::POD_NAME], full_name);
+        assert_eq!(c.labels[labels::POD_NAMESPACE], "team-a");
+        assert_eq!(c.labels[labels::POD_UID], uid);
+        assert_eq!(c.annotations[labels::CONTAINER_RESTART_COUNT], "0");
+        assert!(!c.annotations[labels::CONTAINER_HASH].is_empty());
+        assert_eq!(c.pod_sandbox_id, sb.id);
+        // The process is alive on the host.
+        let pid = n.runtime.container_pid(&c.id).expect("task pid");
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "process of {name} alive");
+        // The log is where kubelet writes it.
+        let st = n.runtime.container_status(&c.id);
+        let want_log = n.logs().join(format!("team-a_{full_name}_{uid}")).join(name).join("0.log");
+        assert_eq!(st.log_path, want_log.display().to_string());
+    }
+    let alpha_log = n.logs().join(format!("team-a_{full_name}_{uid}/alpha/0.log"));
+    wait_until(Duration::from_secs(10), "alpha log line", || std::fs::read_to_string(&alpha_log).unwrap_or_default().contains("alpha says hello in team-a"));
+    let line = std::fs::read_to_string(&alpha_log).unwrap();
+    assert!(line.contains(" stdout F alpha says hello in team-a"), "CRI log format: {line}");
+
+    // /pods reports the pod Running with both containers running.
+    wait_until(Duration::from_secs(10), "phase Running", || n.pod("duo").is_some_and(|p| p["status"]["phase"] == "Running"));
+    let p = n.pod("duo").unwrap();
+    let states: Vec<bool> = p["status"]["containerStatuses"].as_array().unwrap().iter().map(|c| c["state"]["running"].is_object()).collect();
+    assert_eq!(states, vec![true, true]);
+    assert!(p["status"]["podIP"].as_str().is_some_and(|ip| !ip.is_empty()));
+    assert_eq!(p["status"]["qosClass"], "BestEffort");
+}
+
+#[test]
+fn init_containers_run_in_order_before_app_containers() {
+    let mut n = Nodelet::new("init");
+    n.start();
+    n.write_manifest(
+        "init.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: init}
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - {name: first, image: busybox:1.36, command: ["sh", "-c", "sleep 1; echo first done"]}
+  - {name: second, image: busybox:1.36, command: ["sh", "-c", "echo second done"]}
+  containers:
+  - {name: app, image: busybox:1.36, command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1 & wait; done"]}
+"#,
+    );
+    let uid = n.uid("init");
+    n.wait_running(&uid, &["app"], Duration::from_secs(30));
+    let all = n.runtime.containers(&uid);
+    let status = |name: &str| {
+        let c = all.iter().find(|c| c.labels[labels::CONTAINER_NAME] == name).unwrap_or_else(|| panic!("{name} exists"));
+        n.runtime.container_status(&c.id)
+    };
+    let (first, second, app) = (status("first"), status("second"), status("app"));
+    assert_eq!((first.exit_code, second.exit_code), (0, 0));
+    assert_eq!(first.state, api::ContainerState::ContainerExited as i32);
+    assert!(first.finished_at <= second.started_at, "second starts after first finished");
+    assert!(second.finished_at <= app.started_at, "app starts after the init containers finished");
+    assert!(first.finished_at - first.started_at >= 900_000_000, "first ran its full second");
+    assert_eq!(all.len(), 3, "each init container ran once");
+    wait_until(Duration::from_secs(10), "Initialized", || {
+        n.pod("init").is_some_and(|p| p["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Initialized" && c["status"] == "True"))
+    });
+}
+
+#[test]
+fn editing_a_container_restarts_only_that_container() {
+    let mut n = Nodelet::new("edit");
+    n.start();
+    n.write_manifest("duo.yaml", TWO_CONTAINERS);
+    let uid = n.uid("duo");
+    let before = n.wait_running(&uid, &["alpha", "beta"], Duration::from_secs(30));
+    let sandbox = before["alpha"].pod_sandbox_id.clone();
+
+    // Change beta's image and command; alpha is untouched.
+    let edited = TWO_CONTAINERS.replace("image: busybox\n", "image: busybox:1.35\n").replace("echo beta up", "echo beta v2");
+    n.write_manifest("duo.yaml", &edited);
+    let mut after = Default::default();
+    wait_until(Duration::from_secs(30), "beta replaced", || {
+        after = running_by_name(&n.runtime.containers(&uid));
+        after.get("beta").is_some_and(|c| c.id != before["beta"].id)
+    });
+    assert_eq!(after["alpha"].id, before["alpha"].id, "alpha was not restarted");
+    assert_eq!(after["beta"].metadata.as_ref().unwrap().attempt, 1);
+    let (old_st, new_st) = (n.runtime.container_status(&before["beta"].id), n.runtime.container_status(&after["beta"].id));
+    assert_ne!(new_st.image_ref, old_st.image_ref, "beta runs the new image");
+    assert_eq!(after["beta"].pod_sandbox_id, sandbox, "same sandbox");
+    assert_eq!(n.pod("duo").unwrap()["metadata"]["uid"], uid.as_str(), "same pod UID");
+    // The old beta was stopped by SIGTERM within its grace period (exit 0 from its trap).
+    let old = n.runtime.container_status(&before["beta"].id);
+    assert_eq!(old.state, api::ContainerState::ContainerExited as i32);
+    assert_eq!(old.exit_code, 0);
+}
+
+#[test]
+fn removing_the_manifest_leaves_no_sandbox_container_or_cgroup() {
+    let mut n = Nodelet::new("remove");
+    n.start();
+    n.write_manifest("duo.yaml", TWO_CONTAINERS);
+    let uid = n.uid("duo");
+    n.wait_running(&uid, &["alpha", "beta"], Duration::from_secs(30));
+    assert!(!pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty(), "pod cgroup exists while running");
+
+    std::fs::remove_file(n.manifests().join("duo.yaml")).unwrap();
+    wait_until(Duration::from_secs(20), "sandboxes and containers gone", || n.runtime.sandboxes(&uid).is_empty() && n.runtime.containers(&uid).is_empty());
+    assert!(pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty(), "no pod<UID> cgroup left in any hierarchy");
+    wait_until(Duration::from_secs(5), "pod gone from /pods", || n.pod("duo").is_none());
+    let logs = n.logs().join(format!("team-a_duo-{}_{uid}", n.node));
+    assert!(!logs.exists(), "pod log directory removed");
+    assert!(n.log().contains("killing pod"), "kill was logged");
+}
+
+#[test]
+fn sigkill_and_restart_restarts_no_container() {
+    let mut n = Nodelet::new("adopt");
+    n.start();
+    n.write_manifest("duo.yaml", TWO_CONTAINERS);
+    let uid = n.uid("duo");
+    let before = n.wait_running(&uid, &["alpha", "beta"], Duration::from_secs(30));
+    wait_until(Duration::from_secs(10), "pod Running", || n.pod("duo").is_some_and(|p| p["status"]["phase"] == "Running"));
+    n.kill9();
+    n.start();
+    // Let several syncs and housekeeping passes happen.
+    wait_until(Duration::from_secs(10), "pod listed after restart", || n.pod("duo").is_some_and(|p| p["status"]["phase"] == "Running"));
+    std::thread::sleep(Duration::from_secs(5));
+    let after = running_by_name(&n.runtime.containers(&uid));
+    assert_eq!(after.len(), 2);
+    for name in ["alpha", "beta"] {
+        assert_eq!(after[name].id, before[name].id, "{name} not restarted");
+    }
+    assert_eq!(n.runtime.containers(&uid).len(), 2, "no new container was created");
+    assert_eq!(n.runtime.sandboxes(&uid).len(), 1, "no new sandbox was created");
+    assert_eq!(n.pod("duo").unwrap()["metadata"]["uid"], uid.as_str());
+}
+
+#[test]
+fn manifest_removed_while_agent_is_down_is_cleaned_up_on_start() {
+    let mut n = Nodelet::new("orphan");
+    n.start();
+    n.write_manifest("duo.yaml", TWO_CONTAINERS);
+    let uid = n.uid("duo");
+    n.wait_running(&uid, &["alpha", "beta"], Duration::from_secs(30));
+    n.kill9();
+    std::fs::remove_file(n.manifests().join("duo.yaml")).unwrap();
+    n.start();
+    wait_until(Duration::from_secs(20), "orphaned pod removed by housekeeping", || n.runtime.sandboxes(&uid).is_empty());
+    assert!(n.runtime.containers(&uid).is_empty());
+}
+
+#[test]
+fn broken_manifests_are_reported_and_the_good_pod_runs() {
+    let mut n = Nodelet::new("broken");
+    n.start();
+    let good = "apiVersion: v1\nkind: Pod\nmetadata: {name: good}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]}\n";
+    n.write_manifest("good.yaml", good);
+    n.write_manifest("bad-yaml.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: x\n");
+    n.write_manifest("no-containers.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: empty}\nspec: {containers: []}\n");
+    n.write_manifest("escape.yaml", &good.replace("name: good", "name: ../../etc"));
+    n.write_manifest("bad-ns.json", r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x","namespace":"a/b"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#);
+    n.write_manifest("zz-duplicate.yaml", good);
+    let uid = n.uid("good");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+
+    let events = n.get("/events").unwrap();
+    for (file, field) in [
+        ("bad-yaml.yaml", ""),
+        ("no-containers.yaml", "spec.containers"),
+        ("escape.yaml", "metadata.name"),
+        ("bad-ns.json", "metadata.namespace"),
+        ("zz-duplicate.yaml", "metadata.name"),
+    ] {
+        let hit = events.contains(&format!("manifest {}", n.manifests().join(file).display())) && events.contains(field);
+        assert!(hit, "event for {file} naming {field:?}: {events}");
+    }
+    assert!(events.contains("DuplicatePod") && events.contains("good.yaml"), "duplicate names the first file");
+    let metrics = n.get("/metrics").unwrap();
+    let total: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("nodelet_static_pod_manifest_errors_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 5, "{metrics}");
+    assert_eq!(n.pods().len(), 1, "only the good pod is admitted");
+    assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
+    // No pod named after the escaping name exists, and nothing was written outside podLogsDir.
+    assert!(!n.dir.path().join("etc").exists());
+    assert!(n.log().contains("static pod manifest refused"));
+    // The agent keeps working: a new good manifest is picked up.
+    n.write_manifest("good2.yaml", &good.replace("name: good", "name: good2"));
+    let uid2 = n.uid("good2");
+    n.wait_running(&uid2, &["c"], Duration::from_secs(30));
+    assert_eq!(running_by_name(&n.runtime.containers(&uid)).len(), 1, "first good pod still running");
+}
