@@ -67,8 +67,7 @@ fn apply_file_pod_defaults(pod: &mut Pod, file: &Path, node_name: &str, content_
         return Err(ManifestError::InvalidName { file: file.display().to_string(), name });
     }
     if meta.uid.as_deref().map_or(true, str::is_empty) {
-        let seed = format!("file:{}\nnode:{node_name}\n{namespace}/{base_name}", file.display());
-        meta.uid = Some(uuid::Uuid::new_v5(&UID_NAMESPACE, seed.as_bytes()).to_string());
+        meta.uid = Some(static_pod_uid(file, node_name, &namespace, &base_name));
     }
     meta.name = Some(name);
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
@@ -91,6 +90,13 @@ fn apply_file_pod_defaults(pod: &mut Pod, file: &Path, node_name: &str, content_
         }
     }
     Ok(())
+}
+
+/// The UID nodelet gives a file pod that does not set `metadata.uid`: a name-based UUID (v5) of
+/// the manifest path, node name, namespace and `metadata.name` (before the node suffix).
+pub fn static_pod_uid(file: &Path, node_name: &str, namespace: &str, name: &str) -> String {
+    let seed = format!("file:{}\nnode:{node_name}\n{namespace}/{name}", file.display());
+    uuid::Uuid::new_v5(&UID_NAMESPACE, seed.as_bytes()).to_string()
 }
 
 /// The API default for `imagePullPolicy`: `Always` when the image has no tag or the tag is

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Command 2 of the README: run every test. Brings the environment up first (idempotent), because
+# the integration tests drive the real containerd it starts. Unit tests need nothing.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+[[ $(id -u) -eq 0 ]] || { echo "test.sh: must run as root (containerd, cgroups)" >&2; exit 1; }
+
+bash "$HERE/env/up.sh"
+# shellcheck source=env/common.sh
+. "$HERE/env/common.sh"
+cd "$REPO"
+cargo build --benches --quiet
+cargo test --no-fail-fast "$@"
