@@ -24,7 +24,10 @@ use nodelet::kuberuntime::sandbox::sandbox_config;
 use nodelet::kuberuntime::Settings;
 
 fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
 }
 
 fn manifest(name: &str) -> String {
@@ -43,8 +46,19 @@ async fn started_at(cri: &Cri, uid: &str, deadline: Instant) -> i64 {
     let sel: HashMap<String, String> = [(labels::POD_UID.to_string(), uid.to_string())].into();
     loop {
         assert!(Instant::now() < deadline, "pod {uid} did not start in time");
-        if let Some(c) = cri.list_containers(sel.clone()).await.unwrap().into_iter().find(|c| c.state == api::ContainerState::ContainerRunning as i32) {
-            return cri.container_status(&c.id).await.unwrap().unwrap().started_at;
+        if let Some(c) = cri
+            .list_containers(sel.clone())
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| c.state == api::ContainerState::ContainerRunning as i32)
+        {
+            return cri
+                .container_status(&c.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .started_at;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -58,14 +72,38 @@ async fn baseline_pod(cri: &Cri, settings: &Settings, name: &str, node: &str) ->
     pod.metadata.name = Some(format!("{name}-{node}"));
     pod.spec.as_mut().unwrap().node_name = Some(node.into());
     let t0 = now_ns();
-    let cgroup = settings.cgroups.pod_cgroup_parent(&uid, nodelet::qos::QosClass::BestEffort);
+    let cgroup = settings
+        .cgroups
+        .pod_cgroup_parent(&uid, nodelet::qos::QosClass::BestEffort);
     let sb_cfg = sandbox_config(settings, &pod, 0, cgroup);
     std::fs::create_dir_all(&sb_cfg.log_directory).unwrap();
     let sb = cri.run_pod_sandbox(sb_cfg.clone()).await.unwrap();
-    let ips: Vec<String> = cri.pod_sandbox_status(&sb).await.unwrap().and_then(|s| s.network).map(|n| vec![n.ip]).unwrap_or_default();
+    let ips: Vec<String> = cri
+        .pod_sandbox_status(&sb)
+        .await
+        .unwrap()
+        .and_then(|s| s.network)
+        .map(|n| vec![n.ip])
+        .unwrap_or_default();
     let c = &pod.spec.as_ref().unwrap().containers[0];
-    let image = cri.image_status(c.image.as_deref().unwrap()).await.unwrap().expect("busybox:1.36 pulled").id;
-    let cfg = container_config(settings, &pod, c, &ContainerInputs { restart_count: 0, image_ref: &image, pod_ips: &ips, is_init: false }).unwrap();
+    let image = cri
+        .image_status(c.image.as_deref().unwrap())
+        .await
+        .unwrap()
+        .expect("busybox:1.36 pulled")
+        .id;
+    let cfg = container_config(
+        settings,
+        &pod,
+        c,
+        &ContainerInputs {
+            restart_count: 0,
+            image_ref: &image,
+            pod_ips: &ips,
+            is_init: false,
+        },
+    )
+    .unwrap();
     let id = cri.create_container(&sb, cfg, sb_cfg).await.unwrap();
     cri.start_container(&id).await.unwrap();
     let started = cri.container_status(&id).await.unwrap().unwrap().started_at;
@@ -73,12 +111,16 @@ async fn baseline_pod(cri: &Cri, settings: &Settings, name: &str, node: &str) ->
 }
 
 fn main() {
-    let n: usize = std::env::var("PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let n: usize = std::env::var("PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
     let sock = std::path::PathBuf::from("/run/nodelet-env/containerd/containerd.sock");
     assert!(sock.exists(), "run scripts/env/up.sh first");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let metrics = nodelet::metrics::Metrics::new();
-    let cri = rt.block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), Arc::clone(&metrics)) });
+    let cri = rt
+        .block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), Arc::clone(&metrics)) });
     rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
@@ -86,7 +128,11 @@ fn main() {
     let logs = dir.path().join("logs");
     std::fs::create_dir_all(&manifests).unwrap();
     let node = format!("bench{}", std::process::id());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let cgroup_root = format!("/nodelet-bench-{node}");
     let cfg = dir.path().join("config.yaml");
     std::fs::write(
@@ -100,7 +146,14 @@ fn main() {
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
-        .args(["--config", cfg.to_str().unwrap(), "--hostname-override", &node, "--root-dir", dir.path().join("root").to_str().unwrap()])
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "--hostname-override",
+            &node,
+            "--root-dir",
+            dir.path().join("root").to_str().unwrap(),
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -122,7 +175,12 @@ fn main() {
         // Alternate which side goes first so that neither always follows an idle gap.
         for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
             if side == 0 {
-                let (lat, sb) = rt.block_on(baseline_pod(&cri, &settings, &format!("d{i}"), &direct_node));
+                let (lat, sb) = rt.block_on(baseline_pod(
+                    &cri,
+                    &settings,
+                    &format!("d{i}"),
+                    &direct_node,
+                ));
                 direct.push(lat as f64 / 1e6);
                 sandboxes.push(sb);
             } else {
@@ -131,14 +189,29 @@ fn main() {
                 std::fs::write(&tmp, manifest(&name)).unwrap();
                 let t0 = now_ns();
                 std::fs::rename(&tmp, manifests.join(format!("{name}.yaml"))).unwrap();
-                let uid = nodelet::source::manifest::static_pod_uid(&manifests.join(format!("{name}.yaml")), &node, "default", &name);
-                let started = rt.block_on(started_at(&cri, &uid, Instant::now() + Duration::from_secs(30)));
+                let uid = nodelet::source::manifest::static_pod_uid(
+                    &manifests.join(format!("{name}.yaml")),
+                    &node,
+                    "default",
+                    &name,
+                );
+                let started = rt.block_on(started_at(
+                    &cri,
+                    &uid,
+                    Instant::now() + Duration::from_secs(30),
+                ));
                 via.push((started - t0) as f64 / 1e6);
             }
         }
     }
-    let (d50, d90) = (percentile(&mut direct.clone(), 0.5), percentile(&mut direct.clone(), 0.9));
-    let (n50, n90) = (percentile(&mut via.clone(), 0.5), percentile(&mut via.clone(), 0.9));
+    let (d50, d90) = (
+        percentile(&mut direct.clone(), 0.5),
+        percentile(&mut direct.clone(), 0.9),
+    );
+    let (n50, n90) = (
+        percentile(&mut via.clone(), 0.5),
+        percentile(&mut via.clone(), 0.9),
+    );
     let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
         .unwrap_or_default()
         .lines()
@@ -148,21 +221,35 @@ fn main() {
     println!("pod start-up, manifest written -> container RUNNING (startedAt), {n} pods per side, interleaved:");
     println!("  direct CRI calls (baseline): median {d50:.1} ms, p90 {d90:.1} ms");
     println!("  nodelet:                     median {n50:.1} ms, p90 {n90:.1} ms");
-    println!("  ratio nodelet/baseline:      median {:.2}, p90 {:.2}", n50 / d50, n90 / d90);
+    println!(
+        "  ratio nodelet/baseline:      median {:.2}, p90 {:.2}",
+        n50 / d50,
+        n90 / d90
+    );
     println!("  nodelet RSS with {n} pods: {rss_kb} kB");
 
     // Clean up: nodelet's pods by removing the manifests, the baseline's directly.
     for e in std::fs::read_dir(&manifests).unwrap().flatten() {
         let _ = std::fs::remove_file(e.path());
     }
-    let sel = |n: &str| -> HashMap<String, String> { [(labels::NODE_NAME.to_string(), n.to_string())].into() };
+    let sel = |n: &str| -> HashMap<String, String> {
+        [(labels::NODE_NAME.to_string(), n.to_string())].into()
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !rt.block_on(cri.list_pod_sandbox(sel(&node))).unwrap().is_empty() && Instant::now() < deadline {
+    while !rt
+        .block_on(cri.list_pod_sandbox(sel(&node)))
+        .unwrap()
+        .is_empty()
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(100));
     }
     let _ = child.kill();
     let _ = child.wait();
-    for s in [sel(&node), sel(&direct_node)].into_iter().flat_map(|l| rt.block_on(cri.list_pod_sandbox(l)).unwrap()) {
+    for s in [sel(&node), sel(&direct_node)]
+        .into_iter()
+        .flat_map(|l| rt.block_on(cri.list_pod_sandbox(l)).unwrap())
+    {
         let _ = rt.block_on(cri.stop_pod_sandbox(&s.id));
         let _ = rt.block_on(cri.remove_pod_sandbox(&s.id));
     }

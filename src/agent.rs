@@ -69,10 +69,14 @@ pub enum AgentError {
 /// Errors: [`AgentError`] for anything that prevents start-up; once running, runtime failures
 /// are logged and retried, never fatal.
 pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError> {
-    let node_name = crate::node::node_name(flags.hostname_override.as_deref()).map_err(AgentError::NodeName)?;
+    let node_name =
+        crate::node::node_name(flags.hostname_override.as_deref()).map_err(AgentError::NodeName)?;
     let node_ip = flags.node_ip.unwrap_or_else(crate::node::node_ip);
     for dir in [flags.root_dir.clone(), PathBuf::from(&config.pod_logs_dir)] {
-        std::fs::create_dir_all(&dir).map_err(|source| AgentError::Dir { path: dir.clone(), source })?;
+        std::fs::create_dir_all(&dir).map_err(|source| AgentError::Dir {
+            path: dir.clone(),
+            source,
+        })?;
     }
     let resolv = std::fs::read_to_string(&config.resolv_conf).map(|t| parse_resolv_conf(&t)).unwrap_or_else(|e| {
         warn!(path = %config.resolv_conf, error = %e, "cannot read resolvConf; pods get no host DNS");
@@ -84,7 +88,11 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         node_ip: node_ip.to_string(),
         pod_logs_dir: PathBuf::from(&config.pod_logs_dir),
         resolv_conf: resolv,
-        cgroups: CgroupLayout { root: config.cgroup_root.clone(), per_qos: config.cgroups_per_qos, systemd: config.cgroup_driver == "systemd" },
+        cgroups: CgroupLayout {
+            root: config.cgroup_root.clone(),
+            per_qos: config.cgroups_per_qos,
+            systemd: config.cgroup_driver == "systemd",
+        },
     };
     info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
 
@@ -97,13 +105,32 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     let metrics = Metrics::new();
     let recorder = Recorder::default();
     let status = StatusManager::default();
-    let cri = rt.block_on(async { Cri::new(&config.runtime_socket(), &config.image_socket(), config.runtime_request_timeout.0, metrics.clone()) });
+    let cri = rt.block_on(async {
+        Cri::new(
+            &config.runtime_socket(),
+            &config.image_socket(),
+            config.runtime_request_timeout.0,
+            metrics.clone(),
+        )
+    });
 
     // Serve health and pods before the runtime answers, so operators can see the agent waiting.
     if config.healthz_port != 0 {
-        let addr = SocketAddr::new(config.healthz_bind_address.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])), config.healthz_port);
-        let state = crate::server::ServerState { status: status.clone(), metrics: metrics.clone(), recorder: recorder.clone() };
-        let server = rt.block_on(crate::server::serve(addr, state)).map_err(|source| AgentError::Listen { addr, source })?;
+        let addr = SocketAddr::new(
+            config
+                .healthz_bind_address
+                .parse()
+                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            config.healthz_port,
+        );
+        let state = crate::server::ServerState {
+            status: status.clone(),
+            metrics: metrics.clone(),
+            recorder: recorder.clone(),
+        };
+        let server = rt
+            .block_on(crate::server::serve(addr, state))
+            .map_err(|source| AgentError::Listen { addr, source })?;
         rt.spawn(async move {
             if let Err(e) = server.await {
                 error!(error = %e, "HTTP server stopped");
@@ -117,26 +144,66 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         return Ok(());
     }
 
-    let manager = Arc::new(KubeRuntimeManager::new(cri, settings, status, recorder.clone(), metrics.clone()));
+    let manager = Arc::new(KubeRuntimeManager::new(
+        cri,
+        settings,
+        status,
+        recorder.clone(),
+        metrics.clone(),
+    ));
     let queue = WorkQueue::default();
-    let periods = Periods { resync: config.sync_frequency.0, soon: Duration::from_secs(1), backoff: Duration::from_secs(10) };
+    let periods = Periods {
+        resync: config.sync_frequency.0,
+        soon: Duration::from_secs(1),
+        backoff: Duration::from_secs(10),
+    };
     let workers = PodWorkers::new(manager.clone(), queue.clone(), periods, rt.handle().clone());
 
     let (config_tx, config_rx) = crossbeam_channel::bounded(50);
     let (_pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
+    let (_probe_tx, probe_rx) = crossbeam_channel::unbounded();
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     let pod_config = Arc::new(Mutex::new(PodConfig::new(config_tx)));
     let mut threads = Vec::new();
     if !config.static_pod_path.is_empty() {
-        pod_config.lock().unwrap_or_else(|e| e.into_inner()).register(crate::source::file::SOURCE);
-        let src = FileSource::new(PathBuf::from(&config.static_pod_path), node_name.clone(), recorder.clone(), metrics.clone());
-        let (pc, period, stop) = (pod_config.clone(), config.file_check_frequency.0, stop_rx.clone());
-        threads.push(spawn_thread("file-source", move || crate::source::file::run(src, period, pc, stop)));
+        pod_config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(crate::source::file::SOURCE);
+        let src = FileSource::new(
+            PathBuf::from(&config.static_pod_path),
+            node_name.clone(),
+            recorder.clone(),
+            metrics.clone(),
+        );
+        let (pc, period, stop) = (
+            pod_config.clone(),
+            config.file_check_frequency.0,
+            stop_rx.clone(),
+        );
+        threads.push(spawn_thread("file-source", move || {
+            crate::source::file::run(src, period, pc, stop)
+        }));
     }
-    let sources_ready = pod_config.lock().unwrap_or_else(|e| e.into_inner()).readiness();
+    let sources_ready = pod_config
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .readiness();
     let housekeeper = housekeeper(manager, workers.clone(), rt.handle().clone());
-    let sync_loop = SyncLoop::new(workers, queue, sources_ready, housekeeper, recorder, config.max_pods as usize);
-    let channels = Channels { config: config_rx, pleg: pleg_rx, stop: stop_rx };
+    let sync_loop = SyncLoop::new(
+        workers,
+        queue,
+        sources_ready,
+        housekeeper,
+        recorder,
+        config.max_pods as usize,
+    );
+    let channels = Channels {
+        config: config_rx,
+        pleg: pleg_rx,
+        probes: probe_rx,
+        stop: stop_rx,
+    };
     threads.push(spawn_thread("sync-loop", move || sync_loop.run(channels)));
 
     rt.block_on(wait_for_signal());
@@ -150,7 +217,10 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
 }
 
 fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
-    std::thread::Builder::new().name(name.into()).spawn(f).expect("spawning a thread at start-up")
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .expect("spawning a thread at start-up")
 }
 
 /// Waits until the runtime answers `Version`, logging while it does not. Returns true when a stop
@@ -179,7 +249,10 @@ async fn wait_for_runtime(cri: &Cri) -> bool {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {}
@@ -194,7 +267,11 @@ async fn wait_for_signal() {
 
 /// Housekeeping (kubelet's `HandlePodCleanups`): kill pods the runtime has that no source wants
 /// and no worker handles — pods whose manifest went away while the agent was down.
-fn housekeeper(manager: Arc<KubeRuntimeManager>, workers: PodWorkers<KubeRuntimeManager>, rt: tokio::runtime::Handle) -> Housekeeper {
+fn housekeeper(
+    manager: Arc<KubeRuntimeManager>,
+    workers: PodWorkers<KubeRuntimeManager>,
+    rt: tokio::runtime::Handle,
+) -> Housekeeper {
     let busy = Arc::new(AtomicBool::new(false));
     Box::new(move |desired: HashSet<String>| {
         if busy.swap(true, Ordering::AcqRel) {
@@ -207,7 +284,12 @@ fn housekeeper(manager: Arc<KubeRuntimeManager>, workers: PodWorkers<KubeRuntime
                     for pod in pods {
                         let uid = crate::source::pod_uid(&pod).to_owned();
                         if !desired.contains(&uid) && !workers.is_known(&uid) {
-                            info!(pod = pod.metadata.name.as_deref().unwrap_or(""), namespace = pod.metadata.namespace.as_deref().unwrap_or(""), uid, "killing pod that no source wants");
+                            info!(
+                                pod = pod.metadata.name.as_deref().unwrap_or(""),
+                                namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
+                                uid,
+                                "killing pod that no source wants"
+                            );
                             workers.update_pod(Arc::new(pod), UpdateType::Kill(None));
                         }
                     }

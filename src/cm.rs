@@ -57,17 +57,23 @@ impl CgroupLayout {
 
     /// Every cgroupfs path at which the pod's cgroup may exist, whatever its QoS class was.
     pub fn pod_cgroup_candidates(&self, uid: &str) -> Vec<String> {
-        [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort]
-            .into_iter()
-            .map(|q| self.pod_cgroup_parent(uid, q))
-            .collect()
+        [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ]
+        .into_iter()
+        .map(|q| self.pod_cgroup_parent(uid, q))
+        .collect()
     }
 }
 
 /// Mount points of the cgroup hierarchies on this host (v1 controllers, named hierarchies and the
 /// v2 unified mount), read from `/proc/self/mountinfo`.
 pub fn cgroup_mounts() -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
     text.lines()
         .filter_map(|l| {
             let (pre, post) = l.split_once(" - ")?;
@@ -114,15 +120,43 @@ mod tests {
 
     #[test]
     fn pod_cgroups_sit_where_kubelet_puts_them() {
-        let l = CgroupLayout { root: "/".into(), per_qos: true, systemd: false };
-        assert_eq!(l.pod_cgroup_parent("u-1", QosClass::Guaranteed), "/kubepods/podu-1");
-        assert_eq!(l.pod_cgroup_parent("u-1", QosClass::Burstable), "/kubepods/burstable/podu-1");
-        assert_eq!(l.pod_cgroup_parent("u-1", QosClass::BestEffort), "/kubepods/besteffort/podu-1");
-        let s = CgroupLayout { systemd: true, ..l.clone() };
-        assert_eq!(s.pod_cgroup_parent("u-1", QosClass::Burstable), "kubepods-burstable-podu_1.slice");
-        assert_eq!(s.pod_cgroup_parent("u-1", QosClass::Guaranteed), "kubepods-podu_1.slice");
-        let r = CgroupLayout { root: "/test".into(), ..l };
-        assert_eq!(r.pod_cgroup_parent("x", QosClass::BestEffort), "/test/kubepods/besteffort/podx");
+        let l = CgroupLayout {
+            root: "/".into(),
+            per_qos: true,
+            systemd: false,
+        };
+        assert_eq!(
+            l.pod_cgroup_parent("u-1", QosClass::Guaranteed),
+            "/kubepods/podu-1"
+        );
+        assert_eq!(
+            l.pod_cgroup_parent("u-1", QosClass::Burstable),
+            "/kubepods/burstable/podu-1"
+        );
+        assert_eq!(
+            l.pod_cgroup_parent("u-1", QosClass::BestEffort),
+            "/kubepods/besteffort/podu-1"
+        );
+        let s = CgroupLayout {
+            systemd: true,
+            ..l.clone()
+        };
+        assert_eq!(
+            s.pod_cgroup_parent("u-1", QosClass::Burstable),
+            "kubepods-burstable-podu_1.slice"
+        );
+        assert_eq!(
+            s.pod_cgroup_parent("u-1", QosClass::Guaranteed),
+            "kubepods-podu_1.slice"
+        );
+        let r = CgroupLayout {
+            root: "/test".into(),
+            ..l
+        };
+        assert_eq!(
+            r.pod_cgroup_parent("x", QosClass::BestEffort),
+            "/test/kubepods/besteffort/podx"
+        );
     }
 
     #[test]

@@ -73,18 +73,28 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         return Ok(Duration::ZERO);
     }
     if t.is_empty() || t.starts_with('-') {
-        return Err(format!("{s:?} is not a duration (want e.g. \"20s\", \"1m30s\")"));
+        return Err(format!(
+            "{s:?} is not a duration (want e.g. \"20s\", \"1m30s\")"
+        ));
     }
     let mut total = 0f64;
     let mut rest = t;
     while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         if num_len == 0 {
-            return Err(format!("{s:?} is not a duration (want e.g. \"20s\", \"1m30s\")"));
+            return Err(format!(
+                "{s:?} is not a duration (want e.g. \"20s\", \"1m30s\")"
+            ));
         }
-        let value: f64 = rest[..num_len].parse().map_err(|_| format!("{s:?}: bad number"))?;
+        let value: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| format!("{s:?}: bad number"))?;
         rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let secs = match &rest[..unit_len] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -113,7 +123,11 @@ pub fn format_go_duration(d: Duration) -> String {
     let secs = d.as_secs();
     let frac = d.subsec_millis();
     let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    let sec = if frac > 0 { format!("{s}.{frac:03}s") } else { format!("{s}s") };
+    let sec = if frac > 0 {
+        format!("{s}.{frac:03}s")
+    } else {
+        format!("{s}s")
+    };
     match (h, m) {
         (0, 0) => sec,
         (0, m) => format!("{m}m{sec}"),
@@ -220,32 +234,48 @@ impl KubeletConfiguration {
     /// not a mapping or a field has the wrong type, [`ConfigError::Invalid`] naming the field and
     /// value that fail validation.
     pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         Self::parse(path, &text)
     }
 
     /// Parses and validates configuration text; `path` only labels errors.
     pub fn parse(path: &Path, text: &str) -> Result<LoadedConfig, ConfigError> {
-        let parse_err = |message: String| ConfigError::Parse { path: path.to_owned(), message };
-        let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+        let parse_err = |message: String| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        };
+        let value: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
         let map: BTreeMap<String, serde_yaml::Value> = match value {
             serde_yaml::Value::Mapping(_) => {
                 serde_yaml::from_value(value.clone()).map_err(|e| parse_err(e.to_string()))?
             }
             serde_yaml::Value::Null => BTreeMap::new(),
-            _ => return Err(parse_err("the file must hold a KubeletConfiguration mapping".into())),
+            _ => {
+                return Err(parse_err(
+                    "the file must hold a KubeletConfiguration mapping".into(),
+                ))
+            }
         };
-        let unknown_fields: Vec<String> =
-            map.keys().filter(|k| !KNOWN_FIELDS.contains(&k.as_str())).cloned().collect();
+        let unknown_fields: Vec<String> = map
+            .keys()
+            .filter(|k| !KNOWN_FIELDS.contains(&k.as_str()))
+            .cloned()
+            .collect();
         let config: KubeletConfiguration = if map.is_empty() {
             KubeletConfiguration::default()
         } else {
             serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
-            .map_err(|e| parse_err(format!("field {}: {}", e.path(), e.inner())))?
+                .map_err(|e| parse_err(format!("field {}: {}", e.path(), e.inner())))?
         };
         config.validate(path)?;
-        Ok(LoadedConfig { config, unknown_fields })
+        Ok(LoadedConfig {
+            config,
+            unknown_fields,
+        })
     }
 
     /// Checks every field nodelet uses; the first invalid one is returned.
@@ -257,13 +287,21 @@ impl KubeletConfiguration {
             reason: reason.to_owned(),
         };
         if self.api_version != "kubelet.config.k8s.io/v1beta1" {
-            return Err(invalid("apiVersion", &self.api_version, "must be kubelet.config.k8s.io/v1beta1"));
+            return Err(invalid(
+                "apiVersion",
+                &self.api_version,
+                "must be kubelet.config.k8s.io/v1beta1",
+            ));
         }
         if self.kind != "KubeletConfiguration" {
             return Err(invalid("kind", &self.kind, "must be KubeletConfiguration"));
         }
         if !self.static_pod_path.is_empty() && !self.static_pod_path.starts_with('/') {
-            return Err(invalid("staticPodPath", &self.static_pod_path, "must be an absolute path"));
+            return Err(invalid(
+                "staticPodPath",
+                &self.static_pod_path,
+                "must be an absolute path",
+            ));
         }
         for (field, d) in [
             ("fileCheckFrequency", self.file_check_frequency),
@@ -271,7 +309,11 @@ impl KubeletConfiguration {
             ("runtimeRequestTimeout", self.runtime_request_timeout),
         ] {
             if d.0.is_zero() {
-                return Err(invalid(field, &format_go_duration(d.0), "must be greater than 0"));
+                return Err(invalid(
+                    field,
+                    &format_go_duration(d.0),
+                    "must be greater than 0",
+                ));
             }
         }
         if socket_path(&self.container_runtime_endpoint).is_none() {
@@ -281,20 +323,42 @@ impl KubeletConfiguration {
                 "must be unix:///path/to/socket",
             ));
         }
-        if !self.image_service_endpoint.is_empty() && socket_path(&self.image_service_endpoint).is_none() {
-            return Err(invalid("imageServiceEndpoint", &self.image_service_endpoint, "must be unix:///path/to/socket"));
+        if !self.image_service_endpoint.is_empty()
+            && socket_path(&self.image_service_endpoint).is_none()
+        {
+            return Err(invalid(
+                "imageServiceEndpoint",
+                &self.image_service_endpoint,
+                "must be unix:///path/to/socket",
+            ));
         }
         if !self.cgroup_root.starts_with('/') || self.cgroup_root.split('/').any(|c| c == "..") {
-            return Err(invalid("cgroupRoot", &self.cgroup_root, "must be an absolute cgroup path without '..'"));
+            return Err(invalid(
+                "cgroupRoot",
+                &self.cgroup_root,
+                "must be an absolute cgroup path without '..'",
+            ));
         }
         if !matches!(self.cgroup_driver.as_str(), "cgroupfs" | "systemd") {
-            return Err(invalid("cgroupDriver", &self.cgroup_driver, "must be cgroupfs or systemd"));
+            return Err(invalid(
+                "cgroupDriver",
+                &self.cgroup_driver,
+                "must be cgroupfs or systemd",
+            ));
         }
         if self.healthz_bind_address.parse::<IpAddr>().is_err() {
-            return Err(invalid("healthzBindAddress", &self.healthz_bind_address, "must be an IP address"));
+            return Err(invalid(
+                "healthzBindAddress",
+                &self.healthz_bind_address,
+                "must be an IP address",
+            ));
         }
         if !self.pod_logs_dir.starts_with('/') {
-            return Err(invalid("podLogsDir", &self.pod_logs_dir, "must be an absolute path"));
+            return Err(invalid(
+                "podLogsDir",
+                &self.pod_logs_dir,
+                "must be an absolute path",
+            ));
         }
         if self.max_pods == 0 {
             return Err(invalid("maxPods", "0", "must be at least 1"));
@@ -330,7 +394,15 @@ mod tests {
 
     #[test]
     fn go_durations_parse_like_go() {
-        for (s, ms) in [("20s", 20_000), ("1m", 60_000), ("1m30s", 90_000), ("100ms", 100), ("1.5s", 1500), ("2h", 7_200_000), ("0", 0)] {
+        for (s, ms) in [
+            ("20s", 20_000),
+            ("1m", 60_000),
+            ("1m30s", 90_000),
+            ("100ms", 100),
+            ("1.5s", 1500),
+            ("2h", 7_200_000),
+            ("0", 0),
+        ] {
             assert_eq!(parse_go_duration(s).unwrap().as_millis(), ms, "{s}");
         }
         for bad in ["", "20", "-1s", "1x", "s"] {
@@ -342,7 +414,9 @@ mod tests {
 
     #[test]
     fn defaults_are_kubelets() {
-        let c = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n").unwrap().config;
+        let c = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+            .unwrap()
+            .config;
         assert_eq!(c.file_check_frequency.0, Duration::from_secs(20));
         assert_eq!(c.sync_frequency.0, Duration::from_secs(60));
         assert_eq!(c.healthz_port, 10248);
@@ -350,13 +424,19 @@ mod tests {
         assert_eq!(c.cgroup_driver, "cgroupfs");
         assert!(c.cgroups_per_qos);
         assert_eq!(c.pod_logs_dir, "/var/log/pods");
-        assert_eq!(c.runtime_socket(), PathBuf::from("/run/containerd/containerd.sock"));
+        assert_eq!(
+            c.runtime_socket(),
+            PathBuf::from("/run/containerd/containerd.sock")
+        );
     }
 
     #[test]
     fn unknown_fields_are_named() {
         let l = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfooBar: 1\nclusterDNS: []\n").unwrap();
-        assert_eq!(l.unknown_fields, vec!["clusterDNS".to_string(), "fooBar".to_string()]);
+        assert_eq!(
+            l.unknown_fields,
+            vec!["clusterDNS".to_string(), "fooBar".to_string()]
+        );
     }
 
     #[test]
@@ -364,17 +444,37 @@ mod tests {
         let cases = [
             ("cgroupDriver: docker", "cgroupDriver", "docker"),
             ("fileCheckFrequency: 0s", "fileCheckFrequency", "0s"),
-            ("containerRuntimeEndpoint: tcp://1.2.3.4:5", "containerRuntimeEndpoint", "tcp://1.2.3.4:5"),
-            ("healthzBindAddress: localhost", "healthzBindAddress", "localhost"),
-            ("staticPodPath: relative/dir", "staticPodPath", "relative/dir"),
+            (
+                "containerRuntimeEndpoint: tcp://1.2.3.4:5",
+                "containerRuntimeEndpoint",
+                "tcp://1.2.3.4:5",
+            ),
+            (
+                "healthzBindAddress: localhost",
+                "healthzBindAddress",
+                "localhost",
+            ),
+            (
+                "staticPodPath: relative/dir",
+                "staticPodPath",
+                "relative/dir",
+            ),
             ("cgroupRoot: /a/../b", "cgroupRoot", "/a/../b"),
             ("kind: Pod", "kind", "Pod"),
         ];
         for (line, field, value) in cases {
-            let text = format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{line}\n");
-            let text = if field == "kind" { format!("apiVersion: kubelet.config.k8s.io/v1beta1\n{line}\n") } else { text };
+            let text = format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{line}\n"
+            );
+            let text = if field == "kind" {
+                format!("apiVersion: kubelet.config.k8s.io/v1beta1\n{line}\n")
+            } else {
+                text
+            };
             match parse(&text) {
-                Err(ConfigError::Invalid { field: f, value: v, .. }) => {
+                Err(ConfigError::Invalid {
+                    field: f, value: v, ..
+                }) => {
                     assert_eq!((f, v.as_str()), (field, value), "{line}");
                 }
                 other => panic!("{line}: expected Invalid, got {other:?}"),

@@ -42,7 +42,13 @@ impl Recorder {
     }
 
     fn push(&self, type_: &'static str, involved_object: String, reason: &str, message: String) {
-        let ev = Event { type_, reason: reason.to_owned(), involved_object, message, time: crate::source::now_rfc3339() };
+        let ev = Event {
+            type_,
+            reason: reason.to_owned(),
+            involved_object,
+            message,
+            time: crate::source::now_rfc3339(),
+        };
         let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if q.len() == MAX_EVENTS {
             q.pop_front();
@@ -52,7 +58,12 @@ impl Recorder {
 
     /// A copy of the events, oldest first.
     pub fn list(&self) -> Vec<Event> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 }
 

@@ -12,7 +12,9 @@ const FNV64_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// FNV-1a 64-bit hash of `bytes`.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(FNV64_OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(FNV64_PRIME))
+    bytes.iter().fold(FNV64_OFFSET, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(FNV64_PRIME)
+    })
 }
 
 /// FNV-1a 64-bit hash of the JSON serialization of `value`, as 16 lowercase hex digits.

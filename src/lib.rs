@@ -8,7 +8,7 @@
 //! - [`podworkers`]: one task per pod; latest update wins, kills are never lost.
 //! - [`kuberuntime`]: pod spec → CRI calls (sandbox, images, containers, labels, actions).
 //! - [`cri`]: the CRI client.
-//! - [`pleg`]: pod lifecycle events.
+//! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
 //! - [`status`]: pod phase, conditions and container states.
 //! - [`cm`] and [`qos`]: pod cgroups and QoS classes.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod node;
 pub mod pleg;
 pub mod podworkers;
+pub mod prober;
 pub mod qos;
 pub mod quantity;
 pub mod server;

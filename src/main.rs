@@ -21,10 +21,21 @@ struct Cli {
     #[arg(long, value_name = "IP", help_heading = "Node")]
     node_ip: Option<IpAddr>,
     /// Directory for the agent's own files.
-    #[arg(long, value_name = "DIR", default_value = "/var/lib/nodelet", help_heading = "Node")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/lib/nodelet",
+        help_heading = "Node"
+    )]
     root_dir: PathBuf,
     /// Log verbosity: 0-1 info, 2-3 debug, 4+ trace (RUST_LOG overrides).
-    #[arg(short = 'v', long = "v", value_name = "N", default_value_t = 0, help_heading = "Logging")]
+    #[arg(
+        short = 'v',
+        long = "v",
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Logging"
+    )]
     verbosity: u8,
     /// Log format.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"], help_heading = "Logging")]
@@ -37,10 +48,17 @@ fn init_logging(verbosity: u8, format: &str) {
         2 | 3 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("nodelet={level},warn")));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("nodelet={level},warn")));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
-        builder.json().flatten_event(true).with_current_span(true).init();
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init();
     } else {
         builder.init();
     }
@@ -60,7 +78,11 @@ fn main() -> ExitCode {
     if !loaded.unknown_fields.is_empty() {
         tracing::warn!(fields = ?loaded.unknown_fields, file = %cli.config.display(), "configuration fields not supported by nodelet are ignored");
     }
-    let flags = nodelet::agent::Flags { hostname_override: cli.hostname_override, root_dir: cli.root_dir, node_ip: cli.node_ip };
+    let flags = nodelet::agent::Flags {
+        hostname_override: cli.hostname_override,
+        root_dir: cli.root_dir,
+        node_ip: cli.node_ip,
+    };
     match nodelet::agent::run(loaded.config, flags) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

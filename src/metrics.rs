@@ -47,28 +47,66 @@ impl Metrics {
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::default();
         let manifest_errors = Family::<ReasonLabel, Counter>::default();
-        registry.register("nodelet_static_pod_manifest_errors", "Static pod manifests refused, by reason", manifest_errors.clone());
+        registry.register(
+            "nodelet_static_pod_manifest_errors",
+            "Static pod manifests refused, by reason",
+            manifest_errors.clone(),
+        );
         let running_pods = Gauge::default();
-        registry.register("kubelet_running_pods", "Number of pods that have a running pod sandbox", running_pods.clone());
+        registry.register(
+            "kubelet_running_pods",
+            "Number of pods that have a running pod sandbox",
+            running_pods.clone(),
+        );
         let runtime_operations = Family::<OperationLabel, Counter>::default();
-        registry.register("kubelet_runtime_operations", "Cumulative number of runtime operations by operation type", runtime_operations.clone());
+        registry.register(
+            "kubelet_runtime_operations",
+            "Cumulative number of runtime operations by operation type",
+            runtime_operations.clone(),
+        );
         let runtime_errors = Family::<OperationLabel, Counter>::default();
-        registry.register("kubelet_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type", runtime_errors.clone());
+        registry.register(
+            "kubelet_runtime_operations_errors",
+            "Cumulative number of runtime operation errors by operation type",
+            runtime_errors.clone(),
+        );
         let started_pods = Counter::default();
-        registry.register("kubelet_started_pods", "Cumulative number of pods started", started_pods.clone());
+        registry.register(
+            "kubelet_started_pods",
+            "Cumulative number of pods started",
+            started_pods.clone(),
+        );
         let started_containers = Counter::default();
-        registry.register("kubelet_started_containers", "Cumulative number of containers started", started_containers.clone());
-        Arc::new(Self { registry, manifest_errors, running_pods, runtime_operations, runtime_errors, started_pods, started_containers })
+        registry.register(
+            "kubelet_started_containers",
+            "Cumulative number of containers started",
+            started_containers.clone(),
+        );
+        Arc::new(Self {
+            registry,
+            manifest_errors,
+            running_pods,
+            runtime_operations,
+            runtime_errors,
+            started_pods,
+            started_containers,
+        })
     }
 
     /// Counts one refused manifest.
     pub fn manifest_error(&self, reason: &str) {
-        self.manifest_errors.get_or_create(&ReasonLabel { reason: reason.to_owned() }).inc();
+        self.manifest_errors
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one CRI call, and its failure when `ok` is false.
     pub fn runtime_operation(&self, operation: &str, ok: bool) {
-        let label = OperationLabel { operation_type: operation.to_owned() };
+        let label = OperationLabel {
+            operation_type: operation.to_owned(),
+        };
         self.runtime_operations.get_or_create(&label).inc();
         if !ok {
             self.runtime_errors.get_or_create(&label).inc();
@@ -95,7 +133,15 @@ mod tests {
         m.manifest_error("DecodeError");
         m.runtime_operation("run_podsandbox", false);
         let text = m.encode();
-        assert!(text.contains("nodelet_static_pod_manifest_errors_total{reason=\"DecodeError\"} 2"), "{text}");
-        assert!(text.contains("kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 1"), "{text}");
+        assert!(
+            text.contains("nodelet_static_pod_manifest_errors_total{reason=\"DecodeError\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

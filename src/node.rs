@@ -9,7 +9,11 @@ use std::net::IpAddr;
 pub fn node_name(override_: Option<&str>) -> Result<String, String> {
     let name = match override_ {
         Some(n) => n.trim().to_owned(),
-        None => hostname::get().map_err(|e| format!("cannot read hostname: {e}"))?.to_string_lossy().trim().to_owned(),
+        None => hostname::get()
+            .map_err(|e| format!("cannot read hostname: {e}"))?
+            .to_string_lossy()
+            .trim()
+            .to_owned(),
     };
     if name.is_empty() {
         return Err("empty hostname; use --hostname-override".into());
@@ -22,9 +26,14 @@ pub fn node_name(override_: Option<&str>) -> Result<String, String> {
 /// `--node-ip` is not given).
 pub fn node_ip() -> IpAddr {
     let fallback = IpAddr::from([127, 0, 0, 1]);
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return fallback };
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return fallback;
+    };
     for a in addrs {
-        if !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) || a.flags.contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK) {
+        if !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP)
+            || a.flags
+                .contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK)
+        {
             continue;
         }
         if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {

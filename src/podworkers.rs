@@ -33,7 +33,11 @@ pub trait PodSyncer: Send + Sync + 'static {
     fn sync_pod(&self, pod: Arc<Pod>) -> impl Future<Output = Result<Requeue, String>> + Send;
     /// Stops every container (grace period `grace` seconds, or the pod's own) and removes the
     /// pod's sandboxes, logs and cgroups.
-    fn terminate_pod(&self, pod: Arc<Pod>, grace: Option<i64>) -> impl Future<Output = Result<(), String>> + Send;
+    fn terminate_pod(
+        &self,
+        pod: Arc<Pod>,
+        grace: Option<i64>,
+    ) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// An update for a pod worker (kubelet's `UpdatePodOptions.UpdateType`).
@@ -69,13 +73,20 @@ pub struct WorkQueue(Arc<Mutex<HashMap<String, Instant>>>);
 impl WorkQueue {
     /// Queues `uid` to be due at `at` (replacing an earlier entry).
     pub fn enqueue(&self, uid: &str, at: Instant) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(uid.to_owned(), at);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned(), at);
     }
 
     /// Removes and returns the UIDs due at `now`.
     pub fn take_due(&self, now: Instant) -> Vec<String> {
         let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let due: Vec<String> = q.iter().filter(|(_, t)| **t <= now).map(|(u, _)| u.clone()).collect();
+        let due: Vec<String> = q
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
         for u in &due {
             q.remove(u);
         }
@@ -114,14 +125,29 @@ pub struct PodWorkers<S: PodSyncer> {
 
 impl<S: PodSyncer> Clone for PodWorkers<S> {
     fn clone(&self) -> Self {
-        Self { inner: self.inner.clone() }
+        Self {
+            inner: self.inner.clone(),
+        }
     }
 }
 
 impl<S: PodSyncer> PodWorkers<S> {
     /// Workers spawned on `rt`, calling `syncer`, queueing periodic syncs in `queue`.
-    pub fn new(syncer: Arc<S>, queue: WorkQueue, periods: Periods, rt: tokio::runtime::Handle) -> Self {
-        Self { inner: Arc::new(Inner { syncer, workers: Mutex::new(HashMap::new()), queue, periods, rt }) }
+    pub fn new(
+        syncer: Arc<S>,
+        queue: WorkQueue,
+        periods: Periods,
+        rt: tokio::runtime::Handle,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                syncer,
+                workers: Mutex::new(HashMap::new()),
+                queue,
+                periods,
+                rt,
+            }),
+        }
     }
 
     /// Delivers an update to the pod's worker, starting one if needed (kubelet's `UpdatePod`).
@@ -131,10 +157,15 @@ impl<S: PodSyncer> PodWorkers<S> {
         let worker = match workers.get(&uid) {
             Some(w) => w.clone(),
             None => {
-                let w = Arc::new(Worker { state: Mutex::new(WorkerState::default()), notify: Notify::new() });
+                let w = Arc::new(Worker {
+                    state: Mutex::new(WorkerState::default()),
+                    notify: Notify::new(),
+                });
                 workers.insert(uid.clone(), w.clone());
                 let span = tracing::info_span!("pod_worker", pod = %pod.metadata.name.as_deref().unwrap_or(""), namespace = %pod.metadata.namespace.as_deref().unwrap_or(""), uid = %uid);
-                self.inner.rt.spawn(run_worker(self.inner.clone(), uid.clone(), w.clone()).instrument(span));
+                self.inner
+                    .rt
+                    .spawn(run_worker(self.inner.clone(), uid.clone(), w.clone()).instrument(span));
                 w
             }
         };
@@ -165,12 +196,20 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// True when the pod has a worker (syncing or terminating).
     pub fn is_known(&self, uid: &str) -> bool {
-        self.inner.workers.lock().unwrap_or_else(|e| e.into_inner()).contains_key(uid)
+        self.inner
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(uid)
     }
 
     /// Number of live workers.
     pub fn len(&self) -> usize {
-        self.inner.workers.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.inner
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     /// True when no worker is live.
@@ -182,7 +221,12 @@ impl<S: PodSyncer> PodWorkers<S> {
 async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Worker>) {
     loop {
         let work = loop {
-            let next = w.state.lock().unwrap_or_else(|e| e.into_inner()).pending.take();
+            let next = w
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pending
+                .take();
             match next {
                 Some(work) => break work,
                 None => w.notify.notified().await,
@@ -242,19 +286,28 @@ mod tests {
 
     impl Default for Recording {
         fn default() -> Self {
-            Self { calls: Mutex::new(Vec::new()), gate: tokio::sync::Semaphore::new(0) }
+            Self {
+                calls: Mutex::new(Vec::new()),
+                gate: tokio::sync::Semaphore::new(0),
+            }
         }
     }
 
     impl PodSyncer for Recording {
         async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
             self.gate.acquire().await.unwrap().forget();
-            self.calls.lock().unwrap().push(format!("sync {}", pod.metadata.name.clone().unwrap()));
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("sync {}", pod.metadata.name.clone().unwrap()));
             Ok(Requeue::Normal)
         }
         async fn terminate_pod(&self, pod: Arc<Pod>, grace: Option<i64>) -> Result<(), String> {
             self.gate.acquire().await.unwrap().forget();
-            self.calls.lock().unwrap().push(format!("kill {} {grace:?}", pod.metadata.name.clone().unwrap()));
+            self.calls.lock().unwrap().push(format!(
+                "kill {} {grace:?}",
+                pod.metadata.name.clone().unwrap()
+            ));
             Ok(())
         }
     }
@@ -267,8 +320,17 @@ mod tests {
     }
 
     fn workers(rec: &Arc<Recording>) -> PodWorkers<Recording> {
-        let periods = Periods { resync: Duration::from_secs(60), soon: Duration::from_secs(1), backoff: Duration::from_millis(10) };
-        PodWorkers::new(rec.clone(), WorkQueue::default(), periods, tokio::runtime::Handle::current())
+        let periods = Periods {
+            resync: Duration::from_secs(60),
+            soon: Duration::from_secs(1),
+            backoff: Duration::from_millis(10),
+        };
+        PodWorkers::new(
+            rec.clone(),
+            WorkQueue::default(),
+            periods,
+            tokio::runtime::Handle::current(),
+        )
     }
 
     async fn settle(rec: &Recording, n: usize) -> Vec<String> {
@@ -315,7 +377,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         w.update_pod(pod("u", "v1"), UpdateType::Kill(None));
         w.update_pod(pod("u", "v2"), UpdateType::Sync);
-        assert_eq!(settle(&rec, 3).await, vec!["sync v1", "kill v1 None", "sync v2"]);
+        assert_eq!(
+            settle(&rec, 3).await,
+            vec!["sync v1", "kill v1 None", "sync v2"]
+        );
         assert!(w.is_known("u"));
     }
 
@@ -337,8 +402,14 @@ mod tests {
         let t0 = Instant::now();
         q.enqueue("a", t0);
         q.enqueue("b", t0 + Duration::from_secs(10));
-        assert_eq!(q.take_due(t0 + Duration::from_secs(1)), vec!["a".to_string()]);
+        assert_eq!(
+            q.take_due(t0 + Duration::from_secs(1)),
+            vec!["a".to_string()]
+        );
         assert!(q.take_due(t0 + Duration::from_secs(1)).is_empty());
-        assert_eq!(q.take_due(t0 + Duration::from_secs(10)), vec!["b".to_string()]);
+        assert_eq!(
+            q.take_due(t0 + Duration::from_secs(10)),
+            vec!["b".to_string()]
+        );
     }
 }

@@ -32,15 +32,27 @@ impl QosClass {
 
 fn amount(c: &Container, limits: bool, resource: &str) -> Option<i128> {
     let r = c.resources.as_ref()?;
-    let map = if limits { r.limits.as_ref() } else { r.requests.as_ref() }?;
+    let map = if limits {
+        r.limits.as_ref()
+    } else {
+        r.requests.as_ref()
+    }?;
     // Unparsable quantities are refused at admission; here they count as absent.
-    map.get(resource).and_then(|q| parse_milli(&q.0).ok()).filter(|v| *v != 0)
+    map.get(resource)
+        .and_then(|q| parse_milli(&q.0).ok())
+        .filter(|v| *v != 0)
 }
 
 /// The pod's QoS class.
 pub fn pod_qos_class(pod: &Pod) -> QosClass {
-    let Some(spec) = pod.spec.as_ref() else { return QosClass::BestEffort };
-    let all = spec.init_containers.iter().flatten().chain(spec.containers.iter());
+    let Some(spec) = pod.spec.as_ref() else {
+        return QosClass::BestEffort;
+    };
+    let all = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter());
     let mut any = false;
     let mut guaranteed = true;
     for c in all {
@@ -65,7 +77,10 @@ mod tests {
     use super::*;
 
     fn pod(containers: &str) -> Pod {
-        serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {{containers: {containers}}}")).unwrap()
+        serde_yaml::from_str(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {{containers: {containers}}}"
+        ))
+        .unwrap()
     }
 
     #[test]

@@ -20,7 +20,10 @@ pub struct QuantityError {
 ///
 /// Errors: [`QuantityError`] for empty text, a missing number, an unknown suffix or overflow.
 pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
-    let err = |reason| QuantityError { value: text.to_owned(), reason };
+    let err = |reason| QuantityError {
+        value: text.to_owned(),
+        reason,
+    };
     let s = text.trim();
     if s.is_empty() {
         return Err(err("empty"));
@@ -30,7 +33,9 @@ pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    let num_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let num_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, suffix) = s.split_at(num_end);
     if num.is_empty() || num == "." || num.matches('.').count() > 1 {
         return Err(err("no number"));
@@ -62,11 +67,23 @@ pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
             let e: i32 = s[1..].parse().map_err(|_| err("bad exponent"))?;
             exp10 += e;
         }
-        _ => return Err(err("unknown suffix (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or eN)")),
+        _ => {
+            return Err(err(
+                "unknown suffix (use Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or eN)",
+            ))
+        }
     }
-    let mut v = digits.checked_mul(1i128 << exp2).ok_or_else(|| err("too large"))?;
+    let mut v = digits
+        .checked_mul(1i128 << exp2)
+        .ok_or_else(|| err("too large"))?;
     if exp10 >= 0 {
-        v = v.checked_mul(10i128.checked_pow(exp10 as u32).ok_or_else(|| err("too large"))?).ok_or_else(|| err("too large"))?;
+        v = v
+            .checked_mul(
+                10i128
+                    .checked_pow(exp10 as u32)
+                    .ok_or_else(|| err("too large"))?,
+            )
+            .ok_or_else(|| err("too large"))?;
     } else {
         let d = 10i128.checked_pow((-exp10) as u32).unwrap_or(i128::MAX);
         v = (v + d - 1) / d;
@@ -85,7 +102,19 @@ mod tests {
 
     #[test]
     fn parses_kubernetes_quantities() {
-        for (s, milli) in [("100m", 100), ("1", 1000), ("0.5", 500), ("1Ki", 1_024_000), ("1k", 1_000_000), ("1e3", 1_000_000), ("0", 0), ("1m", 1), ("0.1m", 1), ("250m", 250), ("-1", -1000)] {
+        for (s, milli) in [
+            ("100m", 100),
+            ("1", 1000),
+            ("0.5", 500),
+            ("1Ki", 1_024_000),
+            ("1k", 1_000_000),
+            ("1e3", 1_000_000),
+            ("0", 0),
+            ("1m", 1),
+            ("0.1m", 1),
+            ("250m", 250),
+            ("-1", -1000),
+        ] {
             assert_eq!(parse_milli(s), Ok(milli), "{s}");
         }
         assert_eq!(parse_value("128Mi"), Ok(134_217_728));

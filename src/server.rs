@@ -40,7 +40,10 @@ async fn pods(State(s): State<ServerState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<ServerState>) -> impl IntoResponse {
-    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.metrics.encode())
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        s.metrics.encode(),
+    )
 }
 
 async fn events(State(s): State<ServerState>) -> impl IntoResponse {
@@ -60,7 +63,10 @@ pub fn router(state: ServerState) -> Router {
 /// Binds `addr` and serves until the task is dropped.
 ///
 /// Errors: the bind error (address in use, permission denied).
-pub async fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
+pub async fn serve(
+    addr: SocketAddr,
+    state: ServerState,
+) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     Ok(async move { axum::serve(listener, router(state)).await })
 }

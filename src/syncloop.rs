@@ -3,7 +3,8 @@
 //!
 //! It only dispatches: it never waits on the runtime, so a slow runtime call delays one pod's
 //! worker, never the loop. Handlers follow kubelet's: ADD admits and syncs, UPDATE syncs,
-//! REMOVE kills and forgets; a PLEG event syncs its pod; the 1 s tick syncs pods whose
+//! REMOVE kills and forgets; a PLEG event syncs its pod; a liveness or startup probe failure
+//! syncs its pod; the 1 s tick syncs pods whose
 //! work-queue entry is due; housekeeping (every 2 s, once all sources are ready) kills pods the
 //! runtime runs that no source wants.
 
@@ -18,6 +19,7 @@ use tracing::{debug, info, warn};
 use crate::events::Recorder;
 use crate::pleg::PodLifecycleEvent;
 use crate::podworkers::{PodSyncer, PodWorkers, UpdateType, WorkQueue};
+use crate::prober::{ProbeKind, ProbeResult};
 use crate::source::{pod_uid, PodOp, PodUpdate, SourcesReady};
 
 /// Period of the sync tick (kubelet: 1 s).
@@ -35,6 +37,8 @@ pub struct Channels {
     pub config: Receiver<PodUpdate>,
     /// PLEG events.
     pub pleg: Receiver<PodLifecycleEvent>,
+    /// Probe results.
+    pub probes: Receiver<ProbeResult>,
     /// Stop signal (a message or a closed channel ends the loop).
     pub stop: Receiver<()>,
 }
@@ -54,8 +58,24 @@ pub struct SyncLoop<S: PodSyncer> {
 
 impl<S: PodSyncer> SyncLoop<S> {
     /// A loop dispatching to `workers`.
-    pub fn new(workers: PodWorkers<S>, queue: WorkQueue, sources_ready: SourcesReady, housekeeper: Housekeeper, recorder: Recorder, max_pods: usize) -> Self {
-        Self { pods: HashMap::new(), workers, queue, sources_ready, housekeeper, recorder, max_pods, on_iteration: None }
+    pub fn new(
+        workers: PodWorkers<S>,
+        queue: WorkQueue,
+        sources_ready: SourcesReady,
+        housekeeper: Housekeeper,
+        recorder: Recorder,
+        max_pods: usize,
+    ) -> Self {
+        Self {
+            pods: HashMap::new(),
+            workers,
+            queue,
+            sources_ready,
+            housekeeper,
+            recorder,
+            max_pods,
+            on_iteration: None,
+        }
     }
 
     /// Handles one batch of pod updates (kubelet's `HandlePodAdditions` / `Updates` / `Removes`).
@@ -65,12 +85,32 @@ impl<S: PodSyncer> SyncLoop<S> {
                 for pod in update.pods {
                     let uid = pod_uid(&pod).to_owned();
                     if !self.pods.contains_key(&uid) && self.pods.len() >= self.max_pods {
-                        let msg = format!("node has reached maxPods ({}); pod not admitted", self.max_pods);
-                        warn!(pod = pod.metadata.name.as_deref().unwrap_or(""), uid, "{msg}");
-                        self.recorder.warning(format!("pod/{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), "OutOfpods", msg);
+                        let msg = format!(
+                            "node has reached maxPods ({}); pod not admitted",
+                            self.max_pods
+                        );
+                        warn!(
+                            pod = pod.metadata.name.as_deref().unwrap_or(""),
+                            uid, "{msg}"
+                        );
+                        self.recorder.warning(
+                            format!(
+                                "pod/{}/{}",
+                                pod.metadata.namespace.as_deref().unwrap_or(""),
+                                pod.metadata.name.as_deref().unwrap_or("")
+                            ),
+                            "OutOfpods",
+                            msg,
+                        );
                         continue;
                     }
-                    info!(pod = pod.metadata.name.as_deref().unwrap_or(""), namespace = pod.metadata.namespace.as_deref().unwrap_or(""), uid, source = update.source, "pod added");
+                    info!(
+                        pod = pod.metadata.name.as_deref().unwrap_or(""),
+                        namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
+                        uid,
+                        source = update.source,
+                        "pod added"
+                    );
                     self.pods.insert(uid, pod.clone());
                     self.workers.update_pod(pod, UpdateType::Sync);
                 }
@@ -78,7 +118,13 @@ impl<S: PodSyncer> SyncLoop<S> {
             PodOp::Update => {
                 for pod in update.pods {
                     let uid = pod_uid(&pod).to_owned();
-                    info!(pod = pod.metadata.name.as_deref().unwrap_or(""), namespace = pod.metadata.namespace.as_deref().unwrap_or(""), uid, source = update.source, "pod updated");
+                    info!(
+                        pod = pod.metadata.name.as_deref().unwrap_or(""),
+                        namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
+                        uid,
+                        source = update.source,
+                        "pod updated"
+                    );
                     self.pods.insert(uid, pod.clone());
                     self.workers.update_pod(pod, UpdateType::Sync);
                 }
@@ -86,7 +132,13 @@ impl<S: PodSyncer> SyncLoop<S> {
             PodOp::Remove => {
                 for pod in update.pods {
                     let uid = pod_uid(&pod).to_owned();
-                    info!(pod = pod.metadata.name.as_deref().unwrap_or(""), namespace = pod.metadata.namespace.as_deref().unwrap_or(""), uid, source = update.source, "pod removed");
+                    info!(
+                        pod = pod.metadata.name.as_deref().unwrap_or(""),
+                        namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
+                        uid,
+                        source = update.source,
+                        "pod removed"
+                    );
                     let pod = self.pods.remove(&uid).unwrap_or(pod);
                     self.workers.update_pod(pod, UpdateType::Kill(None));
                 }
@@ -98,6 +150,20 @@ impl<S: PodSyncer> SyncLoop<S> {
     pub fn handle_pleg(&mut self, ev: PodLifecycleEvent) {
         if let Some(pod) = self.pods.get(&ev.uid) {
             debug!(uid = %ev.uid, event = ?ev.kind, "PLEG event");
+            self.workers.update_pod(pod.clone(), UpdateType::Sync);
+        }
+    }
+
+    /// A probe result: a liveness or startup failure syncs the pod (which restarts the
+    /// container); readiness changes only the pod's status, recomputed at its next sync.
+    pub fn handle_probe(&mut self, r: ProbeResult) {
+        let restart = !r.success && matches!(r.kind, ProbeKind::Liveness | ProbeKind::Startup);
+        if let Some(pod) = self
+            .pods
+            .get(&r.uid)
+            .filter(|_| restart || r.kind == ProbeKind::Readiness)
+        {
+            debug!(uid = %r.uid, container = %r.container, kind = ?r.kind, success = r.success, "probe result");
             self.workers.update_pod(pod.clone(), UpdateType::Sync);
         }
     }
@@ -129,6 +195,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                     Err(_) => return,
                 },
                 recv(ch.pleg) -> ev => if let Ok(ev) = ev { self.handle_pleg(ev) },
+                recv(ch.probes) -> r => if let Ok(r) = r { self.handle_probe(r) },
                 recv(sync_tick) -> _ => self.handle_sync_tick(Instant::now()),
                 recv(housekeeping) -> _ => self.handle_housekeeping(),
                 recv(ch.stop) -> _ => return,
@@ -150,11 +217,17 @@ mod tests {
     struct Rec(Mutex<Vec<String>>);
     impl PodSyncer for Rec {
         async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
-            self.0.lock().unwrap().push(format!("sync {}", pod_uid(&pod)));
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("sync {}", pod_uid(&pod)));
             Ok(Requeue::Soon)
         }
         async fn terminate_pod(&self, pod: Arc<Pod>, _: Option<i64>) -> Result<(), String> {
-            self.0.lock().unwrap().push(format!("kill {}", pod_uid(&pod)));
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("kill {}", pod_uid(&pod)));
             Ok(())
         }
     }
@@ -169,27 +242,72 @@ mod tests {
     async fn add_update_remove_and_housekeeping_dispatch_in_order() {
         let rec = Arc::new(Rec::default());
         let queue = WorkQueue::default();
-        let periods = Periods { resync: Duration::from_secs(60), soon: Duration::ZERO, backoff: Duration::ZERO };
-        let workers = PodWorkers::new(rec.clone(), queue.clone(), periods, tokio::runtime::Handle::current());
+        let periods = Periods {
+            resync: Duration::from_secs(60),
+            soon: Duration::ZERO,
+            backoff: Duration::ZERO,
+        };
+        let workers = PodWorkers::new(
+            rec.clone(),
+            queue.clone(),
+            periods,
+            tokio::runtime::Handle::current(),
+        );
         let seen = Arc::new(Mutex::new(Vec::new()));
         let seen2 = seen.clone();
         let hk: Housekeeper = Box::new(move |desired| seen2.lock().unwrap().push(desired.len()));
         let (tx, _rx) = crossbeam_channel::unbounded();
         let mut cfg = crate::source::PodConfig::new(tx);
         let ready = cfg.register("file");
-        let mut l = SyncLoop::new(workers.clone(), queue, cfg.readiness(), hk, Recorder::default(), 1);
+        let mut l = SyncLoop::new(
+            workers.clone(),
+            queue,
+            cfg.readiness(),
+            hk,
+            Recorder::default(),
+            1,
+        );
         l.handle_housekeeping();
-        assert!(seen.lock().unwrap().is_empty(), "housekeeping waits for sources");
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "housekeeping waits for sources"
+        );
         ready.store(true, std::sync::atomic::Ordering::Release);
-        l.handle_config(PodUpdate { op: PodOp::Add, source: "file", pods: vec![pod("a"), pod("b")] });
-        assert_eq!(l.recorder.list()[0].reason, "OutOfpods", "maxPods=1 refuses the second pod");
+        l.handle_config(PodUpdate {
+            op: PodOp::Add,
+            source: "file",
+            pods: vec![pod("a"), pod("b")],
+        });
+        assert_eq!(
+            l.recorder.list()[0].reason,
+            "OutOfpods",
+            "maxPods=1 refuses the second pod"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
         l.handle_sync_tick(Instant::now() + Duration::from_secs(1));
         tokio::time::sleep(Duration::from_millis(20)).await;
-        l.handle_config(PodUpdate { op: PodOp::Remove, source: "file", pods: vec![pod("a")] });
+        let probe = |kind, success| ProbeResult {
+            uid: "a".into(),
+            container: "c".into(),
+            kind,
+            success,
+        };
+        l.handle_probe(probe(ProbeKind::Liveness, true));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        l.handle_probe(probe(ProbeKind::Liveness, false));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        l.handle_config(PodUpdate {
+            op: PodOp::Remove,
+            source: "file",
+            pods: vec![pod("a")],
+        });
         tokio::time::sleep(Duration::from_millis(20)).await;
         l.handle_housekeeping();
-        assert_eq!(*rec.0.lock().unwrap(), vec!["sync a", "sync a", "kill a"]);
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            vec!["sync a", "sync a", "sync a", "kill a"],
+            "a liveness success does not sync; a failure does"
+        );
         assert_eq!(*seen.lock().unwrap(), vec![0]);
         assert!(workers.is_empty());
     }

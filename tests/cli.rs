@@ -8,7 +8,12 @@ fn run_with(config: &str) -> std::process::Output {
     let path = dir.path().join("c.yaml");
     std::fs::write(&path, config).unwrap();
     Command::new(env!("CARGO_BIN_EXE_nodelet"))
-        .args(["--config", path.to_str().unwrap(), "--root-dir", dir.path().join("root").to_str().unwrap()])
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "--root-dir",
+            dir.path().join("root").to_str().unwrap(),
+        ])
         .env("NO_COLOR", "1")
         .output()
         .unwrap()
@@ -22,13 +27,20 @@ fn invalid_values_exit_2_naming_field_and_value() {
         ("cgroupDriver: docker", "cgroupDriver", "docker"),
         ("syncFrequency: soon", "syncFrequency", "soon"),
         ("healthzPort: 99999", "healthzPort", "99999"),
-        ("containerRuntimeEndpoint: tcp://127.0.0.1:1", "containerRuntimeEndpoint", "tcp://127.0.0.1:1"),
+        (
+            "containerRuntimeEndpoint: tcp://127.0.0.1:1",
+            "containerRuntimeEndpoint",
+            "tcp://127.0.0.1:1",
+        ),
         ("podLogsDir: logs", "podLogsDir", "logs"),
     ] {
         let out = run_with(&format!("{HEAD}{line}\n"));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{line}: {stderr}");
-        assert!(stderr.contains(field) && stderr.contains(value), "{line}: {stderr}");
+        assert!(
+            stderr.contains(field) && stderr.contains(value),
+            "{line}: {stderr}"
+        );
     }
 }
 
@@ -38,31 +50,52 @@ fn unknown_fields_are_named_in_a_warning() {
     // then waits for the runtime; we only read the start of its log.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     std::fs::write(
         &path,
         format!("{HEAD}clusterDNS: [10.0.0.10]\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
-        .args(["--config", path.to_str().unwrap(), "--root-dir", dir.path().join("root").to_str().unwrap()])
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "--root-dir",
+            dir.path().join("root").to_str().unwrap(),
+        ])
         .env("NO_COLOR", "1")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     // SIGTERM: the agent stops cleanly while still waiting for the runtime.
-    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("clusterDNS") && stderr.contains("fancyNewThing"), "{stderr}");
-    assert!(stderr.contains("waiting for the container runtime"), "{stderr}");
+    assert!(
+        stderr.contains("clusterDNS") && stderr.contains("fancyNewThing"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("waiting for the container runtime"),
+        "{stderr}"
+    );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
 
 #[test]
 fn missing_config_file_exits_2() {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodelet")).args(["--config", "/nonexistent/nodelet.yaml"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args(["--config", "/nonexistent/nodelet.yaml"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/nodelet.yaml"));
 }

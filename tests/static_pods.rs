@@ -59,23 +59,49 @@ fn two_container_pod_runs_with_kubelet_labels_and_logs() {
         assert_eq!(c.pod_sandbox_id, sb.id);
         // The process is alive on the host.
         let pid = n.runtime.container_pid(&c.id).expect("task pid");
-        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "process of {name} alive");
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "process of {name} alive"
+        );
         // The log is where kubelet writes it.
         let st = n.runtime.container_status(&c.id);
-        let want_log = n.logs().join(format!("team-a_{full_name}_{uid}")).join(name).join("0.log");
+        let want_log = n
+            .logs()
+            .join(format!("team-a_{full_name}_{uid}"))
+            .join(name)
+            .join("0.log");
         assert_eq!(st.log_path, want_log.display().to_string());
     }
-    let alpha_log = n.logs().join(format!("team-a_{full_name}_{uid}/alpha/0.log"));
-    wait_until(Duration::from_secs(10), "alpha log line", || std::fs::read_to_string(&alpha_log).unwrap_or_default().contains("alpha says hello in team-a"));
+    let alpha_log = n
+        .logs()
+        .join(format!("team-a_{full_name}_{uid}/alpha/0.log"));
+    wait_until(Duration::from_secs(10), "alpha log line", || {
+        std::fs::read_to_string(&alpha_log)
+            .unwrap_or_default()
+            .contains("alpha says hello in team-a")
+    });
     let line = std::fs::read_to_string(&alpha_log).unwrap();
-    assert!(line.contains(" stdout F alpha says hello in team-a"), "CRI log format: {line}");
+    assert!(
+        line.contains(" stdout F alpha says hello in team-a"),
+        "CRI log format: {line}"
+    );
 
     // /pods reports the pod Running with both containers running.
-    wait_until(Duration::from_secs(10), "phase Running", || n.pod("duo").is_some_and(|p| p["status"]["phase"] == "Running"));
+    wait_until(Duration::from_secs(10), "phase Running", || {
+        n.pod("duo")
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    });
     let p = n.pod("duo").unwrap();
-    let states: Vec<bool> = p["status"]["containerStatuses"].as_array().unwrap().iter().map(|c| c["state"]["running"].is_object()).collect();
+    let states: Vec<bool> = p["status"]["containerStatuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["state"]["running"].is_object())
+        .collect();
     assert_eq!(states, vec![true, true]);
-    assert!(p["status"]["podIP"].as_str().is_some_and(|ip| !ip.is_empty()));
+    assert!(p["status"]["podIP"]
+        .as_str()
+        .is_some_and(|ip| !ip.is_empty()));
     assert_eq!(p["status"]["qosClass"], "BestEffort");
 }
 
@@ -101,18 +127,36 @@ spec:
     n.wait_running(&uid, &["app"], Duration::from_secs(30));
     let all = n.runtime.containers(&uid);
     let status = |name: &str| {
-        let c = all.iter().find(|c| c.labels[labels::CONTAINER_NAME] == name).unwrap_or_else(|| panic!("{name} exists"));
+        let c = all
+            .iter()
+            .find(|c| c.labels[labels::CONTAINER_NAME] == name)
+            .unwrap_or_else(|| panic!("{name} exists"));
         n.runtime.container_status(&c.id)
     };
     let (first, second, app) = (status("first"), status("second"), status("app"));
     assert_eq!((first.exit_code, second.exit_code), (0, 0));
     assert_eq!(first.state, api::ContainerState::ContainerExited as i32);
-    assert!(first.finished_at <= second.started_at, "second starts after first finished");
-    assert!(second.finished_at <= app.started_at, "app starts after the init containers finished");
-    assert!(first.finished_at - first.started_at >= 900_000_000, "first ran its full second");
+    assert!(
+        first.finished_at <= second.started_at,
+        "second starts after first finished"
+    );
+    assert!(
+        second.finished_at <= app.started_at,
+        "app starts after the init containers finished"
+    );
+    assert!(
+        first.finished_at - first.started_at >= 900_000_000,
+        "first ran its full second"
+    );
     assert_eq!(all.len(), 3, "each init container ran once");
     wait_until(Duration::from_secs(10), "Initialized", || {
-        n.pod("init").is_some_and(|p| p["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Initialized" && c["status"] == "True"))
+        n.pod("init").is_some_and(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "Initialized" && c["status"] == "True")
+        })
     });
 }
 
@@ -126,19 +170,34 @@ fn editing_a_container_restarts_only_that_container() {
     let sandbox = before["alpha"].pod_sandbox_id.clone();
 
     // Change beta's image and command; alpha is untouched.
-    let edited = TWO_CONTAINERS.replace("image: busybox\n", "image: busybox:1.35\n").replace("echo beta up", "echo beta v2");
+    let edited = TWO_CONTAINERS
+        .replace("image: busybox\n", "image: busybox:1.35\n")
+        .replace("echo beta up", "echo beta v2");
     n.write_manifest("duo.yaml", &edited);
     let mut after = Default::default();
     wait_until(Duration::from_secs(30), "beta replaced", || {
         after = running_by_name(&n.runtime.containers(&uid));
         after.get("beta").is_some_and(|c| c.id != before["beta"].id)
     });
-    assert_eq!(after["alpha"].id, before["alpha"].id, "alpha was not restarted");
+    assert_eq!(
+        after["alpha"].id, before["alpha"].id,
+        "alpha was not restarted"
+    );
     assert_eq!(after["beta"].metadata.as_ref().unwrap().attempt, 1);
-    let (old_st, new_st) = (n.runtime.container_status(&before["beta"].id), n.runtime.container_status(&after["beta"].id));
-    assert_ne!(new_st.image_ref, old_st.image_ref, "beta runs the new image");
+    let (old_st, new_st) = (
+        n.runtime.container_status(&before["beta"].id),
+        n.runtime.container_status(&after["beta"].id),
+    );
+    assert_ne!(
+        new_st.image_ref, old_st.image_ref,
+        "beta runs the new image"
+    );
     assert_eq!(after["beta"].pod_sandbox_id, sandbox, "same sandbox");
-    assert_eq!(n.pod("duo").unwrap()["metadata"]["uid"], uid.as_str(), "same pod UID");
+    assert_eq!(
+        n.pod("duo").unwrap()["metadata"]["uid"],
+        uid.as_str(),
+        "same pod UID"
+    );
     // The old beta was stopped by SIGTERM within its grace period (exit 0 from its trap).
     let old = n.runtime.container_status(&before["beta"].id);
     assert_eq!(old.state, api::ContainerState::ContainerExited as i32);
@@ -152,12 +211,24 @@ fn removing_the_manifest_leaves_no_sandbox_container_or_cgroup() {
     n.write_manifest("duo.yaml", TWO_CONTAINERS);
     let uid = n.uid("duo");
     n.wait_running(&uid, &["alpha", "beta"], Duration::from_secs(30));
-    assert!(!pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty(), "pod cgroup exists while running");
+    assert!(
+        !pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty(),
+        "pod cgroup exists while running"
+    );
 
     std::fs::remove_file(n.manifests().join("duo.yaml")).unwrap();
-    wait_until(Duration::from_secs(20), "sandboxes and containers gone", || n.runtime.sandboxes(&uid).is_empty() && n.runtime.containers(&uid).is_empty());
-    assert!(pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty(), "no pod<UID> cgroup left in any hierarchy");
-    wait_until(Duration::from_secs(5), "pod gone from /pods", || n.pod("duo").is_none());
+    wait_until(
+        Duration::from_secs(20),
+        "sandboxes and containers gone",
+        || n.runtime.sandboxes(&uid).is_empty() && n.runtime.containers(&uid).is_empty(),
+    );
+    assert!(
+        pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty(),
+        "no pod<UID> cgroup left in any hierarchy"
+    );
+    wait_until(Duration::from_secs(5), "pod gone from /pods", || {
+        n.pod("duo").is_none()
+    });
     let logs = n.logs().join(format!("team-a_duo-{}_{uid}", n.node));
     assert!(!logs.exists(), "pod log directory removed");
     assert!(n.log().contains("killing pod"), "kill was logged");
@@ -170,19 +241,33 @@ fn sigkill_and_restart_restarts_no_container() {
     n.write_manifest("duo.yaml", TWO_CONTAINERS);
     let uid = n.uid("duo");
     let before = n.wait_running(&uid, &["alpha", "beta"], Duration::from_secs(30));
-    wait_until(Duration::from_secs(10), "pod Running", || n.pod("duo").is_some_and(|p| p["status"]["phase"] == "Running"));
+    wait_until(Duration::from_secs(10), "pod Running", || {
+        n.pod("duo")
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    });
     n.kill9();
     n.start();
     // Let several syncs and housekeeping passes happen.
-    wait_until(Duration::from_secs(10), "pod listed after restart", || n.pod("duo").is_some_and(|p| p["status"]["phase"] == "Running"));
+    wait_until(Duration::from_secs(10), "pod listed after restart", || {
+        n.pod("duo")
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    });
     std::thread::sleep(Duration::from_secs(5));
     let after = running_by_name(&n.runtime.containers(&uid));
     assert_eq!(after.len(), 2);
     for name in ["alpha", "beta"] {
         assert_eq!(after[name].id, before[name].id, "{name} not restarted");
     }
-    assert_eq!(n.runtime.containers(&uid).len(), 2, "no new container was created");
-    assert_eq!(n.runtime.sandboxes(&uid).len(), 1, "no new sandbox was created");
+    assert_eq!(
+        n.runtime.containers(&uid).len(),
+        2,
+        "no new container was created"
+    );
+    assert_eq!(
+        n.runtime.sandboxes(&uid).len(),
+        1,
+        "no new sandbox was created"
+    );
     assert_eq!(n.pod("duo").unwrap()["metadata"]["uid"], uid.as_str());
 }
 
@@ -196,7 +281,11 @@ fn manifest_removed_while_agent_is_down_is_cleaned_up_on_start() {
     n.kill9();
     std::fs::remove_file(n.manifests().join("duo.yaml")).unwrap();
     n.start();
-    wait_until(Duration::from_secs(20), "orphaned pod removed by housekeeping", || n.runtime.sandboxes(&uid).is_empty());
+    wait_until(
+        Duration::from_secs(20),
+        "orphaned pod removed by housekeeping",
+        || n.runtime.sandboxes(&uid).is_empty(),
+    );
     assert!(n.runtime.containers(&uid).is_empty());
 }
 
@@ -206,9 +295,18 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
     n.start();
     let good = "apiVersion: v1\nkind: Pod\nmetadata: {name: good}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]}\n";
     n.write_manifest("good.yaml", good);
-    n.write_manifest("bad-yaml.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: x\n");
-    n.write_manifest("no-containers.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: empty}\nspec: {containers: []}\n");
-    n.write_manifest("escape.yaml", &good.replace("name: good", "name: ../../etc"));
+    n.write_manifest(
+        "bad-yaml.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: x\n",
+    );
+    n.write_manifest(
+        "no-containers.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: empty}\nspec: {containers: []}\n",
+    );
+    n.write_manifest(
+        "escape.yaml",
+        &good.replace("name: good", "name: ../../etc"),
+    );
     n.write_manifest("bad-ns.json", r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x","namespace":"a/b"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#);
     n.write_manifest("zz-duplicate.yaml", good);
     let uid = n.uid("good");
@@ -222,10 +320,14 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
         ("bad-ns.json", "metadata.namespace"),
         ("zz-duplicate.yaml", "metadata.name"),
     ] {
-        let hit = events.contains(&format!("manifest {}", n.manifests().join(file).display())) && events.contains(field);
+        let hit = events.contains(&format!("manifest {}", n.manifests().join(file).display()))
+            && events.contains(field);
         assert!(hit, "event for {file} naming {field:?}: {events}");
     }
-    assert!(events.contains("DuplicatePod") && events.contains("good.yaml"), "duplicate names the first file");
+    assert!(
+        events.contains("DuplicatePod") && events.contains("good.yaml"),
+        "duplicate names the first file"
+    );
     let metrics = n.get("/metrics").unwrap();
     let total: u64 = metrics
         .lines()
@@ -242,5 +344,9 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
     n.write_manifest("good2.yaml", &good.replace("name: good", "name: good2"));
     let uid2 = n.uid("good2");
     n.wait_running(&uid2, &["c"], Duration::from_secs(30));
-    assert_eq!(running_by_name(&n.runtime.containers(&uid)).len(), 1, "first good pod still running");
+    assert_eq!(
+        running_by_name(&n.runtime.containers(&uid)).len(),
+        1,
+        "first good pod still running"
+    );
 }

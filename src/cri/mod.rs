@@ -46,19 +46,34 @@ pub struct Cri {
 
 fn unix_channel(socket: PathBuf) -> Channel {
     // The URI is required by tonic but unused: the connector always dials the socket.
-    Endpoint::from_static("http://[::1]:50051").connect_with_connector_lazy(tower::service_fn(move |_| {
-        let socket = socket.clone();
-        async move { tokio::net::UnixStream::connect(socket).await.map(TokioIo::new) }
-    }))
+    Endpoint::from_static("http://[::1]:50051").connect_with_connector_lazy(tower::service_fn(
+        move |_| {
+            let socket = socket.clone();
+            async move {
+                tokio::net::UnixStream::connect(socket)
+                    .await
+                    .map(TokioIo::new)
+            }
+        },
+    ))
 }
 
 impl Cri {
     /// Clients for the runtime socket and the image socket (may be the same path). Connection is
     /// lazy: a missing socket shows up as `Unavailable` on the first call. `timeout` is
     /// `runtimeRequestTimeout`.
-    pub fn new(runtime_socket: &Path, image_socket: &Path, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        runtime_socket: &Path,
+        image_socket: &Path,
+        timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let rt = unix_channel(runtime_socket.to_owned());
-        let im = if image_socket == runtime_socket { rt.clone() } else { unix_channel(image_socket.to_owned()) };
+        let im = if image_socket == runtime_socket {
+            rt.clone()
+        } else {
+            unix_channel(image_socket.to_owned())
+        };
         Self {
             runtime: RuntimeServiceClient::new(rt).max_decoding_message_size(16 << 20),
             image: ImageServiceClient::new(im).max_decoding_message_size(16 << 20),
@@ -75,106 +90,239 @@ impl Cri {
         r
     }
 
-    fn record<T>(&self, operation: &'static str, r: Result<tonic::Response<T>, tonic::Status>) -> CriResult<T> {
+    fn record<T>(
+        &self,
+        operation: &'static str,
+        r: Result<tonic::Response<T>, tonic::Status>,
+    ) -> CriResult<T> {
         self.metrics.runtime_operation(operation, r.is_ok());
-        r.map(tonic::Response::into_inner).map_err(|s| CriError { operation, code: s.code(), message: s.message().to_owned() })
+        r.map(tonic::Response::into_inner).map_err(|s| CriError {
+            operation,
+            code: s.code(),
+            message: s.message().to_owned(),
+        })
     }
 
     /// `Version`: runtime name and version.
     pub async fn version(&self) -> CriResult<cri::VersionResponse> {
-        let r = self.runtime.clone().version(self.request(cri::VersionRequest { version: "v1".into() }, Some(self.timeout))).await;
+        let r = self
+            .runtime
+            .clone()
+            .version(self.request(
+                cri::VersionRequest {
+                    version: "v1".into(),
+                },
+                Some(self.timeout),
+            ))
+            .await;
         self.record("version", r)
     }
 
     /// `RunPodSandbox`: returns the sandbox ID.
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String> {
-        let req = cri::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() };
-        let r = self.runtime.clone().run_pod_sandbox(self.request(req, Some(self.timeout))).await;
+        let req = cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        };
+        let r = self
+            .runtime
+            .clone()
+            .run_pod_sandbox(self.request(req, Some(self.timeout)))
+            .await;
         self.record("run_podsandbox", r).map(|r| r.pod_sandbox_id)
     }
 
     /// `StopPodSandbox`.
     pub async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
-        let req = cri::StopPodSandboxRequest { pod_sandbox_id: id.into() };
-        let r = self.runtime.clone().stop_pod_sandbox(self.request(req, Some(self.timeout))).await;
+        let req = cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        let r = self
+            .runtime
+            .clone()
+            .stop_pod_sandbox(self.request(req, Some(self.timeout)))
+            .await;
         self.record("stop_podsandbox", r).map(drop)
     }
 
     /// `RemovePodSandbox` (removes its containers too).
     pub async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
-        let req = cri::RemovePodSandboxRequest { pod_sandbox_id: id.into() };
-        let r = self.runtime.clone().remove_pod_sandbox(self.request(req, Some(self.timeout))).await;
+        let req = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        let r = self
+            .runtime
+            .clone()
+            .remove_pod_sandbox(self.request(req, Some(self.timeout)))
+            .await;
         self.record("remove_podsandbox", r).map(drop)
     }
 
     /// `PodSandboxStatus` (without verbose info).
     pub async fn pod_sandbox_status(&self, id: &str) -> CriResult<Option<cri::PodSandboxStatus>> {
-        let req = cri::PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose: false };
-        let r = self.runtime.clone().pod_sandbox_status(self.request(req, Some(self.timeout))).await;
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: false,
+        };
+        let r = self
+            .runtime
+            .clone()
+            .pod_sandbox_status(self.request(req, Some(self.timeout)))
+            .await;
         self.record("podsandbox_status", r).map(|r| r.status)
     }
 
     /// `ListPodSandbox`, optionally filtered by labels.
-    pub async fn list_pod_sandbox(&self, labels: HashMap<String, String>) -> CriResult<Vec<cri::PodSandbox>> {
-        let filter = cri::PodSandboxFilter { label_selector: labels, ..Default::default() };
-        let r = self.runtime.clone().list_pod_sandbox(self.request(cri::ListPodSandboxRequest { filter: Some(filter) }, Some(self.timeout))).await;
+    pub async fn list_pod_sandbox(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> CriResult<Vec<cri::PodSandbox>> {
+        let filter = cri::PodSandboxFilter {
+            label_selector: labels,
+            ..Default::default()
+        };
+        let r = self
+            .runtime
+            .clone()
+            .list_pod_sandbox(self.request(
+                cri::ListPodSandboxRequest {
+                    filter: Some(filter),
+                },
+                Some(self.timeout),
+            ))
+            .await;
         self.record("list_podsandbox", r).map(|r| r.items)
     }
 
     /// `CreateContainer` in `sandbox_id`: returns the container ID.
-    pub async fn create_container(&self, sandbox_id: &str, config: cri::ContainerConfig, sandbox_config: cri::PodSandboxConfig) -> CriResult<String> {
-        let req = cri::CreateContainerRequest { pod_sandbox_id: sandbox_id.into(), config: Some(config), sandbox_config: Some(sandbox_config) };
-        let r = self.runtime.clone().create_container(self.request(req, Some(self.timeout))).await;
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> CriResult<String> {
+        let req = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        let r = self
+            .runtime
+            .clone()
+            .create_container(self.request(req, Some(self.timeout)))
+            .await;
         self.record("create_container", r).map(|r| r.container_id)
     }
 
     /// `StartContainer`.
     pub async fn start_container(&self, id: &str) -> CriResult<()> {
-        let req = cri::StartContainerRequest { container_id: id.into() };
-        let r = self.runtime.clone().start_container(self.request(req, Some(self.timeout))).await;
+        let req = cri::StartContainerRequest {
+            container_id: id.into(),
+        };
+        let r = self
+            .runtime
+            .clone()
+            .start_container(self.request(req, Some(self.timeout)))
+            .await;
         self.record("start_container", r).map(drop)
     }
 
     /// `StopContainer` with a grace period in seconds (SIGTERM, then SIGKILL after `grace`).
     /// The call's deadline is `runtimeRequestTimeout + grace`, as kubelet's.
     pub async fn stop_container(&self, id: &str, grace_seconds: i64) -> CriResult<()> {
-        let req = cri::StopContainerRequest { container_id: id.into(), timeout: grace_seconds };
+        let req = cri::StopContainerRequest {
+            container_id: id.into(),
+            timeout: grace_seconds,
+        };
         let deadline = self.timeout + Duration::from_secs(grace_seconds.max(0) as u64);
-        let r = self.runtime.clone().stop_container(self.request(req, Some(deadline))).await;
+        let r = self
+            .runtime
+            .clone()
+            .stop_container(self.request(req, Some(deadline)))
+            .await;
         self.record("stop_container", r).map(drop)
     }
 
     /// `RemoveContainer`.
     pub async fn remove_container(&self, id: &str) -> CriResult<()> {
-        let req = cri::RemoveContainerRequest { container_id: id.into() };
-        let r = self.runtime.clone().remove_container(self.request(req, Some(self.timeout))).await;
+        let req = cri::RemoveContainerRequest {
+            container_id: id.into(),
+        };
+        let r = self
+            .runtime
+            .clone()
+            .remove_container(self.request(req, Some(self.timeout)))
+            .await;
         self.record("remove_container", r).map(drop)
     }
 
     /// `ListContainers`, optionally filtered by labels.
-    pub async fn list_containers(&self, labels: HashMap<String, String>) -> CriResult<Vec<cri::Container>> {
-        let filter = cri::ContainerFilter { label_selector: labels, ..Default::default() };
-        let r = self.runtime.clone().list_containers(self.request(cri::ListContainersRequest { filter: Some(filter) }, Some(self.timeout))).await;
+    pub async fn list_containers(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> CriResult<Vec<cri::Container>> {
+        let filter = cri::ContainerFilter {
+            label_selector: labels,
+            ..Default::default()
+        };
+        let r = self
+            .runtime
+            .clone()
+            .list_containers(self.request(
+                cri::ListContainersRequest {
+                    filter: Some(filter),
+                },
+                Some(self.timeout),
+            ))
+            .await;
         self.record("list_containers", r).map(|r| r.containers)
     }
 
     /// `ContainerStatus` (without verbose info).
     pub async fn container_status(&self, id: &str) -> CriResult<Option<cri::ContainerStatus>> {
-        let req = cri::ContainerStatusRequest { container_id: id.into(), verbose: false };
-        let r = self.runtime.clone().container_status(self.request(req, Some(self.timeout))).await;
+        let req = cri::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        };
+        let r = self
+            .runtime
+            .clone()
+            .container_status(self.request(req, Some(self.timeout)))
+            .await;
         self.record("container_status", r).map(|r| r.status)
     }
 
     /// `ImageStatus`: the image if present.
     pub async fn image_status(&self, image: &str) -> CriResult<Option<cri::Image>> {
-        let req = cri::ImageStatusRequest { image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }), verbose: false };
-        let r = self.image.clone().image_status(self.request(req, Some(self.timeout))).await;
+        let req = cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        let r = self
+            .image
+            .clone()
+            .image_status(self.request(req, Some(self.timeout)))
+            .await;
         self.record("image_status", r).map(|r| r.image)
     }
 
     /// `PullImage`: returns the image reference. No deadline (kubelet pulls without one).
-    pub async fn pull_image(&self, image: &str, sandbox_config: Option<cri::PodSandboxConfig>) -> CriResult<String> {
-        let req = cri::PullImageRequest { image: Some(cri::ImageSpec { image: image.into(), ..Default::default() }), auth: None, sandbox_config };
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> CriResult<String> {
+        let req = cri::PullImageRequest {
+            image: Some(cri::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            auth: None,
+            sandbox_config,
+        };
         let r = self.image.clone().pull_image(self.request(req, None)).await;
         self.record("pull_image", r).map(|r| r.image_ref)
     }

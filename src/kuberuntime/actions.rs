@@ -56,7 +56,10 @@ pub struct PodActions {
 }
 
 fn restart_policy(pod: &Pod) -> &str {
-    pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always")
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always")
 }
 
 /// True when an exited container with `exit_code` should run again under the pod's policy
@@ -75,8 +78,14 @@ fn next_restart_count(status: &RuntimePodStatus, name: &str) -> u32 {
 
 /// Hash of the pod-level fields that shape the sandbox (namespaces, hostname, DNS, ports).
 pub fn sandbox_hash(pod: &Pod) -> String {
-    let Some(s) = pod.spec.as_ref() else { return String::new() };
-    let ports: Vec<_> = s.containers.iter().flat_map(|c| c.ports.iter().flatten()).collect();
+    let Some(s) = pod.spec.as_ref() else {
+        return String::new();
+    };
+    let ports: Vec<_> = s
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .collect();
     crate::hash::object_hash(&(
         s.host_network,
         s.host_pid,
@@ -93,7 +102,9 @@ pub fn sandbox_hash(pod: &Pod) -> String {
 /// Computes the actions for `pod` given the runtime's view of it.
 pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
     let mut a = PodActions::default();
-    let Some(spec) = pod.spec.as_ref() else { return a };
+    let Some(spec) = pod.spec.as_ref() else {
+        return a;
+    };
     let policy = restart_policy(pod);
     let inits: &[Container] = spec.init_containers.as_deref().unwrap_or(&[]);
 
@@ -102,7 +113,9 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
     let newest = status.sandboxes.first();
     let recreate = match newest {
         None => Some(0),
-        Some(s) if !s.ready || ready.len() > 1 || s.sandbox_hash != sandbox_hash(pod) => Some(s.attempt + 1),
+        Some(s) if !s.ready || ready.len() > 1 || s.sandbox_hash != sandbox_hash(pod) => {
+            Some(s.attempt + 1)
+        }
         Some(_) => None,
     };
     if let Some(attempt) = recreate {
@@ -112,10 +125,15 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
             .iter()
             .enumerate()
             .filter(|(_, c)| match status.latest(&c.name) {
-                Some(rc) if rc.state() == ContainerState::Exited => should_restart(policy, rc.exit_code),
+                Some(rc) if rc.state() == ContainerState::Exited => {
+                    should_restart(policy, rc.exit_code)
+                }
                 _ => true,
             })
-            .map(|(index, c)| ToStart { index, restart_count: next_restart_count(status, &c.name) })
+            .map(|(index, c)| ToStart {
+                index,
+                restart_count: next_restart_count(status, &c.name),
+            })
             .collect();
         a.kill_pod = newest.is_some();
         let never_again = policy == "Never" && newest.is_some() && !status.containers.is_empty();
@@ -125,7 +143,10 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
         }
         a.create_sandbox = Some(attempt);
         if let Some(first) = inits.first() {
-            a.next_init = Some(ToStart { index: 0, restart_count: next_restart_count(status, &first.name) });
+            a.next_init = Some(ToStart {
+                index: 0,
+                restart_count: next_restart_count(status, &first.name),
+            });
         } else {
             a.containers_to_start = to_start;
         }
@@ -133,13 +154,21 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
     }
     let sandbox = newest.map(|s| s.id.clone()).unwrap_or_default();
     a.sandbox_id = Some(sandbox.clone());
-    let in_sandbox = |name: &str| status.instances(name).find(|c| c.sandbox_id == sandbox).cloned();
+    let in_sandbox = |name: &str| {
+        status
+            .instances(name)
+            .find(|c| c.sandbox_id == sandbox)
+            .cloned()
+    };
 
     // Init containers, one at a time.
     for (index, c) in inits.iter().enumerate() {
         match in_sandbox(&c.name) {
             None => {
-                a.next_init = Some(ToStart { index, restart_count: next_restart_count(status, &c.name) });
+                a.next_init = Some(ToStart {
+                    index,
+                    restart_count: next_restart_count(status, &c.name),
+                });
                 return a;
             }
             Some(rc) => match rc.state() {
@@ -151,7 +180,10 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
                     return a;
                 }
                 _ => {
-                    a.next_init = Some(ToStart { index, restart_count: next_restart_count(status, &c.name) });
+                    a.next_init = Some(ToStart {
+                        index,
+                        restart_count: next_restart_count(status, &c.name),
+                    });
                     return a;
                 }
             },
@@ -161,12 +193,19 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
     // App containers.
     let mut keep = 0;
     for (index, c) in spec.containers.iter().enumerate() {
-        let start = ToStart { index, restart_count: next_restart_count(status, &c.name) };
+        let start = ToStart {
+            index,
+            restart_count: next_restart_count(status, &c.name),
+        };
         match in_sandbox(&c.name) {
             None => a.containers_to_start.push(start),
             Some(rc) => match rc.state() {
                 ContainerState::Running if rc.hash != container_hash(c) => {
-                    a.containers_to_kill.push((rc.id.clone(), c.name.clone(), KillReason::SpecChanged));
+                    a.containers_to_kill.push((
+                        rc.id.clone(),
+                        c.name.clone(),
+                        KillReason::SpecChanged,
+                    ));
                     a.containers_to_start.push(start);
                 }
                 ContainerState::Running => keep += 1,
@@ -175,10 +214,16 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
             },
         }
     }
-    for rc in status.containers.iter().filter(|rc| rc.sandbox_id == sandbox && rc.state() == ContainerState::Running) {
-        let known = spec.containers.iter().any(|c| c.name == rc.name) || (rc.is_init && inits.iter().any(|c| c.name == rc.name));
+    for rc in status
+        .containers
+        .iter()
+        .filter(|rc| rc.sandbox_id == sandbox && rc.state() == ContainerState::Running)
+    {
+        let known = spec.containers.iter().any(|c| c.name == rc.name)
+            || (rc.is_init && inits.iter().any(|c| c.name == rc.name));
         if !known {
-            a.containers_to_kill.push((rc.id.clone(), rc.name.clone(), KillReason::NotInSpec));
+            a.containers_to_kill
+                .push((rc.id.clone(), rc.name.clone(), KillReason::NotInSpec));
         }
     }
     if keep == 0 && a.containers_to_start.is_empty() {
@@ -193,7 +238,13 @@ mod tests {
     use super::*;
 
     fn pod(policy: &str, inits: &[&str], apps: &[&str]) -> Pod {
-        let list = |names: &[&str]| names.iter().map(|n| format!("{{name: {n}, image: busybox}}")).collect::<Vec<_>>().join(", ");
+        let list = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| format!("{{name: {n}, image: busybox}}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         serde_yaml::from_str(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u}}\nspec: {{restartPolicy: {policy}, initContainers: [{}], containers: [{}]}}",
             list(inits),
@@ -203,12 +254,29 @@ mod tests {
     }
 
     fn sandbox(p: &Pod, ready: bool, attempt: u32) -> SandboxStatus {
-        SandboxStatus { id: format!("sb{attempt}"), attempt, ready, created_at: attempt as i64, ips: vec![], sandbox_hash: sandbox_hash(p) }
+        SandboxStatus {
+            id: format!("sb{attempt}"),
+            attempt,
+            ready,
+            created_at: attempt as i64,
+            ips: vec![],
+            sandbox_hash: sandbox_hash(p),
+        }
     }
 
-    fn container(p: &Pod, name: &str, state: ContainerState, exit: i32, attempt: u32) -> RuntimeContainer {
+    fn container(
+        p: &Pod,
+        name: &str,
+        state: ContainerState,
+        exit: i32,
+        attempt: u32,
+    ) -> RuntimeContainer {
         let spec = p.spec.as_ref().unwrap();
-        let c = spec.containers.iter().chain(spec.init_containers.iter().flatten()).find(|c| c.name == name);
+        let c = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .find(|c| c.name == name);
         RuntimeContainer {
             id: format!("{name}-{attempt}"),
             sandbox_id: "sb0".into(),
@@ -217,7 +285,11 @@ mod tests {
             state: Some(state),
             hash: c.map(container_hash).unwrap_or_default(),
             exit_code: exit,
-            is_init: spec.init_containers.iter().flatten().any(|c| c.name == name),
+            is_init: spec
+                .init_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == name),
             ..Default::default()
         }
     }
@@ -228,37 +300,82 @@ mod tests {
         let a = compute_pod_actions(&p, &RuntimePodStatus::default());
         assert_eq!(a.create_sandbox, Some(0));
         assert!(!a.kill_pod);
-        assert_eq!(a.containers_to_start.iter().map(|s| s.index).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(
+            a.containers_to_start
+                .iter()
+                .map(|s| s.index)
+                .collect::<Vec<_>>(),
+            vec![0, 1]
+        );
     }
 
     #[test]
     fn init_containers_run_one_by_one_before_apps() {
         let p = pod("Always", &["i1", "i2"], &["a"]);
         let a = compute_pod_actions(&p, &RuntimePodStatus::default());
-        assert_eq!(a.next_init, Some(ToStart { index: 0, restart_count: 0 }));
+        assert_eq!(
+            a.next_init,
+            Some(ToStart {
+                index: 0,
+                restart_count: 0
+            })
+        );
         assert!(a.containers_to_start.is_empty());
 
-        let mut st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "i1", ContainerState::Running, 0, 0)] };
+        let mut st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, true, 0)],
+            containers: vec![container(&p, "i1", ContainerState::Running, 0, 0)],
+        };
         let a = compute_pod_actions(&p, &st);
         assert_eq!(a.next_init, None);
-        assert!(a.containers_to_start.is_empty(), "wait for the running init container");
+        assert!(
+            a.containers_to_start.is_empty(),
+            "wait for the running init container"
+        );
 
         st.containers = vec![container(&p, "i1", ContainerState::Exited, 0, 0)];
-        assert_eq!(compute_pod_actions(&p, &st).next_init, Some(ToStart { index: 1, restart_count: 0 }));
+        assert_eq!(
+            compute_pod_actions(&p, &st).next_init,
+            Some(ToStart {
+                index: 1,
+                restart_count: 0
+            })
+        );
 
-        st.containers = vec![container(&p, "i2", ContainerState::Exited, 0, 0), container(&p, "i1", ContainerState::Exited, 0, 0)];
+        st.containers = vec![
+            container(&p, "i2", ContainerState::Exited, 0, 0),
+            container(&p, "i1", ContainerState::Exited, 0, 0),
+        ];
         let a = compute_pod_actions(&p, &st);
         assert_eq!(a.next_init, None);
-        assert_eq!(a.containers_to_start, vec![ToStart { index: 0, restart_count: 0 }]);
+        assert_eq!(
+            a.containers_to_start,
+            vec![ToStart {
+                index: 0,
+                restart_count: 0
+            }]
+        );
     }
 
     #[test]
     fn failed_init_container_restarts_unless_never() {
         let p = pod("Always", &["i1"], &["a"]);
-        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)] };
-        assert_eq!(compute_pod_actions(&p, &st).next_init, Some(ToStart { index: 0, restart_count: 1 }));
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, true, 0)],
+            containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)],
+        };
+        assert_eq!(
+            compute_pod_actions(&p, &st).next_init,
+            Some(ToStart {
+                index: 0,
+                restart_count: 1
+            })
+        );
         let p = pod("Never", &["i1"], &["a"]);
-        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)] };
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, true, 0)],
+            containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)],
+        };
         let a = compute_pod_actions(&p, &st);
         assert!(a.init_failed && a.next_init.is_none());
     }
@@ -268,47 +385,103 @@ mod tests {
         let p = pod("Always", &[], &["a", "b"]);
         let mut st = RuntimePodStatus {
             sandboxes: vec![sandbox(&p, true, 0)],
-            containers: vec![container(&p, "a", ContainerState::Running, 0, 0), container(&p, "b", ContainerState::Running, 0, 0)],
+            containers: vec![
+                container(&p, "a", ContainerState::Running, 0, 0),
+                container(&p, "b", ContainerState::Running, 0, 0),
+            ],
         };
-        assert_eq!(compute_pod_actions(&p, &st), PodActions { sandbox_id: Some("sb0".into()), ..Default::default() });
+        assert_eq!(
+            compute_pod_actions(&p, &st),
+            PodActions {
+                sandbox_id: Some("sb0".into()),
+                ..Default::default()
+            }
+        );
         st.containers[1].hash = "old".into();
         let a = compute_pod_actions(&p, &st);
-        assert_eq!(a.containers_to_kill, vec![("b-0".to_string(), "b".to_string(), KillReason::SpecChanged)]);
-        assert_eq!(a.containers_to_start, vec![ToStart { index: 1, restart_count: 1 }]);
+        assert_eq!(
+            a.containers_to_kill,
+            vec![("b-0".to_string(), "b".to_string(), KillReason::SpecChanged)]
+        );
+        assert_eq!(
+            a.containers_to_start,
+            vec![ToStart {
+                index: 1,
+                restart_count: 1
+            }]
+        );
         assert!(!a.kill_pod && a.create_sandbox.is_none());
     }
 
     #[test]
     fn exited_containers_follow_the_restart_policy() {
-        for (policy, exit, restart) in [("Always", 0, true), ("Always", 1, true), ("OnFailure", 0, false), ("OnFailure", 1, true), ("Never", 1, false)] {
+        for (policy, exit, restart) in [
+            ("Always", 0, true),
+            ("Always", 1, true),
+            ("OnFailure", 0, false),
+            ("OnFailure", 1, true),
+            ("Never", 1, false),
+        ] {
             let p = pod(policy, &[], &["a"]);
-            let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "a", ContainerState::Exited, exit, 0)] };
+            let st = RuntimePodStatus {
+                sandboxes: vec![sandbox(&p, true, 0)],
+                containers: vec![container(&p, "a", ContainerState::Exited, exit, 0)],
+            };
             let a = compute_pod_actions(&p, &st);
-            assert_eq!(!a.containers_to_start.is_empty(), restart, "{policy} {exit}");
-            assert_eq!(a.kill_pod, !restart, "{policy} {exit}: stop the sandbox of a finished pod");
+            assert_eq!(
+                !a.containers_to_start.is_empty(),
+                restart,
+                "{policy} {exit}"
+            );
+            assert_eq!(
+                a.kill_pod, !restart,
+                "{policy} {exit}: stop the sandbox of a finished pod"
+            );
         }
     }
 
     #[test]
     fn dead_sandbox_is_recreated_with_next_attempt_unless_finished() {
         let p = pod("Always", &[], &["a"]);
-        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, false, 0)], containers: vec![container(&p, "a", ContainerState::Exited, 137, 0)] };
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, false, 0)],
+            containers: vec![container(&p, "a", ContainerState::Exited, 137, 0)],
+        };
         let a = compute_pod_actions(&p, &st);
         assert_eq!(a.create_sandbox, Some(1));
         assert!(a.kill_pod);
-        assert_eq!(a.containers_to_start, vec![ToStart { index: 0, restart_count: 1 }]);
+        assert_eq!(
+            a.containers_to_start,
+            vec![ToStart {
+                index: 0,
+                restart_count: 1
+            }]
+        );
         let p = pod("Never", &[], &["a"]);
-        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, false, 0)], containers: vec![container(&p, "a", ContainerState::Exited, 0, 0)] };
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, false, 0)],
+            containers: vec![container(&p, "a", ContainerState::Exited, 0, 0)],
+        };
         assert_eq!(compute_pod_actions(&p, &st).create_sandbox, None);
         let p = pod("Never", &["i1"], &["a"]);
-        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, false, 0)], containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)] };
-        assert_eq!(compute_pod_actions(&p, &st).create_sandbox, None, "a failed Never pod is not retried");
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, false, 0)],
+            containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)],
+        };
+        assert_eq!(
+            compute_pod_actions(&p, &st).create_sandbox,
+            None,
+            "a failed Never pod is not retried"
+        );
     }
 
     #[test]
     fn host_network_change_recreates_the_sandbox() {
         let p = pod("Always", &[], &["a"]);
-        let mut st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "a", ContainerState::Running, 0, 0)] };
+        let mut st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, true, 0)],
+            containers: vec![container(&p, "a", ContainerState::Running, 0, 0)],
+        };
         st.sandboxes[0].sandbox_hash = "different".into();
         let a = compute_pod_actions(&p, &st);
         assert_eq!(a.create_sandbox, Some(1));
@@ -321,8 +494,18 @@ mod tests {
         let mut gone = container(&p, "a", ContainerState::Running, 0, 0);
         gone.name = "old".into();
         gone.id = "old-0".into();
-        let st = RuntimePodStatus { sandboxes: vec![sandbox(&p, true, 0)], containers: vec![container(&p, "a", ContainerState::Running, 0, 0), gone] };
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, true, 0)],
+            containers: vec![container(&p, "a", ContainerState::Running, 0, 0), gone],
+        };
         let a = compute_pod_actions(&p, &st);
-        assert_eq!(a.containers_to_kill, vec![("old-0".to_string(), "old".to_string(), KillReason::NotInSpec)]);
+        assert_eq!(
+            a.containers_to_kill,
+            vec![(
+                "old-0".to_string(),
+                "old".to_string(),
+                KillReason::NotInSpec
+            )]
+        );
     }
 }

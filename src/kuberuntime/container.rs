@@ -64,22 +64,49 @@ pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
 fn field_value(pod: &Pod, settings: &Settings, pod_ips: &[String], path: &str) -> Option<String> {
     let m = &pod.metadata;
     let spec = pod.spec.as_ref();
-    let bracket = |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_prefix("['")).and_then(|r| r.strip_suffix("']")).map(str::to_owned);
+    let bracket = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix("['"))
+            .and_then(|r| r.strip_suffix("']"))
+            .map(str::to_owned)
+    };
     match path {
         "metadata.name" => m.name.clone(),
         "metadata.namespace" => m.namespace.clone(),
         "metadata.uid" => m.uid.clone(),
         "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
-        "spec.serviceAccountName" => Some(spec.and_then(|s| s.service_account_name.clone()).unwrap_or_default()),
+        "spec.serviceAccountName" => Some(
+            spec.and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
+        ),
         "status.hostIP" | "status.hostIPs" => Some(settings.node_ip.clone()),
-        "status.podIP" => Some(pod_ips.first().cloned().unwrap_or_else(|| host_ip_if_host_network(pod, settings))),
-        "status.podIPs" => Some(if pod_ips.is_empty() { host_ip_if_host_network(pod, settings) } else { pod_ips.join(",") }),
+        "status.podIP" => Some(
+            pod_ips
+                .first()
+                .cloned()
+                .unwrap_or_else(|| host_ip_if_host_network(pod, settings)),
+        ),
+        "status.podIPs" => Some(if pod_ips.is_empty() {
+            host_ip_if_host_network(pod, settings)
+        } else {
+            pod_ips.join(",")
+        }),
         _ => {
             if let Some(k) = bracket("metadata.labels") {
-                return Some(m.labels.as_ref().and_then(|l| l.get(&k).cloned()).unwrap_or_default());
+                return Some(
+                    m.labels
+                        .as_ref()
+                        .and_then(|l| l.get(&k).cloned())
+                        .unwrap_or_default(),
+                );
             }
             if let Some(k) = bracket("metadata.annotations") {
-                return Some(m.annotations.as_ref().and_then(|l| l.get(&k).cloned()).unwrap_or_default());
+                return Some(
+                    m.annotations
+                        .as_ref()
+                        .and_then(|l| l.get(&k).cloned())
+                        .unwrap_or_default(),
+                );
             }
             None
         }
@@ -87,8 +114,16 @@ fn field_value(pod: &Pod, settings: &Settings, pod_ips: &[String], path: &str) -
 }
 
 fn host_ip_if_host_network(pod: &Pod, settings: &Settings) -> String {
-    let host = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
-    if host { settings.node_ip.clone() } else { String::new() }
+    let host = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    if host {
+        settings.node_ip.clone()
+    } else {
+        String::new()
+    }
 }
 
 /// The container's environment, in spec order, with `$(VAR)` expanded against earlier entries
@@ -96,20 +131,40 @@ fn host_ip_if_host_network(pod: &Pod, settings: &Settings) -> String {
 /// API server and are refused unless marked optional.
 ///
 /// Errors: [`ConfigError`] naming the variable.
-pub fn make_env(pod: &Pod, c: &Container, settings: &Settings, pod_ips: &[String]) -> Result<Vec<(String, String)>, ConfigError> {
+pub fn make_env(
+    pod: &Pod,
+    c: &Container,
+    settings: &Settings,
+    pod_ips: &[String],
+) -> Result<Vec<(String, String)>, ConfigError> {
     let mut vars: HashMap<String, String> = HashMap::new();
     let mut out: Vec<(String, String)> = Vec::new();
-    let err = |message: String| ConfigError { container: c.name.clone(), message };
+    let err = |message: String| ConfigError {
+        container: c.name.clone(),
+        message,
+    };
     if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err(err("envFrom needs an API server (ConfigMap/Secret); static pods cannot use it".into()));
+        return Err(err(
+            "envFrom needs an API server (ConfigMap/Secret); static pods cannot use it".into(),
+        ));
     }
     for e in c.env.iter().flatten() {
         let value = if let Some(src) = &e.value_from {
             if let Some(f) = &src.field_ref {
-                field_value(pod, settings, pod_ips, &f.field_path)
-                    .ok_or_else(|| err(format!("env {}: unsupported fieldRef {:?}", e.name, f.field_path)))?
-            } else if src.config_map_key_ref.as_ref().is_some_and(|r| r.optional == Some(true))
-                || src.secret_key_ref.as_ref().is_some_and(|r| r.optional == Some(true))
+                field_value(pod, settings, pod_ips, &f.field_path).ok_or_else(|| {
+                    err(format!(
+                        "env {}: unsupported fieldRef {:?}",
+                        e.name, f.field_path
+                    ))
+                })?
+            } else if src
+                .config_map_key_ref
+                .as_ref()
+                .is_some_and(|r| r.optional == Some(true))
+                || src
+                    .secret_key_ref
+                    .as_ref()
+                    .is_some_and(|r| r.optional == Some(true))
             {
                 continue;
             } else {
@@ -142,16 +197,33 @@ pub struct ContainerInputs<'a> {
 /// Builds the ContainerConfig: metadata, image, command/args with `$(VAR)` expanded, env,
 /// working dir, kubelet's labels and annotations, log path `<name>/<restart>.log` (relative to the
 /// sandbox log directory) and namespace options.
-pub fn container_config(settings: &Settings, pod: &Pod, c: &Container, inputs: &ContainerInputs<'_>) -> Result<api::ContainerConfig, ConfigError> {
+pub fn container_config(
+    settings: &Settings,
+    pod: &Pod,
+    c: &Container,
+    inputs: &ContainerInputs<'_>,
+) -> Result<api::ContainerConfig, ConfigError> {
     let env = make_env(pod, c, settings, inputs.pod_ips)?;
     let vars: HashMap<String, String> = env.iter().cloned().collect();
-    let expand_all = |v: &Option<Vec<String>>| v.iter().flatten().map(|s| expand(s, &vars)).collect::<Vec<_>>();
+    let expand_all = |v: &Option<Vec<String>>| {
+        v.iter()
+            .flatten()
+            .map(|s| expand(s, &vars))
+            .collect::<Vec<_>>()
+    };
     let sc = c.security_context.as_ref();
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let run_as_user = sc.and_then(|s| s.run_as_user).or_else(|| pod_sc.and_then(|s| s.run_as_user));
-    let run_as_group = sc.and_then(|s| s.run_as_group).or_else(|| pod_sc.and_then(|s| s.run_as_group));
+    let run_as_user = sc
+        .and_then(|s| s.run_as_user)
+        .or_else(|| pod_sc.and_then(|s| s.run_as_user));
+    let run_as_group = sc
+        .and_then(|s| s.run_as_group)
+        .or_else(|| pod_sc.and_then(|s| s.run_as_group));
     Ok(api::ContainerConfig {
-        metadata: Some(api::ContainerMetadata { name: c.name.clone(), attempt: inputs.restart_count }),
+        metadata: Some(api::ContainerMetadata {
+            name: c.name.clone(),
+            attempt: inputs.restart_count,
+        }),
         image: Some(api::ImageSpec {
             image: inputs.image_ref.to_owned(),
             user_specified_image: c.image.clone().unwrap_or_default(),
@@ -160,7 +232,10 @@ pub fn container_config(settings: &Settings, pod: &Pod, c: &Container, inputs: &
         command: expand_all(&c.command),
         args: expand_all(&c.args),
         working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs: env.into_iter().map(|(key, value)| api::KeyValue { key, value }).collect(),
+        envs: env
+            .into_iter()
+            .map(|(key, value)| api::KeyValue { key, value })
+            .collect(),
         labels: labels::container_labels(pod, c),
         annotations: labels::container_annotations(pod, c, inputs.restart_count, inputs.is_init),
         log_path: format!("{}/{}.log", c.name, inputs.restart_count),
@@ -172,7 +247,9 @@ pub fn container_config(settings: &Settings, pod: &Pod, c: &Container, inputs: &
             security_context: Some(api::LinuxContainerSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
                 privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
-                readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+                readonly_rootfs: sc
+                    .and_then(|s| s.read_only_root_filesystem)
+                    .unwrap_or(false),
                 run_as_user: run_as_user.map(|value| api::Int64Value { value }),
                 run_as_group: run_as_group.map(|value| api::Int64Value { value }),
                 ..Default::default()
@@ -207,13 +284,29 @@ mod tests {
         let c = &p.spec.as_ref().unwrap().containers[0];
         let s = Settings::for_tests();
         let env = make_env(&p, c, &s, &["10.88.0.5".into()]).unwrap();
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
         assert_eq!(get("NAME"), "p-n");
         assert_eq!(get("NS"), "ns");
         assert_eq!(get("IP"), "10.88.0.5");
         assert_eq!(get("APP"), "web");
         assert_eq!(get("GREETING"), "hi p-n");
-        let cfg = container_config(&s, &p, c, &ContainerInputs { restart_count: 3, image_ref: "sha256:abc", pod_ips: &[], is_init: false }).unwrap();
+        let cfg = container_config(
+            &s,
+            &p,
+            c,
+            &ContainerInputs {
+                restart_count: 3,
+                image_ref: "sha256:abc",
+                pod_ips: &[],
+                is_init: false,
+            },
+        )
+        .unwrap();
         assert_eq!(cfg.command, vec!["sh", "-c", "echo hi p-n"]);
         assert_eq!(cfg.log_path, "c/3.log");
         assert_eq!(cfg.metadata.unwrap().attempt, 3);

@@ -46,11 +46,21 @@ impl ImageError {
 /// Makes sure the container's image is present and returns its reference (image ID):
 /// `Always` pulls every time, `IfNotPresent` pulls when ImageStatus finds nothing, `Never` only
 /// looks.
-pub async fn ensure_image(cri: &Cri, c: &Container, sandbox: &api::PodSandboxConfig) -> Result<String, ImageError> {
+pub async fn ensure_image(
+    cri: &Cri,
+    c: &Container,
+    sandbox: &api::PodSandboxConfig,
+) -> Result<String, ImageError> {
     let image = c.image.clone().unwrap_or_default();
     let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
     if policy != "Always" {
-        let present = cri.image_status(&image).await.map_err(|e| ImageError::Inspect { image: image.clone(), message: e.message })?;
+        let present = cri
+            .image_status(&image)
+            .await
+            .map_err(|e| ImageError::Inspect {
+                image: image.clone(),
+                message: e.message,
+            })?;
         if let Some(img) = present {
             return Ok(img.id);
         }
@@ -59,5 +69,10 @@ pub async fn ensure_image(cri: &Cri, c: &Container, sandbox: &api::PodSandboxCon
         }
     }
     tracing::info!(image = %image, "pulling image");
-    cri.pull_image(&image, Some(sandbox.clone())).await.map_err(|e| ImageError::Pull { image, message: e.message })
+    cri.pull_image(&image, Some(sandbox.clone()))
+        .await
+        .map_err(|e| ImageError::Pull {
+            image,
+            message: e.message,
+        })
 }

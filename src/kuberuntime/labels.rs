@@ -18,9 +18,11 @@ pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 /// Restart count annotation.
 pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 /// Termination message path annotation.
-pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str =
+    "io.kubernetes.container.terminationMessagePath";
 /// Termination message policy annotation.
-pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
 /// Container ports annotation (JSON list of the spec's ports).
 pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
 /// Pod's termination grace period annotation, seconds.
@@ -37,9 +39,21 @@ pub const SANDBOX_HASH: &str = "nodelet.io/sandbox-hash";
 /// Labels of a pod sandbox: the pod's labels plus name, namespace and UID (`newPodLabels`), and
 /// the node name ([`NODE_NAME`]).
 pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
-    let mut labels: HashMap<String, String> = pod.metadata.labels.clone().unwrap_or_default().into_iter().collect();
-    labels.insert(POD_NAME.into(), pod.metadata.name.clone().unwrap_or_default());
-    labels.insert(POD_NAMESPACE.into(), pod.metadata.namespace.clone().unwrap_or_default());
+    let mut labels: HashMap<String, String> = pod
+        .metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    labels.insert(
+        POD_NAME.into(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    );
+    labels.insert(
+        POD_NAMESPACE.into(),
+        pod.metadata.namespace.clone().unwrap_or_default(),
+    );
     labels.insert(POD_UID.into(), pod.metadata.uid.clone().unwrap_or_default());
     if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
         labels.insert(NODE_NAME.into(), node);
@@ -49,28 +63,60 @@ pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
 
 /// Annotations of a pod sandbox: the pod's annotations (`newPodAnnotations`).
 pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
-    pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect()
+    pod.metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
 }
 
 /// Labels of a container: container name, pod name, namespace and UID (`newContainerLabels`).
 pub fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, String> {
     let mut labels = HashMap::with_capacity(4);
     labels.insert(CONTAINER_NAME.into(), container.name.clone());
-    labels.insert(POD_NAME.into(), pod.metadata.name.clone().unwrap_or_default());
-    labels.insert(POD_NAMESPACE.into(), pod.metadata.namespace.clone().unwrap_or_default());
+    labels.insert(
+        POD_NAME.into(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    );
+    labels.insert(
+        POD_NAMESPACE.into(),
+        pod.metadata.namespace.clone().unwrap_or_default(),
+    );
     labels.insert(POD_UID.into(), pod.metadata.uid.clone().unwrap_or_default());
     labels
 }
 
 /// Annotations of a container (`newContainerAnnotations`): spec hash, restart count,
 /// termination message path/policy, grace period and ports.
-pub fn container_annotations(pod: &Pod, container: &Container, restart_count: u32, is_init: bool) -> HashMap<String, String> {
+pub fn container_annotations(
+    pod: &Pod,
+    container: &Container,
+    restart_count: u32,
+    is_init: bool,
+) -> HashMap<String, String> {
     let mut a = HashMap::new();
     a.insert(CONTAINER_HASH.into(), container_hash(container));
     a.insert(CONTAINER_RESTART_COUNT.into(), restart_count.to_string());
-    a.insert(CONTAINER_TERMINATION_MESSAGE_PATH.into(), container.termination_message_path.clone().unwrap_or_default());
-    a.insert(CONTAINER_TERMINATION_MESSAGE_POLICY.into(), container.termination_message_policy.clone().unwrap_or_default());
-    if let Some(g) = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds) {
+    a.insert(
+        CONTAINER_TERMINATION_MESSAGE_PATH.into(),
+        container
+            .termination_message_path
+            .clone()
+            .unwrap_or_default(),
+    );
+    a.insert(
+        CONTAINER_TERMINATION_MESSAGE_POLICY.into(),
+        container
+            .termination_message_policy
+            .clone()
+            .unwrap_or_default(),
+    );
+    if let Some(g) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+    {
         a.insert(POD_TERMINATION_GRACE_PERIOD.into(), g.to_string());
     }
     if let Some(ports) = container.ports.as_ref().filter(|p| !p.is_empty()) {
@@ -99,7 +145,8 @@ mod tests {
 
     #[test]
     fn hash_ignores_resources_but_not_image_or_command() {
-        let c: Container = serde_yaml::from_str("{name: c, image: busybox, command: [sleep, '1']}").unwrap();
+        let c: Container =
+            serde_yaml::from_str("{name: c, image: busybox, command: [sleep, '1']}").unwrap();
         let mut r = c.clone();
         r.resources = Some(serde_yaml::from_str("{limits: {cpu: '1'}}").unwrap());
         assert_eq!(container_hash(&c), container_hash(&r));
@@ -113,7 +160,9 @@ mod tests {
 
     #[test]
     fn sandbox_labels_carry_pod_identity() {
-        let pod: Pod = serde_yaml::from_str("metadata: {name: p, namespace: ns, uid: u1, labels: {app: web}}").unwrap();
+        let pod: Pod =
+            serde_yaml::from_str("metadata: {name: p, namespace: ns, uid: u1, labels: {app: web}}")
+                .unwrap();
         let l = sandbox_labels(&pod);
         assert_eq!(l[POD_NAME], "p");
         assert_eq!(l[POD_NAMESPACE], "ns");

@@ -62,8 +62,15 @@ impl Settings {
             hostname: "node1".into(),
             node_ip: "10.0.0.10".into(),
             pod_logs_dir: "/var/log/pods".into(),
-            resolv_conf: ResolvConf { servers: vec!["10.0.0.1".into()], ..Default::default() },
-            cgroups: CgroupLayout { root: "/".into(), per_qos: true, systemd: false },
+            resolv_conf: ResolvConf {
+                servers: vec!["10.0.0.1".into()],
+                ..Default::default()
+            },
+            cgroups: CgroupLayout {
+                root: "/".into(),
+                per_qos: true,
+                systemd: false,
+            },
         }
     }
 }
@@ -97,19 +104,40 @@ pub struct KubeRuntimeManager {
 }
 
 fn pod_ref(pod: &Pod) -> String {
-    format!("pod/{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""))
+    format!(
+        "pod/{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
 }
 
 fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
-    over.or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
-        .unwrap_or(crate::source::manifest::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
-        .max(MIN_GRACE_PERIOD_SECONDS)
+    over.or_else(|| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+    })
+    .unwrap_or(crate::source::manifest::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
+    .max(MIN_GRACE_PERIOD_SECONDS)
 }
 
 impl KubeRuntimeManager {
     /// A manager over `cri` writing statuses to `status`.
-    pub fn new(cri: Cri, settings: Settings, status: StatusManager, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
-        Self { cri, settings, status, recorder, metrics, start_errors: Mutex::new(HashMap::new()) }
+    pub fn new(
+        cri: Cri,
+        settings: Settings,
+        status: StatusManager,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            cri,
+            settings,
+            status,
+            recorder,
+            metrics,
+            start_errors: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The CRI client.
@@ -132,13 +160,26 @@ impl KubeRuntimeManager {
 
     fn record_status(&self, pod: &Arc<Pod>, rt: &RuntimePodStatus, init_failed: bool) {
         let uid = crate::source::pod_uid(pod);
-        let errors = self.start_errors.lock().unwrap_or_else(|e| e.into_inner()).get(uid).cloned().unwrap_or_default();
+        let errors = self
+            .start_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .cloned()
+            .unwrap_or_default();
         let st = generate_pod_status(pod, rt, &errors, &self.settings.node_ip, init_failed);
         self.status.set(pod.clone(), st);
-        self.metrics.running_pods.set(self.status.running_pods() as i64);
+        self.metrics
+            .running_pods
+            .set(self.status.running_pods() as i64);
     }
 
-    async fn stop_containers(&self, pod: &Pod, ids: Vec<(String, String)>, grace: i64) -> Result<(), CriError> {
+    async fn stop_containers(
+        &self,
+        pod: &Pod,
+        ids: Vec<(String, String)>,
+        grace: i64,
+    ) -> Result<(), CriError> {
         let stops = ids.iter().map(|(id, name)| async move {
             info!(pod = %pod_ref(pod), container = %name, grace, "stopping container");
             self.cri.stop_container(id, grace).await
@@ -155,33 +196,87 @@ impl KubeRuntimeManager {
         sandbox_config: &api::PodSandboxConfig,
         pod_ips: &[String],
     ) -> Result<(), SyncError> {
-        let spec = pod.spec.as_ref().ok_or_else(|| SyncError::Start { container: String::new(), reason: "CreateContainerConfigError", message: "pod has no spec".into() })?;
-        let list = if is_init { spec.init_containers.as_deref().unwrap_or(&[]) } else { &spec.containers[..] };
+        let spec = pod.spec.as_ref().ok_or_else(|| SyncError::Start {
+            container: String::new(),
+            reason: "CreateContainerConfigError",
+            message: "pod has no spec".into(),
+        })?;
+        let list = if is_init {
+            spec.init_containers.as_deref().unwrap_or(&[])
+        } else {
+            &spec.containers[..]
+        };
         let c = &list[start.index];
         let uid = crate::source::pod_uid(pod);
         let fail = |reason: &'static str, message: String| {
             self.set_start_error(uid, &c.name, Some((reason.to_owned(), message.clone())));
-            self.recorder.warning(pod_ref(pod), if reason.starts_with("ErrImage") { "Failed" } else { "FailedCreate" }, format!("container {}: {reason}: {message}", c.name));
+            self.recorder.warning(
+                pod_ref(pod),
+                if reason.starts_with("ErrImage") {
+                    "Failed"
+                } else {
+                    "FailedCreate"
+                },
+                format!("container {}: {reason}: {message}", c.name),
+            );
             warn!(pod = %pod_ref(pod), uid, container = %c.name, reason, error = %message, "container start failed");
-            SyncError::Start { container: c.name.clone(), reason, message }
+            SyncError::Start {
+                container: c.name.clone(),
+                reason,
+                message,
+            }
         };
-        let image_ref = image::ensure_image(&self.cri, c, sandbox_config).await.map_err(|e| fail(e.reason(), e.to_string()))?;
-        let inputs = container::ContainerInputs { restart_count: start.restart_count, image_ref: &image_ref, pod_ips, is_init };
-        let config = container::container_config(&self.settings, pod, c, &inputs).map_err(|e| fail("CreateContainerConfigError", e.message))?;
+        let image_ref = image::ensure_image(&self.cri, c, sandbox_config)
+            .await
+            .map_err(|e| fail(e.reason(), e.to_string()))?;
+        let inputs = container::ContainerInputs {
+            restart_count: start.restart_count,
+            image_ref: &image_ref,
+            pod_ips,
+            is_init,
+        };
+        let config = container::container_config(&self.settings, pod, c, &inputs)
+            .map_err(|e| fail("CreateContainerConfigError", e.message))?;
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
-        std::fs::create_dir_all(&log_dir).map_err(|e| fail("CreateContainerError", format!("cannot create log directory {}: {e}", log_dir.display())))?;
-        let id = self.cri.create_container(sandbox_id, config, sandbox_config.clone()).await.map_err(|e| fail("CreateContainerError", e.message))?;
-        self.cri.start_container(&id).await.map_err(|e| fail("RunContainerError", e.message))?;
+        std::fs::create_dir_all(&log_dir).map_err(|e| {
+            fail(
+                "CreateContainerError",
+                format!("cannot create log directory {}: {e}", log_dir.display()),
+            )
+        })?;
+        let id = self
+            .cri
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+            .map_err(|e| fail("CreateContainerError", e.message))?;
+        self.cri
+            .start_container(&id)
+            .await
+            .map_err(|e| fail("RunContainerError", e.message))?;
         self.set_start_error(uid, &c.name, None);
         self.metrics.started_containers.inc();
-        self.recorder.normal(pod_ref(pod), "Started", format!("Started container {}", c.name));
+        self.recorder.normal(
+            pod_ref(pod),
+            "Started",
+            format!("Started container {}", c.name),
+        );
         info!(pod = %pod_ref(pod), uid, container = %c.name, restart_count = start.restart_count, init = is_init, "started container");
         Ok(())
     }
 
     /// Kills everything running in the pod: containers with the grace period, then sandboxes.
-    async fn kill_running(&self, pod: &Pod, rt: &RuntimePodStatus, grace: i64) -> Result<(), CriError> {
-        let running: Vec<(String, String)> = rt.containers.iter().filter(|c| c.state() == ContainerState::Running).map(|c| (c.id.clone(), c.name.clone())).collect();
+    async fn kill_running(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        grace: i64,
+    ) -> Result<(), CriError> {
+        let running: Vec<(String, String)> = rt
+            .containers
+            .iter()
+            .filter(|c| c.state() == ContainerState::Running)
+            .map(|c| (c.id.clone(), c.name.clone()))
+            .collect();
         self.stop_containers(pod, running, grace).await?;
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             self.cri.stop_pod_sandbox(&s.id).await?;
@@ -199,7 +294,10 @@ impl KubeRuntimeManager {
             self.kill_running(pod, &rt, grace).await?;
         }
         let (sandbox_id, sandbox_config, ips) = if let Some(attempt) = actions.create_sandbox {
-            let cgroup = self.settings.cgroups.pod_cgroup_parent(&uid, pod_qos_class(pod));
+            let cgroup = self
+                .settings
+                .cgroups
+                .pod_cgroup_parent(&uid, pod_qos_class(pod));
             let cfg = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup);
             std::fs::create_dir_all(&cfg.log_directory).map_err(|e| SyncError::Start {
                 container: String::new(),
@@ -210,14 +308,29 @@ impl KubeRuntimeManager {
             self.metrics.started_pods.inc();
             info!(pod = %pod_ref(pod), uid, sandbox = %id, attempt, "created pod sandbox");
             let ips = match self.cri.pod_sandbox_status(&id).await? {
-                Some(st) => st.network.map(|n| std::iter::once(n.ip).chain(n.additional_ips.into_iter().map(|i| i.ip)).filter(|i| !i.is_empty()).collect()).unwrap_or_default(),
+                Some(st) => st
+                    .network
+                    .map(|n| {
+                        std::iter::once(n.ip)
+                            .chain(n.additional_ips.into_iter().map(|i| i.ip))
+                            .filter(|i| !i.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
                 None => Vec::new(),
             };
             (id, cfg, ips)
         } else if let Some(id) = actions.sandbox_id.clone() {
             let sb = rt.sandboxes.first().cloned().unwrap_or_default();
-            let cgroup = self.settings.cgroups.pod_cgroup_parent(&uid, pod_qos_class(pod));
-            (id, sandbox::sandbox_config(&self.settings, pod, sb.attempt, cgroup), sb.ips)
+            let cgroup = self
+                .settings
+                .cgroups
+                .pod_cgroup_parent(&uid, pod_qos_class(pod));
+            (
+                id,
+                sandbox::sandbox_config(&self.settings, pod, sb.attempt, cgroup),
+                sb.ips,
+            )
         } else {
             // Finished pod: nothing to start.
             let rt = get_pod_status(&self.cri, &uid).await?;
@@ -225,17 +338,30 @@ impl KubeRuntimeManager {
             return Ok(Requeue::Normal);
         };
 
-        let to_kill: Vec<(String, String)> = actions.containers_to_kill.iter().map(|(id, name, _)| (id.clone(), name.clone())).collect();
+        let to_kill: Vec<(String, String)> = actions
+            .containers_to_kill
+            .iter()
+            .map(|(id, name, _)| (id.clone(), name.clone()))
+            .collect();
         self.stop_containers(pod, to_kill, grace).await?;
 
         let mut first_err = None;
         if let Some(init) = &actions.next_init {
-            if let Err(e) = self.start_one(pod, init, true, &sandbox_id, &sandbox_config, &ips).await {
+            if let Err(e) = self
+                .start_one(pod, init, true, &sandbox_id, &sandbox_config, &ips)
+                .await
+            {
                 first_err = Some(e);
             }
         } else {
-            let starts = actions.containers_to_start.iter().map(|s| self.start_one(pod, s, false, &sandbox_id, &sandbox_config, &ips));
-            first_err = futures::future::join_all(starts).await.into_iter().find_map(Result::err);
+            let starts = actions
+                .containers_to_start
+                .iter()
+                .map(|s| self.start_one(pod, s, false, &sandbox_id, &sandbox_config, &ips));
+            first_err = futures::future::join_all(starts)
+                .await
+                .into_iter()
+                .find_map(Result::err);
         }
         let rt = get_pod_status(&self.cri, &uid).await?;
         self.record_status(pod, &rt, actions.init_failed);
@@ -246,8 +372,15 @@ impl KubeRuntimeManager {
         // are looked at again soon.
         let in_motion = actions.next_init.is_some()
             || !actions.containers_to_start.is_empty()
-            || rt.containers.iter().any(|c| c.is_init && c.state() == ContainerState::Running);
-        Ok(if in_motion { Requeue::Soon } else { Requeue::Normal })
+            || rt
+                .containers
+                .iter()
+                .any(|c| c.is_init && c.state() == ContainerState::Running);
+        Ok(if in_motion {
+            Requeue::Soon
+        } else {
+            Requeue::Normal
+        })
     }
 
     async fn terminate(&self, pod: &Arc<Pod>, grace: Option<i64>) -> Result<(), SyncError> {
@@ -273,10 +406,19 @@ impl KubeRuntimeManager {
                 }
             }
         }
-        self.start_errors.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
+        self.start_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uid);
         self.status.remove(&uid);
-        self.metrics.running_pods.set(self.status.running_pods() as i64);
-        self.recorder.normal(pod_ref(pod), "Killing", "Pod removed: containers stopped, sandbox removed");
+        self.metrics
+            .running_pods
+            .set(self.status.running_pods() as i64);
+        self.recorder.normal(
+            pod_ref(pod),
+            "Killing",
+            "Pod removed: containers stopped, sandbox removed",
+        );
         info!(pod = %pod_ref(pod), uid, "pod terminated and removed");
         Ok(())
     }
@@ -285,21 +427,41 @@ impl KubeRuntimeManager {
     /// UID, and the grace period its containers were created with); housekeeping compares them
     /// with the desired pods.
     pub async fn runtime_pods(&self) -> Result<Vec<Pod>, CriError> {
-        let sel: HashMap<String, String> = [(labels::NODE_NAME.to_string(), self.settings.node_name.clone())].into();
-        let (sandboxes, containers) = tokio::try_join!(self.cri.list_pod_sandbox(sel), self.cri.list_containers(HashMap::new()))?;
+        let sel: HashMap<String, String> = [(
+            labels::NODE_NAME.to_string(),
+            self.settings.node_name.clone(),
+        )]
+        .into();
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(sel),
+            self.cri.list_containers(HashMap::new())
+        )?;
         let grace: HashMap<&str, i64> = containers
             .iter()
-            .filter_map(|c| Some((c.labels.get(labels::POD_UID)?.as_str(), c.annotations.get(labels::POD_TERMINATION_GRACE_PERIOD)?.parse().ok()?)))
+            .filter_map(|c| {
+                Some((
+                    c.labels.get(labels::POD_UID)?.as_str(),
+                    c.annotations
+                        .get(labels::POD_TERMINATION_GRACE_PERIOD)?
+                        .parse()
+                        .ok()?,
+                ))
+            })
             .collect();
         let mut pods: HashMap<String, Pod> = HashMap::new();
         for s in sandboxes {
-            let Some(uid) = s.labels.get(labels::POD_UID).cloned() else { continue };
+            let Some(uid) = s.labels.get(labels::POD_UID).cloned() else {
+                continue;
+            };
             pods.entry(uid.clone()).or_insert_with(|| {
                 let mut p = Pod::default();
                 p.metadata.name = s.labels.get(labels::POD_NAME).cloned();
                 p.metadata.namespace = s.labels.get(labels::POD_NAMESPACE).cloned();
                 let g = grace.get(uid.as_str()).copied();
-                p.spec = Some(k8s_openapi::api::core::v1::PodSpec { termination_grace_period_seconds: g, ..Default::default() });
+                p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                    termination_grace_period_seconds: g,
+                    ..Default::default()
+                });
                 p.metadata.uid = Some(uid);
                 p
             });

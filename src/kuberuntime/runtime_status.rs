@@ -106,7 +106,10 @@ impl RuntimePodStatus {
     }
 
     /// All instances of the container `name`, newest first.
-    pub fn instances<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a RuntimeContainer> + 'a {
+    pub fn instances<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a RuntimeContainer> + 'a {
         self.containers.iter().filter(move |c| c.name == name)
     }
 }
@@ -116,7 +119,8 @@ impl RuntimePodStatus {
 /// container (exit codes, times). kubelet's `GetPodStatus`.
 pub async fn get_pod_status(cri: &Cri, uid: &str) -> CriResult<RuntimePodStatus> {
     let sel: HashMap<String, String> = [(labels::POD_UID.to_string(), uid.to_string())].into();
-    let (sandboxes, containers) = tokio::try_join!(cri.list_pod_sandbox(sel.clone()), cri.list_containers(sel))?;
+    let (sandboxes, containers) =
+        tokio::try_join!(cri.list_pod_sandbox(sel.clone()), cri.list_containers(sel))?;
     let mut out = RuntimePodStatus::default();
     for s in sandboxes {
         out.sandboxes.push(SandboxStatus {
@@ -124,30 +128,48 @@ pub async fn get_pod_status(cri: &Cri, uid: &str) -> CriResult<RuntimePodStatus>
             ready: s.state == api::PodSandboxState::SandboxReady as i32,
             created_at: s.created_at,
             ips: Vec::new(),
-            sandbox_hash: s.annotations.get(labels::SANDBOX_HASH).cloned().unwrap_or_default(),
+            sandbox_hash: s
+                .annotations
+                .get(labels::SANDBOX_HASH)
+                .cloned()
+                .unwrap_or_default(),
             id: s.id,
         });
     }
-    out.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    out.sandboxes
+        .sort_by(|a, b| b.created_at.cmp(&a.created_at));
     if let Some(newest) = out.sandboxes.first_mut().filter(|s| s.ready) {
         if let Some(st) = cri.pod_sandbox_status(&newest.id).await? {
             if let Some(net) = st.network {
                 if !net.ip.is_empty() {
                     newest.ips.push(net.ip);
                 }
-                newest.ips.extend(net.additional_ips.into_iter().map(|i| i.ip));
+                newest
+                    .ips
+                    .extend(net.additional_ips.into_iter().map(|i| i.ip));
             }
         }
     }
-    let statuses = futures::future::try_join_all(containers.iter().map(|c| cri.container_status(&c.id))).await?;
+    let statuses =
+        futures::future::try_join_all(containers.iter().map(|c| cri.container_status(&c.id)))
+            .await?;
     for (c, st) in containers.into_iter().zip(statuses) {
         let st = st.unwrap_or_default();
         out.containers.push(RuntimeContainer {
             sandbox_id: c.pod_sandbox_id,
-            name: c.labels.get(labels::CONTAINER_NAME).cloned().or_else(|| c.metadata.as_ref().map(|m| m.name.clone())).unwrap_or_default(),
+            name: c
+                .labels
+                .get(labels::CONTAINER_NAME)
+                .cloned()
+                .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
+                .unwrap_or_default(),
             attempt: c.metadata.as_ref().map_or(0, |m| m.attempt),
             state: Some(ContainerState::from(st.state)),
-            hash: c.annotations.get(labels::CONTAINER_HASH).cloned().unwrap_or_default(),
+            hash: c
+                .annotations
+                .get(labels::CONTAINER_HASH)
+                .cloned()
+                .unwrap_or_default(),
             is_init: c.annotations.contains_key(labels::CONTAINER_IS_INIT),
             created_at: c.created_at,
             started_at: st.started_at,
@@ -160,6 +182,10 @@ pub async fn get_pod_status(cri: &Cri, uid: &str) -> CriResult<RuntimePodStatus>
             id: c.id,
         });
     }
-    out.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.attempt.cmp(&a.attempt)));
+    out.containers.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then(b.attempt.cmp(&a.attempt))
+    });
     Ok(out)
 }

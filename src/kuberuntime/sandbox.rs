@@ -49,7 +49,11 @@ pub fn pod_logs_dir(settings: &Settings, pod: &Pod) -> std::path::PathBuf {
 }
 
 fn ns_mode(node: bool, alternative: api::NamespaceMode) -> i32 {
-    if node { api::NamespaceMode::Node as i32 } else { alternative as i32 }
+    if node {
+        api::NamespaceMode::Node as i32
+    } else {
+        alternative as i32
+    }
 }
 
 /// Namespace options for the pod's sandbox and containers (kubelet's `namespacesForPod`):
@@ -57,12 +61,18 @@ fn ns_mode(node: bool, alternative: api::NamespaceMode) -> i32 {
 /// shareProcessNamespace, else CONTAINER; ipc NODE with hostIPC, else POD.
 pub fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     let s = pod.spec.as_ref();
-    let flag = |f: fn(&k8s_openapi::api::core::v1::PodSpec) -> Option<bool>| s.and_then(f).unwrap_or(false);
+    let flag = |f: fn(&k8s_openapi::api::core::v1::PodSpec) -> Option<bool>| {
+        s.and_then(f).unwrap_or(false)
+    };
     api::NamespaceOption {
         network: ns_mode(flag(|s| s.host_network), api::NamespaceMode::Pod),
         pid: ns_mode(
             flag(|s| s.host_pid),
-            if flag(|s| s.share_process_namespace) { api::NamespaceMode::Pod } else { api::NamespaceMode::Container },
+            if flag(|s| s.share_process_namespace) {
+                api::NamespaceMode::Pod
+            } else {
+                api::NamespaceMode::Container
+            },
         ),
         ipc: ns_mode(flag(|s| s.host_ipc), api::NamespaceMode::Pod),
         ..Default::default()
@@ -90,18 +100,26 @@ pub fn pod_hostname(settings: &Settings, pod: &Pod) -> String {
 /// `spec.dnsConfig` adds to any policy.
 pub fn pod_dns(resolv: &ResolvConf, pod: &Pod) -> api::DnsConfig {
     let spec = pod.spec.as_ref();
-    let policy = spec.and_then(|s| s.dns_policy.as_deref()).unwrap_or("ClusterFirst");
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
     let mut dns = if policy == "None" {
         api::DnsConfig::default()
     } else {
-        api::DnsConfig { servers: resolv.servers.clone(), searches: resolv.searches.clone(), options: resolv.options.clone() }
+        api::DnsConfig {
+            servers: resolv.servers.clone(),
+            searches: resolv.searches.clone(),
+            options: resolv.options.clone(),
+        }
     };
     if let Some(cfg) = spec.and_then(|s| s.dns_config.as_ref()) {
-        dns.servers.extend(cfg.nameservers.iter().flatten().cloned());
+        dns.servers
+            .extend(cfg.nameservers.iter().flatten().cloned());
         dns.searches.extend(cfg.searches.iter().flatten().cloned());
         for o in cfg.options.iter().flatten() {
             let name = o.name.clone().unwrap_or_default();
-            dns.options.retain(|x| x.split(':').next() != Some(name.as_str()));
+            dns.options
+                .retain(|x| x.split(':').next() != Some(name.as_str()));
             dns.options.push(match &o.value {
                 Some(v) => format!("{name}:{v}"),
                 None => name,
@@ -135,7 +153,12 @@ pub fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
 }
 
 /// The full PodSandboxConfig for `pod` at sandbox `attempt`, placed in `cgroup_parent`.
-pub fn sandbox_config(settings: &Settings, pod: &Pod, attempt: u32, cgroup_parent: String) -> api::PodSandboxConfig {
+pub fn sandbox_config(
+    settings: &Settings,
+    pod: &Pod,
+    attempt: u32,
+    cgroup_parent: String,
+) -> api::PodSandboxConfig {
     let m = &pod.metadata;
     let mut annotations = labels::sandbox_annotations(pod);
     annotations.insert(labels::SANDBOX_HASH.into(), sandbox_hash(pod));
@@ -144,7 +167,11 @@ pub fn sandbox_config(settings: &Settings, pod: &Pod, attempt: u32, cgroup_paren
         .as_ref()
         .and_then(|s| s.security_context.as_ref())
         .and_then(|sc| sc.sysctls.as_ref())
-        .map(|l| l.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        .map(|l| {
+            l.iter()
+                .map(|s| (s.name.clone(), s.value.clone()))
+                .collect()
+        })
         .unwrap_or_default();
     api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
@@ -194,10 +221,20 @@ mod tests {
 
     #[test]
     fn sandbox_config_matches_kubelet() {
-        let p = pod("{containers: [{name: c, image: b, ports: [{containerPort: 80, hostPort: 8080}]}]}");
+        let p = pod(
+            "{containers: [{name: c, image: b, ports: [{containerPort: 80, hostPort: 8080}]}]}",
+        );
         let c = sandbox_config(&settings(), &p, 2, "/kubepods/besteffort/podu1".into());
         let md = c.metadata.unwrap();
-        assert_eq!((md.name.as_str(), md.namespace.as_str(), md.uid.as_str(), md.attempt), ("web-node1", "ns", "u1", 2));
+        assert_eq!(
+            (
+                md.name.as_str(),
+                md.namespace.as_str(),
+                md.uid.as_str(),
+                md.attempt
+            ),
+            ("web-node1", "ns", "u1", 2)
+        );
         assert_eq!(c.hostname, "web-node1");
         assert_eq!(c.log_directory, "/var/log/pods/ns_web-node1_u1");
         assert_eq!(c.port_mappings[0].host_port, 8080);
@@ -214,7 +251,14 @@ mod tests {
     fn host_namespaces_and_shared_pid() {
         let p = pod("{hostNetwork: true, hostIPC: true, shareProcessNamespace: true, containers: [{name: c, image: b}]}");
         let ns = namespace_options(&p);
-        assert_eq!((ns.network, ns.pid, ns.ipc), (api::NamespaceMode::Node as i32, api::NamespaceMode::Pod as i32, api::NamespaceMode::Node as i32));
+        assert_eq!(
+            (ns.network, ns.pid, ns.ipc),
+            (
+                api::NamespaceMode::Node as i32,
+                api::NamespaceMode::Pod as i32,
+                api::NamespaceMode::Node as i32
+            )
+        );
         assert_eq!(pod_hostname(&settings(), &p), "node1");
         let p = pod("{hostPID: true, containers: [{name: c, image: b}]}");
         assert_eq!(namespace_options(&p).pid, api::NamespaceMode::Node as i32);

@@ -10,8 +10,9 @@
 //!
 //! Broken manifests are reported (log, event, metric) once per distinct content. A manifest that
 //! breaks after it was good keeps its last good pod running until it is fixed or removed: an
-//! operator's typo never takes a running pod down. Two files defining the same namespace/name:
-//! the file that defined it first keeps it, the other is reported as a duplicate.
+//! operator's typo never takes a running pod down. Two files defining the same namespace/name (or
+//! the same explicit `metadata.uid`): the file that defined it first keeps it, the other is
+//! reported as a duplicate.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -57,12 +58,24 @@ pub struct FileSource {
 impl FileSource {
     /// A source over `dir` for node `node_name`.
     pub fn new(dir: PathBuf, node_name: String, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
-        Self { dir, node_name, files: BTreeMap::new(), owners: HashMap::new(), recorder, metrics, missing_dir_reported: false }
+        Self {
+            dir,
+            node_name,
+            files: BTreeMap::new(),
+            owners: HashMap::new(),
+            recorder,
+            metrics,
+            missing_dir_reported: false,
+        }
     }
 
     fn report(&self, err: &ManifestError, file: &Path) {
         tracing::warn!(file = %file.display(), reason = err.reason(), error = %err, "static pod manifest refused");
-        self.recorder.warning(format!("file/{}", file.display()), err.reason(), err.to_string());
+        self.recorder.warning(
+            format!("file/{}", file.display()),
+            err.reason(),
+            err.to_string(),
+        );
         self.metrics.manifest_error(err.reason());
     }
 
@@ -86,7 +99,11 @@ impl FileSource {
         let mut paths: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .filter(|e| e.file_type().map(|t| t.is_file() || t.is_symlink()).unwrap_or(false))
+            .filter(|e| {
+                e.file_type()
+                    .map(|t| t.is_file() || t.is_symlink())
+                    .unwrap_or(false)
+            })
             .map(|e| e.path())
             .collect();
         paths.sort();
@@ -106,19 +123,30 @@ impl FileSource {
                 continue;
             }
             let result = if bytes.starts_with(b"\0unreadable: ") {
-                Err(ManifestError::Read { file: path.display().to_string(), message: String::from_utf8_lossy(&bytes[13..]).into_owned() })
+                Err(ManifestError::Read {
+                    file: path.display().to_string(),
+                    message: String::from_utf8_lossy(&bytes[13..]).into_owned(),
+                })
             } else {
                 decode_static_pod(path, &bytes, &self.node_name)
             };
             let prev_good = self.files.remove(path).and_then(|f| f.good);
             let entry = match result {
-                Ok(pod) => FileEntry { bytes, good: Some(pod), error: None },
+                Ok(pod) => FileEntry {
+                    bytes,
+                    good: Some(pod),
+                    error: None,
+                },
                 Err(err) => {
                     self.report(&err, path);
                     if prev_good.is_some() {
                         tracing::warn!(file = %path.display(), "keeping the last good version of this pod until the manifest is fixed");
                     }
-                    FileEntry { bytes, good: prev_good, error: Some(err) }
+                    FileEntry {
+                        bytes,
+                        good: prev_good,
+                        error: Some(err),
+                    }
                 }
             };
             self.files.insert(path.clone(), entry);
@@ -128,9 +156,19 @@ impl FileSource {
 
     /// Pods from the current files, the first owner of each namespace/name winning.
     fn collect_pods(&mut self) -> Vec<Pod> {
-        let key = |p: &Pod| (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default());
+        let key = |p: &Pod| {
+            (
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default(),
+            )
+        };
         // Drop owners whose file no longer defines that pod.
-        self.owners.retain(|k, file| self.files.get(file).and_then(|f| f.good.as_ref()).is_some_and(|p| key(p) == *k));
+        self.owners.retain(|k, file| {
+            self.files
+                .get(file)
+                .and_then(|f| f.good.as_ref())
+                .is_some_and(|p| key(p) == *k)
+        });
         // Existing owners first, then new files in name order.
         let mut order: Vec<&PathBuf> = self.owners.values().collect();
         order.sort();
@@ -140,24 +178,42 @@ impl FileSource {
 
         let mut pods = Vec::new();
         let mut duplicates = Vec::new();
+        let mut uids: HashMap<String, PathBuf> = HashMap::new();
         for path in order {
-            let Some(entry) = self.files.get(&path) else { continue };
-            let Some(pod) = entry.good.as_ref() else { continue };
+            let Some(entry) = self.files.get(&path) else {
+                continue;
+            };
+            let Some(pod) = entry.good.as_ref() else {
+                continue;
+            };
             let k = key(pod);
-            match self.owners.get(&k) {
-                Some(owner) if *owner != path => {
+            let uid = super::pod_uid(pod).to_owned();
+            let first = match (self.owners.get(&k), uids.get(&uid)) {
+                (Some(owner), _) if *owner != path => Some(owner.clone()),
+                (_, Some(owner)) => Some(owner.clone()),
+                _ => None,
+            };
+            match first {
+                Some(first) => {
                     if entry.error.is_none() {
-                        duplicates.push((path.clone(), k, owner.clone()));
+                        let err = ManifestError::Duplicate {
+                            file: path.display().to_string(),
+                            namespace: k.0,
+                            name: k.1,
+                            uid,
+                            first: first.display().to_string(),
+                        };
+                        duplicates.push((path.clone(), err));
                     }
                 }
-                _ => {
+                None => {
                     self.owners.insert(k, path.clone());
+                    uids.insert(uid, path.clone());
                     pods.push(pod.clone());
                 }
             }
         }
-        for (path, (namespace, name), first) in duplicates {
-            let err = ManifestError::Duplicate { file: path.display().to_string(), namespace, name, first: first.display().to_string() };
+        for (path, err) in duplicates {
             self.report(&err, &path);
             // Report once per content: mark the entry as errored.
             if let Some(e) = self.files.get_mut(&path) {
@@ -172,12 +228,20 @@ impl FileSource {
 /// to one is acted on at once; other names (temporary files of `sed -i`, editors' swap files) are
 /// given [`SETTLE`] to be renamed or removed first.
 fn has_manifest_extension(p: &Path) -> bool {
-    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
 }
 
 /// Runs the file source on the calling thread until `stop` fires: watches `dir`, re-lists on
 /// changes and every `period`, and feeds `config`.
-pub fn run(mut source: FileSource, period: Duration, config: Arc<std::sync::Mutex<PodConfig>>, stop: Receiver<()>) {
+pub fn run(
+    mut source: FileSource,
+    period: Duration,
+    config: Arc<std::sync::Mutex<PodConfig>>,
+    stop: Receiver<()>,
+) {
     let (ev_tx, ev_rx) = crossbeam_channel::unbounded::<notify::Result<notify::Event>>();
     let mut watcher = match notify::recommended_watcher(move |e| {
         let _ = ev_tx.send(e);
@@ -200,7 +264,10 @@ pub fn run(mut source: FileSource, period: Duration, config: Arc<std::sync::Mute
         }
         if relist {
             let pods = source.list();
-            config.lock().unwrap_or_else(|e| e.into_inner()).set(SOURCE, pods);
+            config
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set(SOURCE, pods);
             relist = false;
             settle_at = None;
         }
@@ -244,7 +311,12 @@ mod tests {
     use super::*;
 
     fn source(dir: &Path) -> FileSource {
-        FileSource::new(dir.to_owned(), "n1".into(), Recorder::default(), Metrics::new())
+        FileSource::new(
+            dir.to_owned(),
+            "n1".into(),
+            Recorder::default(),
+            Metrics::new(),
+        )
     }
 
     const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec: {containers: [{name: c, image: busybox}]}\n";
@@ -262,7 +334,11 @@ mod tests {
         assert_eq!(s.recorder.list().len(), 1);
         assert!(s.recorder.list()[0].message.contains("b.yaml"));
         s.list();
-        assert_eq!(s.recorder.list().len(), 1, "same broken content is reported once");
+        assert_eq!(
+            s.recorder.list().len(),
+            1,
+            "same broken content is reported once"
+        );
     }
 
     #[test]
@@ -272,7 +348,11 @@ mod tests {
         std::fs::write(&f, POD.replace("NAME", "a")).unwrap();
         let mut s = source(dir.path());
         assert_eq!(s.list().len(), 1);
-        std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n").unwrap();
+        std::fs::write(
+            &f,
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n",
+        )
+        .unwrap();
         assert_eq!(s.list().len(), 1);
         assert_eq!(s.recorder.list()[0].reason, "InvalidManifest");
         std::fs::remove_file(&f).unwrap();
@@ -294,6 +374,19 @@ mod tests {
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].reason, "DuplicatePod");
         assert!(ev[0].message.contains("a.yaml") && ev[0].message.contains("b.yaml"));
+    }
+
+    #[test]
+    fn same_explicit_uid_in_two_files_is_a_duplicate() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_uid = |n: &str| POD.replace("{name: NAME}", &format!("{{name: {n}, uid: same}}"));
+        std::fs::write(dir.path().join("a.yaml"), with_uid("one")).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), with_uid("two")).unwrap();
+        let mut s = source(dir.path());
+        let pods = s.list();
+        assert_eq!(pods.len(), 1);
+        assert_eq!(pods[0].metadata.name.as_deref(), Some("one-n1"));
+        assert_eq!(s.recorder.list()[0].reason, "DuplicatePod");
     }
 
     #[test]

@@ -36,35 +36,69 @@ pub fn decode_static_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<P
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return Err(ManifestError::Empty { file: file_s });
     }
-    let value: serde_yaml::Value = serde_yaml::from_slice(bytes)
-        .map_err(|e| ManifestError::Parse { file: file_s.clone(), message: e.to_string() })?;
+    let value: serde_yaml::Value =
+        serde_yaml::from_slice(bytes).map_err(|e| ManifestError::Parse {
+            file: file_s.clone(),
+            message: e.to_string(),
+        })?;
     let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-    let api_version = value.get("apiVersion").and_then(|k| k.as_str()).unwrap_or("");
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|k| k.as_str())
+        .unwrap_or("");
     if kind != "Pod" || api_version != "v1" {
         return Err(ManifestError::Invalid {
             file: file_s,
             error: FieldError {
-                field: if kind != "Pod" { "kind".into() } else { "apiVersion".into() },
-                value: if kind != "Pod" { kind.into() } else { api_version.into() },
-                reason: "a static pod manifest holds one object with apiVersion v1 and kind Pod".into(),
+                field: if kind != "Pod" {
+                    "kind".into()
+                } else {
+                    "apiVersion".into()
+                },
+                value: if kind != "Pod" {
+                    kind.into()
+                } else {
+                    api_version.into()
+                },
+                reason: "a static pod manifest holds one object with apiVersion v1 and kind Pod"
+                    .into(),
             },
         });
     }
-    let mut pod: Pod = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_slice(bytes))
-        .map_err(|e| ManifestError::Parse { file: file_s.clone(), message: format!("field {}: {}", e.path(), e.inner()) })?;
-    validate_pod(&pod).map_err(|error| ManifestError::Invalid { file: file_s.clone(), error })?;
+    let mut pod: Pod = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_slice(
+        bytes,
+    ))
+    .map_err(|e| ManifestError::Parse {
+        file: file_s.clone(),
+        message: format!("field {}: {}", e.path(), e.inner()),
+    })?;
+    validate_pod(&pod).map_err(|error| ManifestError::Invalid {
+        file: file_s.clone(),
+        error,
+    })?;
     let content_hash = crate::hash::object_hash(&pod);
     apply_file_pod_defaults(&mut pod, file, node_name, &content_hash)?;
     Ok(pod)
 }
 
-fn apply_file_pod_defaults(pod: &mut Pod, file: &Path, node_name: &str, content_hash: &str) -> Result<(), ManifestError> {
+fn apply_file_pod_defaults(
+    pod: &mut Pod,
+    file: &Path,
+    node_name: &str,
+    content_hash: &str,
+) -> Result<(), ManifestError> {
     let meta = &mut pod.metadata;
-    let namespace = meta.namespace.get_or_insert_with(|| "default".into()).clone();
+    let namespace = meta
+        .namespace
+        .get_or_insert_with(|| "default".into())
+        .clone();
     let base_name = meta.name.clone().unwrap_or_default();
     let name = format!("{base_name}-{node_name}");
     if !is_dns1123_subdomain(&name) {
-        return Err(ManifestError::InvalidName { file: file.display().to_string(), name });
+        return Err(ManifestError::InvalidName {
+            file: file.display().to_string(),
+            name,
+        });
     }
     if meta.uid.as_deref().map_or(true, str::is_empty) {
         meta.uid = Some(static_pod_uid(file, node_name, &namespace, &base_name));
@@ -74,17 +108,27 @@ fn apply_file_pod_defaults(pod: &mut Pod, file: &Path, node_name: &str, content_
     annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), content_hash.into());
 
-    let Some(spec) = pod.spec.as_mut() else { return Ok(()) };
+    let Some(spec) = pod.spec.as_mut() else {
+        return Ok(());
+    };
     spec.node_name = Some(node_name.into());
     spec.restart_policy.get_or_insert_with(|| "Always".into());
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
-    spec.termination_grace_period_seconds.get_or_insert(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
-    let containers = spec.init_containers.iter_mut().flatten().chain(spec.containers.iter_mut());
+    spec.termination_grace_period_seconds
+        .get_or_insert(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+    let containers = spec
+        .init_containers
+        .iter_mut()
+        .flatten()
+        .chain(spec.containers.iter_mut());
     for c in containers {
         let image = c.image.clone().unwrap_or_default();
-        c.image_pull_policy.get_or_insert_with(|| default_pull_policy(&image).into());
-        c.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
-        c.termination_message_policy.get_or_insert_with(|| "File".into());
+        c.image_pull_policy
+            .get_or_insert_with(|| default_pull_policy(&image).into());
+        c.termination_message_path
+            .get_or_insert_with(|| "/dev/termination-log".into());
+        c.termination_message_policy
+            .get_or_insert_with(|| "File".into());
         for p in c.ports.iter_mut().flatten() {
             p.protocol.get_or_insert_with(|| "TCP".into());
         }
@@ -95,7 +139,10 @@ fn apply_file_pod_defaults(pod: &mut Pod, file: &Path, node_name: &str, content_
 /// The UID nodelet gives a file pod that does not set `metadata.uid`: a name-based UUID (v5) of
 /// the manifest path, node name, namespace and `metadata.name` (before the node suffix).
 pub fn static_pod_uid(file: &Path, node_name: &str, namespace: &str, name: &str) -> String {
-    let seed = format!("file:{}\nnode:{node_name}\n{namespace}/{name}", file.display());
+    let seed = format!(
+        "file:{}\nnode:{node_name}\n{namespace}/{name}",
+        file.display()
+    );
     uuid::Uuid::new_v5(&UID_NAMESPACE, seed.as_bytes()).to_string()
 }
 
@@ -120,7 +167,8 @@ mod tests {
 
     #[test]
     fn file_pods_get_kubelets_name_namespace_and_annotations() {
-        let pod = decode_static_pod(Path::new("/etc/m/web.yaml"), GOOD.as_bytes(), "node1").unwrap();
+        let pod =
+            decode_static_pod(Path::new("/etc/m/web.yaml"), GOOD.as_bytes(), "node1").unwrap();
         assert_eq!(pod.metadata.name.as_deref(), Some("web-node1"));
         assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
         let ann = pod.metadata.annotations.as_ref().unwrap();
@@ -130,7 +178,10 @@ mod tests {
         assert_eq!(spec.node_name.as_deref(), Some("node1"));
         assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
         assert_eq!(spec.termination_grace_period_seconds, Some(30));
-        assert_eq!(spec.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("IfNotPresent")
+        );
     }
 
     #[test]
@@ -141,7 +192,8 @@ mod tests {
         let c = decode_static_pod(Path::new("/m/c.yaml"), GOOD.as_bytes(), "n").unwrap();
         assert_eq!(a.metadata.uid, b.metadata.uid);
         assert_ne!(a.metadata.uid, c.metadata.uid);
-        let hash = |p: &Pod| p.metadata.annotations.as_ref().unwrap()[CONFIG_HASH_ANNOTATION].clone();
+        let hash =
+            |p: &Pod| p.metadata.annotations.as_ref().unwrap()[CONFIG_HASH_ANNOTATION].clone();
         assert_ne!(hash(&a), hash(&b));
     }
 
@@ -150,7 +202,10 @@ mod tests {
         let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j","uid":"fixed"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#;
         let pod = decode_static_pod(Path::new("/m/j.json"), json.as_bytes(), "n").unwrap();
         assert_eq!(pod.metadata.uid.as_deref(), Some("fixed"));
-        assert_eq!(pod.spec.unwrap().containers[0].image_pull_policy.as_deref(), Some("Always"));
+        assert_eq!(
+            pod.spec.unwrap().containers[0].image_pull_policy.as_deref(),
+            Some("Always")
+        );
     }
 
     #[test]
@@ -165,7 +220,10 @@ mod tests {
         for (text, needle) in cases {
             let e = decode_static_pod(Path::new("/m/f.yaml"), text.as_bytes(), "n").unwrap_err();
             let msg = e.to_string();
-            assert!(msg.contains("/m/f.yaml") && msg.contains(needle), "{text:?}: {msg}");
+            assert!(
+                msg.contains("/m/f.yaml") && msg.contains(needle),
+                "{text:?}: {msg}"
+            );
         }
     }
 

@@ -65,8 +65,9 @@ pub enum ManifestError {
         /// The full pod name.
         name: String,
     },
-    /// Another file already defines a pod with this namespace and name; the first one wins.
-    #[error("manifest {file}: field metadata.name: pod {namespace}/{name} is already defined by {first}; this file is ignored")]
+    /// Another file already defines a pod with this namespace and name, or this UID; the first
+    /// one wins.
+    #[error("manifest {file}: field metadata.name: pod {namespace}/{name} (uid {uid}) is already defined by {first}; this file is ignored")]
     Duplicate {
         /// Path of the ignored manifest.
         file: String,
@@ -74,6 +75,8 @@ pub enum ManifestError {
         namespace: String,
         /// Full pod name.
         name: String,
+        /// The pod's UID.
+        uid: String,
         /// The manifest that defines it first.
         first: String,
     },
@@ -120,7 +123,11 @@ pub fn pod_uid(pod: &Pod) -> &str {
 }
 
 fn config_hash(pod: &Pod) -> &str {
-    pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_HASH_ANNOTATION)).map_or("", String::as_str)
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
+        .map_or("", String::as_str)
 }
 
 /// Merges snapshots from the sources into operations (kubelet's `PodConfig` / `podStorage` in
@@ -134,7 +141,11 @@ pub struct PodConfig {
 impl PodConfig {
     /// A merger sending its operations on `tx` (the sync loop's config channel).
     pub fn new(tx: crossbeam_channel::Sender<PodUpdate>) -> Self {
-        Self { pods: HashMap::new(), ready: HashMap::new(), tx }
+        Self {
+            pods: HashMap::new(),
+            ready: HashMap::new(),
+            tx,
+        }
     }
 
     /// Registers a source; the returned flag turns true after its first snapshot.
@@ -157,21 +168,39 @@ impl PodConfig {
         for mut pod in snapshot {
             let uid = pod_uid(&pod).to_owned();
             match old.get(&uid) {
-                Some(prev) if config_hash(prev) == config_hash(&pod) && prev.metadata.name == pod.metadata.name => {
+                Some(prev)
+                    if config_hash(prev) == config_hash(&pod)
+                        && prev.metadata.name == pod.metadata.name =>
+                {
                     new.insert(uid, prev.clone());
                 }
                 prev => {
-                    pod.metadata.annotations.get_or_insert_with(Default::default).insert(CONFIG_SEEN_ANNOTATION.into(), seen.clone());
+                    pod.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(CONFIG_SEEN_ANNOTATION.into(), seen.clone());
                     let pod = Arc::new(pod);
-                    if prev.is_some() { updates.push(pod.clone()) } else { adds.push(pod.clone()) }
+                    if prev.is_some() {
+                        updates.push(pod.clone())
+                    } else {
+                        adds.push(pod.clone())
+                    }
                     new.insert(uid, pod);
                 }
             }
         }
-        let removes: Vec<Arc<Pod>> = old.iter().filter(|(uid, _)| !new.contains_key(*uid)).map(|(_, p)| p.clone()).collect();
+        let removes: Vec<Arc<Pod>> = old
+            .iter()
+            .filter(|(uid, _)| !new.contains_key(*uid))
+            .map(|(_, p)| p.clone())
+            .collect();
         self.pods.insert(source, new);
         let mut ops = Vec::new();
-        for (op, pods) in [(PodOp::Remove, removes), (PodOp::Add, adds), (PodOp::Update, updates)] {
+        for (op, pods) in [
+            (PodOp::Remove, removes),
+            (PodOp::Add, adds),
+            (PodOp::Update, updates),
+        ] {
             if !pods.is_empty() {
                 let update = PodUpdate { op, source, pods };
                 // A closed channel means the agent is shutting down; nothing to do then.
@@ -211,7 +240,8 @@ mod tests {
         let mut p = Pod::default();
         p.metadata.uid = Some(uid.into());
         p.metadata.name = Some(format!("p-{uid}"));
-        p.metadata.annotations = Some([(CONFIG_HASH_ANNOTATION.to_string(), hash.to_string())].into());
+        p.metadata.annotations =
+            Some([(CONFIG_HASH_ANNOTATION.to_string(), hash.to_string())].into());
         p
     }
 

@@ -19,7 +19,11 @@ pub struct FieldError {
 }
 
 fn err(field: impl Into<String>, value: &str, reason: &str) -> FieldError {
-    FieldError { field: field.into(), value: value.to_owned(), reason: reason.to_owned() }
+    FieldError {
+        field: field.into(),
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    }
 }
 
 /// True when `s` is a DNS-1123 label: 1..=63 of `[a-z0-9-]`, starting and ending alphanumeric.
@@ -27,7 +31,8 @@ pub fn is_dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -40,7 +45,8 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
         && s.split('.').all(|l| {
             let b = l.as_bytes();
             !b.is_empty()
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
                 && b[0] != b'-'
                 && b[b.len() - 1] != b'-'
         })
@@ -53,37 +59,64 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
         return Err(err("metadata.name", "", "is required"));
     }
     if !is_dns1123_subdomain(name) {
-        return Err(err("metadata.name", name, "must be a DNS-1123 subdomain (lowercase a-z, 0-9, '-', '.'; no '/' or '..')"));
+        return Err(err(
+            "metadata.name",
+            name,
+            "must be a DNS-1123 subdomain (lowercase a-z, 0-9, '-', '.'; no '/' or '..')",
+        ));
     }
     if let Some(ns) = pod.metadata.namespace.as_deref() {
         if !is_dns1123_label(ns) {
-            return Err(err("metadata.namespace", ns, "must be a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)"));
+            return Err(err(
+                "metadata.namespace",
+                ns,
+                "must be a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)",
+            ));
         }
     }
     let Some(spec) = pod.spec.as_ref() else {
         return Err(err("spec", "", "is required"));
     };
     if spec.containers.is_empty() {
-        return Err(err("spec.containers", "", "must hold at least one container"));
+        return Err(err(
+            "spec.containers",
+            "",
+            "must hold at least one container",
+        ));
     }
     let mut seen = std::collections::BTreeSet::new();
     let init = spec.init_containers.as_deref().unwrap_or(&[]);
-    for (list, containers) in [("spec.initContainers", init), ("spec.containers", &spec.containers[..])] {
+    for (list, containers) in [
+        ("spec.initContainers", init),
+        ("spec.containers", &spec.containers[..]),
+    ] {
         for (i, c) in containers.iter().enumerate() {
             validate_container(&format!("{list}[{i}]"), c)?;
             if !seen.insert(c.name.as_str()) {
-                return Err(err(format!("{list}[{i}].name"), &c.name, "duplicates another container's name"));
+                return Err(err(
+                    format!("{list}[{i}].name"),
+                    &c.name,
+                    "duplicates another container's name",
+                ));
             }
         }
     }
     if let Some(p) = spec.restart_policy.as_deref() {
         if !matches!(p, "Always" | "OnFailure" | "Never") {
-            return Err(err("spec.restartPolicy", p, "must be Always, OnFailure or Never"));
+            return Err(err(
+                "spec.restartPolicy",
+                p,
+                "must be Always, OnFailure or Never",
+            ));
         }
     }
     if let Some(g) = spec.termination_grace_period_seconds {
         if g < 0 {
-            return Err(err("spec.terminationGracePeriodSeconds", &g.to_string(), "must not be negative"));
+            return Err(err(
+                "spec.terminationGracePeriodSeconds",
+                &g.to_string(),
+                "must not be negative",
+            ));
         }
     }
     if let Some(h) = spec.hostname.as_deref() {
@@ -96,23 +129,39 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
 
 fn validate_container(path: &str, c: &Container) -> Result<(), FieldError> {
     if !is_dns1123_label(&c.name) {
-        return Err(err(format!("{path}.name"), &c.name, "must be a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)"));
+        return Err(err(
+            format!("{path}.name"),
+            &c.name,
+            "must be a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)",
+        ));
     }
     if c.image.as_deref().map_or(true, |i| i.trim().is_empty()) {
         return Err(err(format!("{path}.image"), "", "is required"));
     }
     if let Some(p) = c.image_pull_policy.as_deref() {
         if !matches!(p, "Always" | "IfNotPresent" | "Never") {
-            return Err(err(format!("{path}.imagePullPolicy"), p, "must be Always, IfNotPresent or Never"));
+            return Err(err(
+                format!("{path}.imagePullPolicy"),
+                p,
+                "must be Always, IfNotPresent or Never",
+            ));
         }
     }
     for (i, port) in c.ports.iter().flatten().enumerate() {
         if !(1..=65535).contains(&port.container_port) {
-            return Err(err(format!("{path}.ports[{i}].containerPort"), &port.container_port.to_string(), "must be 1..65535"));
+            return Err(err(
+                format!("{path}.ports[{i}].containerPort"),
+                &port.container_port.to_string(),
+                "must be 1..65535",
+            ));
         }
         if let Some(hp) = port.host_port {
             if !(0..=65535).contains(&hp) {
-                return Err(err(format!("{path}.ports[{i}].hostPort"), &hp.to_string(), "must be 0..65535"));
+                return Err(err(
+                    format!("{path}.ports[{i}].hostPort"),
+                    &hp.to_string(),
+                    "must be 0..65535",
+                ));
             }
         }
     }
@@ -125,7 +174,9 @@ mod tests {
 
     #[test]
     fn names_that_could_escape_a_path_are_refused() {
-        for bad in ["../etc", "a/b", "a..b", "..", ".", "A", "-a", "a-", "", "a_b"] {
+        for bad in [
+            "../etc", "a/b", "a..b", "..", ".", "A", "-a", "a-", "", "a_b",
+        ] {
             assert!(!is_dns1123_subdomain(bad), "{bad:?}");
         }
         for good in ["a", "web-1", "a.b.c", "0abc"] {

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP, Pod,
-    PodCondition, PodIP, PodStatus,
+    Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -16,7 +16,13 @@ use crate::qos::pod_qos_class;
 pub type StartErrors = HashMap<String, (String, String)>;
 
 fn time(nanos: i64) -> Option<Time> {
-    (nanos > 0).then(|| k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos)).ok().map(Time)).flatten()
+    (nanos > 0)
+        .then(|| {
+            k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(nanos))
+                .ok()
+                .map(Time)
+        })
+        .flatten()
 }
 
 fn terminated(rc: &RuntimeContainer) -> ContainerStateTerminated {
@@ -40,15 +46,32 @@ fn terminated(rc: &RuntimeContainer) -> ContainerStateTerminated {
 
 fn api_state(rc: &RuntimeContainer) -> ApiState {
     match rc.state() {
-        ContainerState::Running => ApiState { running: Some(ContainerStateRunning { started_at: time(rc.started_at) }), ..Default::default() },
-        ContainerState::Exited => ApiState { terminated: Some(terminated(rc)), ..Default::default() },
-        ContainerState::Created | ContainerState::Unknown => {
-            ApiState { waiting: Some(ContainerStateWaiting { reason: Some("ContainerCreating".into()), message: None }), ..Default::default() }
-        }
+        ContainerState::Running => ApiState {
+            running: Some(ContainerStateRunning {
+                started_at: time(rc.started_at),
+            }),
+            ..Default::default()
+        },
+        ContainerState::Exited => ApiState {
+            terminated: Some(terminated(rc)),
+            ..Default::default()
+        },
+        ContainerState::Created | ContainerState::Unknown => ApiState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("ContainerCreating".into()),
+                message: None,
+            }),
+            ..Default::default()
+        },
     }
 }
 
-fn container_statuses(specs: &[Container], rt: &RuntimePodStatus, errors: &StartErrors, default_waiting: &str) -> Vec<ContainerStatus> {
+fn container_statuses(
+    specs: &[Container],
+    rt: &RuntimePodStatus,
+    errors: &StartErrors,
+    default_waiting: &str,
+) -> Vec<ContainerStatus> {
     specs
         .iter()
         .map(|c| {
@@ -69,18 +92,33 @@ fn container_statuses(specs: &[Container], rt: &RuntimePodStatus, errors: &Start
                     let running = rc.state() == ContainerState::Running;
                     st.ready = running;
                     st.started = Some(running);
-                    st.last_state = previous.map(|p| ApiState { terminated: Some(terminated(p)), ..Default::default() });
+                    st.last_state = previous.map(|p| ApiState {
+                        terminated: Some(terminated(p)),
+                        ..Default::default()
+                    });
                 }
                 None => {
-                    st.state = Some(ApiState { waiting: Some(ContainerStateWaiting { reason: Some(default_waiting.into()), message: None }), ..Default::default() });
+                    st.state = Some(ApiState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some(default_waiting.into()),
+                            message: None,
+                        }),
+                        ..Default::default()
+                    });
                     st.started = Some(false);
                 }
             }
             if let Some((reason, message)) = errors.get(&c.name) {
                 if latest.is_none_or(|rc| rc.state() != ContainerState::Running) {
-                    st.last_state = st.last_state.take().or_else(|| st.state.take().filter(|s| s.terminated.is_some()));
+                    st.last_state = st
+                        .last_state
+                        .take()
+                        .or_else(|| st.state.take().filter(|s| s.terminated.is_some()));
                     st.state = Some(ApiState {
-                        waiting: Some(ContainerStateWaiting { reason: Some(reason.clone()), message: Some(message.clone()) }),
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some(reason.clone()),
+                            message: Some(message.clone()),
+                        }),
                         ..Default::default()
                     });
                 }
@@ -94,12 +132,26 @@ fn container_statuses(specs: &[Container], rt: &RuntimePodStatus, errors: &Start
 /// container ran; Running while any app container runs or will be restarted; Succeeded when all
 /// app containers exited 0 and will not restart; Failed when some exited non-zero and none will
 /// restart, or an init container failed under restartPolicy Never.
-pub fn pod_phase(pod: &Pod, init: &[ContainerStatus], apps: &[ContainerStatus], init_failed: bool) -> &'static str {
-    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+pub fn pod_phase(
+    pod: &Pod,
+    init: &[ContainerStatus],
+    apps: &[ContainerStatus],
+    init_failed: bool,
+) -> &'static str {
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
     if init_failed {
         return "Failed";
     }
-    let init_done = init.iter().all(|s| s.state.as_ref().and_then(|x| x.terminated.as_ref()).is_some_and(|t| t.exit_code == 0));
+    let init_done = init.iter().all(|s| {
+        s.state
+            .as_ref()
+            .and_then(|x| x.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    });
     if !init_done {
         return "Pending";
     }
@@ -113,7 +165,12 @@ pub fn pod_phase(pod: &Pod, init: &[ContainerStatus], apps: &[ContainerStatus], 
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if s.last_state.as_ref().and_then(|x| x.terminated.as_ref()).is_some() {
+        } else if s
+            .last_state
+            .as_ref()
+            .and_then(|x| x.terminated.as_ref())
+            .is_some()
+        {
             stopped += 1;
         } else {
             waiting += 1;
@@ -143,28 +200,64 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>) -> PodCondition {
 }
 
 /// The pod's API status from the runtime's view, the last start errors and the node's IP.
-pub fn generate_pod_status(pod: &Pod, rt: &RuntimePodStatus, errors: &StartErrors, node_ip: &str, init_failed: bool) -> PodStatus {
-    let Some(spec) = pod.spec.as_ref() else { return PodStatus::default() };
+pub fn generate_pod_status(
+    pod: &Pod,
+    rt: &RuntimePodStatus,
+    errors: &StartErrors,
+    node_ip: &str,
+    init_failed: bool,
+) -> PodStatus {
+    let Some(spec) = pod.spec.as_ref() else {
+        return PodStatus::default();
+    };
     let inits = spec.init_containers.as_deref().unwrap_or(&[]);
     let init_st = container_statuses(inits, rt, errors, "PodInitializing");
-    let init_pending = !init_st.iter().all(|s| s.state.as_ref().and_then(|x| x.terminated.as_ref()).is_some_and(|t| t.exit_code == 0));
-    let app_st = container_statuses(&spec.containers, rt, errors, if init_pending { "PodInitializing" } else { "ContainerCreating" });
+    let init_pending = !init_st.iter().all(|s| {
+        s.state
+            .as_ref()
+            .and_then(|x| x.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    });
+    let app_st = container_statuses(
+        &spec.containers,
+        rt,
+        errors,
+        if init_pending {
+            "PodInitializing"
+        } else {
+            "ContainerCreating"
+        },
+    );
     let phase = pod_phase(pod, &init_st, &app_st, init_failed);
     let sandbox = rt.sandboxes.first().filter(|s| s.ready);
     let host_network = spec.host_network.unwrap_or(false);
-    let ips: Vec<String> = if host_network { vec![node_ip.to_owned()] } else { sandbox.map(|s| s.ips.clone()).unwrap_or_default() };
+    let ips: Vec<String> = if host_network {
+        vec![node_ip.to_owned()]
+    } else {
+        sandbox.map(|s| s.ips.clone()).unwrap_or_default()
+    };
     let all_ready = !app_st.is_empty() && app_st.iter().all(|s| s.ready);
-    let not_ready_reason = if phase == "Succeeded" || phase == "Failed" { "PodCompleted" } else { "ContainersNotReady" };
+    let not_ready_reason = if phase == "Succeeded" || phase == "Failed" {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
     PodStatus {
         phase: Some(phase.into()),
         conditions: Some(vec![
             condition("PodScheduled", true, None),
-            condition("Initialized", !init_pending, Some("ContainersNotInitialized")),
+            condition(
+                "Initialized",
+                !init_pending,
+                Some("ContainersNotInitialized"),
+            ),
             condition("ContainersReady", all_ready, Some(not_ready_reason)),
             condition("Ready", all_ready, Some(not_ready_reason)),
         ]),
         host_ip: Some(node_ip.to_owned()),
-        host_ips: Some(vec![HostIP { ip: node_ip.to_owned() }]),
+        host_ips: Some(vec![HostIP {
+            ip: node_ip.to_owned(),
+        }]),
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: rt.sandboxes.last().and_then(|s| time(s.created_at)),
@@ -188,11 +281,27 @@ mod tests {
     }
 
     fn rc(name: &str, state: ContainerState, exit: i32, attempt: u32) -> RuntimeContainer {
-        RuntimeContainer { id: format!("{name}{attempt}"), name: name.into(), state: Some(state), exit_code: exit, attempt, started_at: 1_700_000_000_000_000_000, ..Default::default() }
+        RuntimeContainer {
+            id: format!("{name}{attempt}"),
+            name: name.into(),
+            state: Some(state),
+            exit_code: exit,
+            attempt,
+            started_at: 1_700_000_000_000_000_000,
+            ..Default::default()
+        }
     }
 
     fn rt(containers: Vec<RuntimeContainer>) -> RuntimePodStatus {
-        RuntimePodStatus { sandboxes: vec![SandboxStatus { id: "s".into(), ready: true, ips: vec!["10.88.0.2".into()], ..Default::default() }], containers }
+        RuntimePodStatus {
+            sandboxes: vec![SandboxStatus {
+                id: "s".into(),
+                ready: true,
+                ips: vec!["10.88.0.2".into()],
+                ..Default::default()
+            }],
+            containers,
+        }
     }
 
     #[test]
@@ -201,32 +310,91 @@ mod tests {
         let p = pod("Always");
         let s = generate_pod_status(&p, &rt(vec![]), &e, "10.0.0.1", false);
         assert_eq!(s.phase.as_deref(), Some("Pending"));
-        let w = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
+        let w = s.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .unwrap();
         assert_eq!(w.reason.as_deref(), Some("PodInitializing"));
 
-        let s = generate_pod_status(&p, &rt(vec![rc("a", ContainerState::Running, 0, 0), rc("i", ContainerState::Exited, 0, 0)]), &e, "10.0.0.1", false);
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![
+                rc("a", ContainerState::Running, 0, 0),
+                rc("i", ContainerState::Exited, 0, 0),
+            ]),
+            &e,
+            "10.0.0.1",
+            false,
+        );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.2"));
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
-        let ready = s.conditions.unwrap().iter().find(|c| c.type_ == "Ready").unwrap().status.clone();
+        let ready = s
+            .conditions
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap()
+            .status
+            .clone();
         assert_eq!(ready, "True");
 
         let p = pod("Never");
-        let s = generate_pod_status(&p, &rt(vec![rc("a", ContainerState::Exited, 1, 0), rc("i", ContainerState::Exited, 0, 0)]), &e, "", false);
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![
+                rc("a", ContainerState::Exited, 1, 0),
+                rc("i", ContainerState::Exited, 0, 0),
+            ]),
+            &e,
+            "",
+            false,
+        );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
-        let t = s.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+        let t = s.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap();
         assert_eq!((t.exit_code, t.reason.as_deref()), (1, Some("Error")));
 
         let p = pod("OnFailure");
-        let s = generate_pod_status(&p, &rt(vec![rc("a", ContainerState::Exited, 0, 0), rc("i", ContainerState::Exited, 0, 0)]), &e, "", false);
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![
+                rc("a", ContainerState::Exited, 0, 0),
+                rc("i", ContainerState::Exited, 0, 0),
+            ]),
+            &e,
+            "",
+            false,
+        );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
-        assert_eq!(generate_pod_status(&p, &rt(vec![]), &e, "", true).phase.as_deref(), Some("Failed"));
+        assert_eq!(
+            generate_pod_status(&p, &rt(vec![]), &e, "", true)
+                .phase
+                .as_deref(),
+            Some("Failed")
+        );
     }
 
     #[test]
     fn restarts_show_last_state_and_count() {
         let p = pod("Always");
-        let s = generate_pod_status(&p, &rt(vec![rc("a", ContainerState::Running, 0, 1), rc("a", ContainerState::Exited, 137, 0), rc("i", ContainerState::Exited, 0, 0)]), &StartErrors::new(), "", false);
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![
+                rc("a", ContainerState::Running, 0, 1),
+                rc("a", ContainerState::Exited, 137, 0),
+                rc("i", ContainerState::Exited, 0, 0),
+            ]),
+            &StartErrors::new(),
+            "",
+            false,
+        );
         let cs = &s.container_statuses.unwrap()[0];
         assert_eq!(cs.restart_count, 1);
         let last = cs.last_state.clone().unwrap().terminated.unwrap();
@@ -236,9 +404,24 @@ mod tests {
     #[test]
     fn start_errors_become_waiting_reasons() {
         let p = pod("Always");
-        let errors: StartErrors = [("a".to_string(), ("ErrImagePull".to_string(), "no such image".to_string()))].into();
-        let s = generate_pod_status(&p, &rt(vec![rc("i", ContainerState::Exited, 0, 0)]), &errors, "", false);
-        let w = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
+        let errors: StartErrors = [(
+            "a".to_string(),
+            ("ErrImagePull".to_string(), "no such image".to_string()),
+        )]
+        .into();
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![rc("i", ContainerState::Exited, 0, 0)]),
+            &errors,
+            "",
+            false,
+        );
+        let w = s.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .unwrap();
         assert_eq!(w.reason.as_deref(), Some("ErrImagePull"));
     }
 }

@@ -18,17 +18,27 @@ impl StatusManager {
     /// Records `status` as the pod's latest status.
     pub fn set(&self, pod: Arc<Pod>, status: PodStatus) {
         let uid = crate::source::pod_uid(&pod).to_owned();
-        self.inner.write().unwrap_or_else(|e| e.into_inner()).insert(uid, (pod, status));
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid, (pod, status));
     }
 
     /// Forgets a pod that is gone.
     pub fn remove(&self, uid: &str) {
-        self.inner.write().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
     }
 
     /// The pod's status, if known.
     pub fn get(&self, uid: &str) -> Option<PodStatus> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).get(uid).map(|(_, s)| s.clone())
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .map(|(_, s)| s.clone())
     }
 
     /// All pods with `status` filled in, sorted by namespace and name.
@@ -42,12 +52,20 @@ impl StatusManager {
                 p
             })
             .collect();
-        pods.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+        pods.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
         pods
     }
 
     /// Number of pods whose phase is Running.
     pub fn running_pods(&self) -> usize {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).values().filter(|(_, s)| s.phase.as_deref() == Some("Running")).count()
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|(_, s)| s.phase.as_deref() == Some("Running"))
+            .count()
     }
 }

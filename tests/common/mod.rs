@@ -14,9 +14,14 @@ use nodelet::kuberuntime::labels;
 
 /// The CRI socket of the test containerd (`NODELET_CRI_ENDPOINT`, else the env scripts' default).
 pub fn cri_socket() -> PathBuf {
-    let ep = std::env::var("NODELET_CRI_ENDPOINT").unwrap_or_else(|_| "unix:///run/nodelet-env/containerd/containerd.sock".into());
+    let ep = std::env::var("NODELET_CRI_ENDPOINT")
+        .unwrap_or_else(|_| "unix:///run/nodelet-env/containerd/containerd.sock".into());
     let p = PathBuf::from(ep.trim_start_matches("unix://"));
-    assert!(p.exists(), "containerd socket {} not found: run scripts/env/up.sh (or scripts/test.sh) first", p.display());
+    assert!(
+        p.exists(),
+        "containerd socket {} not found: run scripts/env/up.sh (or scripts/test.sh) first",
+        p.display()
+    );
     p
 }
 
@@ -28,9 +33,19 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new() -> Self {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let sock = cri_socket();
-        let cri = rt.block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), nodelet::metrics::Metrics::new()) });
+        let cri = rt.block_on(async {
+            Cri::new(
+                &sock,
+                &sock,
+                Duration::from_secs(120),
+                nodelet::metrics::Metrics::new(),
+            )
+        });
         Self { cri, rt }
     }
 
@@ -40,33 +55,56 @@ impl Runtime {
 
     /// Sandboxes of a pod UID.
     pub fn sandboxes(&self, uid: &str) -> Vec<api::PodSandbox> {
-        self.rt.block_on(self.cri.list_pod_sandbox(Self::sel(labels::POD_UID, uid))).unwrap()
+        self.rt
+            .block_on(self.cri.list_pod_sandbox(Self::sel(labels::POD_UID, uid)))
+            .unwrap()
     }
 
     /// Containers of a pod UID.
     pub fn containers(&self, uid: &str) -> Vec<api::Container> {
-        self.rt.block_on(self.cri.list_containers(Self::sel(labels::POD_UID, uid))).unwrap()
+        self.rt
+            .block_on(self.cri.list_containers(Self::sel(labels::POD_UID, uid)))
+            .unwrap()
     }
 
     /// Full status of a container.
     pub fn container_status(&self, id: &str) -> api::ContainerStatus {
-        self.rt.block_on(self.cri.container_status(id)).unwrap().unwrap()
+        self.rt
+            .block_on(self.cri.container_status(id))
+            .unwrap()
+            .unwrap()
     }
 
     /// The host PID of a running container's process (from the verbose status info).
     pub fn container_pid(&self, id: &str) -> Option<u32> {
         // The verbose `info` field of containerd carries the pid.
         let out = Command::new("ctr")
-            .args(["--address", cri_socket().to_str().unwrap(), "-n", "k8s.io", "tasks", "ls"])
+            .args([
+                "--address",
+                cri_socket().to_str().unwrap(),
+                "-n",
+                "k8s.io",
+                "tasks",
+                "ls",
+            ])
             .output()
             .ok()?;
         let text = String::from_utf8_lossy(&out.stdout);
-        text.lines().find(|l| l.starts_with(id)).and_then(|l| l.split_whitespace().nth(1)).and_then(|p| p.parse().ok())
+        text.lines()
+            .find(|l| l.starts_with(id))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
     }
 
     /// Removes every sandbox created for `node` (test cleanup).
     pub fn remove_node_pods(&self, node: &str) {
-        let sandboxes = self.rt.block_on(self.cri.list_pod_sandbox(Self::sel(labels::NODE_NAME, node))).unwrap_or_default();
+        let sandboxes = self
+            .rt
+            .block_on(
+                self.cri
+                    .list_pod_sandbox(Self::sel(labels::NODE_NAME, node)),
+            )
+            .unwrap_or_default();
         for s in sandboxes {
             let _ = self.rt.block_on(self.cri.stop_pod_sandbox(&s.id));
             let _ = self.rt.block_on(self.cri.remove_pod_sandbox(&s.id));
@@ -88,7 +126,11 @@ pub struct Nodelet {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Nodelet {
@@ -101,7 +143,12 @@ impl Nodelet {
     pub fn with_config(test: &str, extra: &str) -> Self {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let node = format!("t{}-{}-{n}", std::process::id(), test.replace('_', "-"));
-        let node: String = node.chars().take(40).collect::<String>().trim_end_matches('-').to_string();
+        let node: String = node
+            .chars()
+            .take(40)
+            .collect::<String>()
+            .trim_end_matches('-')
+            .to_string();
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
         let s = Self {
@@ -144,9 +191,19 @@ impl Nodelet {
 
     /// Starts the nodelet process and waits for /healthz.
     pub fn start(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("nodelet.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("nodelet.log"))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
-            .args(["--config", self.config_path().to_str().unwrap(), "--hostname-override", &self.node, "--root-dir"])
+            .args([
+                "--config",
+                self.config_path().to_str().unwrap(),
+                "--hostname-override",
+                &self.node,
+                "--root-dir",
+            ])
             .arg(self.dir.path().join("root"))
             .args(["-v", "2"])
             .env("NO_COLOR", "1")
@@ -155,7 +212,9 @@ impl Nodelet {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        wait_until(Duration::from_secs(20), "nodelet /healthz", || self.get("/healthz").is_some_and(|b| b == "ok"));
+        wait_until(Duration::from_secs(20), "nodelet /healthz", || {
+            self.get("/healthz").is_some_and(|b| b == "ok")
+        });
     }
 
     /// SIGKILLs the process (pods keep running).
@@ -173,7 +232,11 @@ impl Nodelet {
 
     /// GET a path on the healthz listener; None when it does not answer 200.
     pub fn get(&self, path: &str) -> Option<String> {
-        let r = reqwest::blocking::Client::new().get(format!("http://127.0.0.1:{}{path}", self.port)).timeout(Duration::from_secs(5)).send().ok()?;
+        let r = reqwest::blocking::Client::new()
+            .get(format!("http://127.0.0.1:{}{path}", self.port))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .ok()?;
         r.status().is_success().then(|| r.text().ok()).flatten()
     }
 
@@ -187,13 +250,22 @@ impl Nodelet {
     /// The pod named `<name>-<node>` in `/pods`.
     pub fn pod(&self, name: &str) -> Option<serde_json::Value> {
         let full = format!("{name}-{}", self.node);
-        self.pods().into_iter().find(|p| p["metadata"]["name"] == full.as_str())
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
     }
 
     /// UID of pod `name` once `/pods` lists it.
     pub fn uid(&self, name: &str) -> String {
-        wait_until(Duration::from_secs(20), &format!("pod {name} listed"), || self.pod(name).is_some());
-        self.pod(name).unwrap()["metadata"]["uid"].as_str().unwrap().to_string()
+        wait_until(
+            Duration::from_secs(20),
+            &format!("pod {name} listed"),
+            || self.pod(name).is_some(),
+        );
+        self.pod(name).unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     /// Writes a manifest file into the manifest directory.
@@ -206,7 +278,12 @@ impl Nodelet {
 
     /// Waits until the pod's containers named in `names` are all RUNNING in the runtime; returns
     /// their (name → container) map.
-    pub fn wait_running(&self, uid: &str, names: &[&str], timeout: Duration) -> HashMap<String, api::Container> {
+    pub fn wait_running(
+        &self,
+        uid: &str,
+        names: &[&str],
+        timeout: Duration,
+    ) -> HashMap<String, api::Container> {
         let mut out = HashMap::new();
         wait_until(timeout, &format!("containers {names:?} running"), || {
             out = running_by_name(&self.runtime.containers(uid));
@@ -252,13 +329,19 @@ pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
 pub fn pod_cgroup_dirs(root: &str, uid: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for m in nodelet::cm::cgroup_mounts() {
-        find_dirs(&m.join(root.trim_start_matches('/')), &format!("pod{uid}"), &mut found);
+        find_dirs(
+            &m.join(root.trim_start_matches('/')),
+            &format!("pod{uid}"),
+            &mut found,
+        );
     }
     found
 }
 
 fn find_dirs(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
             if e.file_name().to_string_lossy() == name {
