@@ -60,7 +60,7 @@ fn unknown_fields_are_named_in_a_warning() {
         format!("{HEAD}clusterDNS: [10.0.0.10]\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+    let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
         .args([
             "--config",
             path.to_str().unwrap(),

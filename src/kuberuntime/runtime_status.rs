@@ -137,7 +137,7 @@ pub async fn get_pod_status(cri: &Cri, uid: &str) -> CriResult<RuntimePodStatus>
         });
     }
     out.sandboxes
-        .sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        .sort_by_key(|s| std::cmp::Reverse(s.created_at));
     if let Some(newest) = out.sandboxes.first_mut().filter(|s| s.ready) {
         if let Some(st) = cri.pod_sandbox_status(&newest.id).await? {
             if let Some(net) = st.network {

@@ -100,7 +100,7 @@ fn apply_file_pod_defaults(
             name,
         });
     }
-    if meta.uid.as_deref().map_or(true, str::is_empty) {
+    if meta.uid.as_deref().is_none_or(str::is_empty) {
         meta.uid = Some(static_pod_uid(file, node_name, &namespace, &base_name));
     }
     meta.name = Some(name);

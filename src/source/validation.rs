@@ -135,7 +135,7 @@ fn validate_container(path: &str, c: &Container) -> Result<(), FieldError> {
             "must be a DNS-1123 label (lowercase a-z, 0-9, '-', at most 63)",
         ));
     }
-    if c.image.as_deref().map_or(true, |i| i.trim().is_empty()) {
+    if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
         return Err(err(format!("{path}.image"), "", "is required"));
     }
     if let Some(p) = c.image_pull_policy.as_deref() {

@@ -8,10 +8,13 @@ use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
+/// Pods by UID, each with its latest status.
+type Store = HashMap<String, (Arc<Pod>, PodStatus)>;
+
 /// Latest known pods with their statuses, by UID.
 #[derive(Clone, Default)]
 pub struct StatusManager {
-    inner: Arc<RwLock<HashMap<String, (Arc<Pod>, PodStatus)>>>,
+    inner: Arc<RwLock<Store>>,
 }
 
 impl StatusManager {
