@@ -20,7 +20,7 @@ use crate::events::Recorder;
 use crate::pleg::PodLifecycleEvent;
 use crate::podworkers::{PodSyncer, PodWorkers, UpdateType, WorkQueue};
 use crate::prober::{ProbeKind, ProbeResult};
-use crate::source::{pod_uid, PodOp, PodUpdate, SourcesReady};
+use crate::source::{pod_ref, pod_uid, PodOp, PodUpdate, SourcesReady};
 
 /// Period of the sync tick (kubelet: 1 s).
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -80,68 +80,31 @@ impl<S: PodSyncer> SyncLoop<S> {
 
     /// Handles one batch of pod updates (kubelet's `HandlePodAdditions` / `Updates` / `Removes`).
     pub fn handle_config(&mut self, update: PodUpdate) {
-        match update.op {
-            PodOp::Add => {
-                for pod in update.pods {
-                    let uid = pod_uid(&pod).to_owned();
-                    if !self.pods.contains_key(&uid) && self.pods.len() >= self.max_pods {
-                        let msg = format!(
-                            "node has reached maxPods ({}); pod not admitted",
-                            self.max_pods
-                        );
-                        warn!(
-                            pod = pod.metadata.name.as_deref().unwrap_or(""),
-                            uid, "{msg}"
-                        );
-                        self.recorder.warning(
-                            format!(
-                                "pod/{}/{}",
-                                pod.metadata.namespace.as_deref().unwrap_or(""),
-                                pod.metadata.name.as_deref().unwrap_or("")
-                            ),
-                            "OutOfpods",
-                            msg,
-                        );
-                        continue;
-                    }
-                    info!(
-                        pod = pod.metadata.name.as_deref().unwrap_or(""),
-                        namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
-                        uid,
-                        source = update.source,
-                        "pod added"
-                    );
-                    self.pods.insert(uid, pod.clone());
-                    self.workers.update_pod(pod, UpdateType::Sync);
-                }
+        for pod in update.pods {
+            let uid = pod_uid(&pod).to_owned();
+            let (name, namespace) = (
+                pod.metadata.name.as_deref().unwrap_or(""),
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+            );
+            if update.op == PodOp::Add
+                && !self.pods.contains_key(&uid)
+                && self.pods.len() >= self.max_pods
+            {
+                let msg = format!(
+                    "node has reached maxPods ({}); pod not admitted",
+                    self.max_pods
+                );
+                warn!(pod = name, namespace, uid, "{msg}");
+                self.recorder.warning(pod_ref(&pod), "OutOfpods", msg);
+                continue;
             }
-            PodOp::Update => {
-                for pod in update.pods {
-                    let uid = pod_uid(&pod).to_owned();
-                    info!(
-                        pod = pod.metadata.name.as_deref().unwrap_or(""),
-                        namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
-                        uid,
-                        source = update.source,
-                        "pod updated"
-                    );
-                    self.pods.insert(uid, pod.clone());
-                    self.workers.update_pod(pod, UpdateType::Sync);
-                }
-            }
-            PodOp::Remove => {
-                for pod in update.pods {
-                    let uid = pod_uid(&pod).to_owned();
-                    info!(
-                        pod = pod.metadata.name.as_deref().unwrap_or(""),
-                        namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
-                        uid,
-                        source = update.source,
-                        "pod removed"
-                    );
-                    let pod = self.pods.remove(&uid).unwrap_or(pod);
-                    self.workers.update_pod(pod, UpdateType::Kill(None));
-                }
+            info!(pod = name, namespace, uid, source = update.source, op = ?update.op, "pod config changed");
+            if update.op == PodOp::Remove {
+                let pod = self.pods.remove(&uid).unwrap_or(pod);
+                self.workers.update_pod(pod, UpdateType::Kill(None));
+            } else {
+                self.pods.insert(uid, pod.clone());
+                self.workers.update_pod(pod, UpdateType::Sync);
             }
         }
     }

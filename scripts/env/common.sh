@@ -68,6 +68,30 @@ nodelet_pid_alive() {
     tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$needle"
 }
 
+# nodelet_stop_pidfile PIDFILE CMDLINE_NEEDLE NAME: SIGTERM, wait up to 15 s, then SIGKILL.
+nodelet_stop_pidfile() {
+    local pidfile=$1 needle=$2 name=$3 pid i
+    if ! nodelet_pid_alive "$pidfile" "$needle"; then
+        rm -f "$pidfile"
+        nodelet_say "$name: not running"
+        return 0
+    fi
+    pid=$(<"$pidfile")
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 150; i++)); do
+        nodelet_pid_alive "$pidfile" "$needle" || break
+        sleep 0.1
+    done
+    if nodelet_pid_alive "$pidfile" "$needle"; then
+        kill -KILL "$pid" 2>/dev/null || true
+        sleep 0.2
+        nodelet_say "$name: stopped (SIGKILL, pid $pid)"
+    else
+        nodelet_say "$name: stopped (pid $pid)"
+    fi
+    rm -f "$pidfile"
+}
+
 # Print a step line.
 nodelet_say() {
     printf '%s\n' "$*"

@@ -44,29 +44,6 @@ containerd_answers() {
         ctr --address "$SOCK" --connect-timeout 2s --timeout 5s version >/dev/null 2>&1
 }
 
-# stop_pidfile PIDFILE CMDLINE_NEEDLE NAME: SIGTERM, wait up to 15 s, then SIGKILL.
-stop_pidfile() {
-    local pidfile=$1 needle=$2 name=$3 pid i
-    if ! nodelet_pid_alive "$pidfile" "$needle"; then
-        rm -f "$pidfile"
-        say "$name: not running"
-        return 0
-    fi
-    pid=$(<"$pidfile")
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 150; i++)); do
-        nodelet_pid_alive "$pidfile" "$needle" || break
-        sleep 0.1
-    done
-    if nodelet_pid_alive "$pidfile" "$needle"; then
-        kill -KILL "$pid" 2>/dev/null || true
-        sleep 0.2
-        say "$name: stopped (SIGKILL, pid $pid)"
-    else
-        say "$name: stopped (pid $pid)"
-    fi
-    rm -f "$pidfile"
-}
 
 # Pids of the containerd shims that belong to our containerd.
 our_shims() {
@@ -124,7 +101,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 # 2. containerd, left-over shims and runc containers, the registry
 # ---------------------------------------------------------------------------------------------
-stop_pidfile "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG" containerd
+nodelet_stop_pidfile "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG" containerd
 rm -f "$NODELET_ENV_RUN/containerd.config.sha256"
 
 # Containers whose shim or containerd died: kill them through runc with our runc root.
@@ -146,7 +123,7 @@ if [[ -n $shims ]]; then
     sleep 0.2
 fi
 
-stop_pidfile "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" registry
+nodelet_stop_pidfile "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" registry
 
 # ---------------------------------------------------------------------------------------------
 # 3. Mounts (pod netns, sandbox shm, container rootfs) and containerd's runtime state

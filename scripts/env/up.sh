@@ -53,23 +53,6 @@ start_daemon() {
     die "could not start $1"
 }
 
-stop_pidfile() {
-    local pidfile=$1 needle=$2 i
-    if nodelet_pid_alive "$pidfile" "$needle"; then
-        local pid
-        pid=$(<"$pidfile")
-        kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 150; i++)); do
-            nodelet_pid_alive "$pidfile" "$needle" || break
-            sleep 0.1
-        done
-        if nodelet_pid_alive "$pidfile" "$needle"; then
-            kill -KILL "$pid" 2>/dev/null || true
-            sleep 0.2
-        fi
-    fi
-    rm -f "$pidfile"
-}
 
 # ---------------------------------------------------------------------------------------------
 # 1. Packages
@@ -234,7 +217,7 @@ if nodelet_pid_alive "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" && [[ -z $registry_c
 else
     if nodelet_pid_alive "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG"; then
         say "registry: restarting (config changed or not answering)"
-        stop_pidfile "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG"
+        nodelet_stop_pidfile "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" registry
     fi
     if registry_answers; then
         die "something else answers on http://$REGISTRY/v2/ (not our registry); stop it first"
@@ -394,7 +377,7 @@ if nodelet_pid_alive "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG" &&
 else
     if nodelet_pid_alive "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG"; then
         say "containerd: restarting (config changed or not answering; containers keep running)"
-        stop_pidfile "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG"
+        nodelet_stop_pidfile "$CONTAINERD_PIDFILE" "$CONTAINERD_CONFIG" containerd
     fi
     containerd_answers && die "another containerd answers on $SOCK; stop it first"
     mkdir -p "$CONTAINERD_ROOT" "$CONTAINERD_STATE" "$RUNC_ROOT" "$(dirname "$SOCK")" "$CNI_IPAM_DIR"

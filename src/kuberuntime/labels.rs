@@ -36,6 +36,16 @@ pub const CONTAINER_IS_INIT: &str = "nodelet.io/init-container";
 /// Hash of the pod-level fields that shape the sandbox; a change recreates the sandbox.
 pub const SANDBOX_HASH: &str = "nodelet.io/sandbox-hash";
 
+fn insert_pod_identity(labels: &mut HashMap<String, String>, pod: &Pod) {
+    let m = &pod.metadata;
+    labels.insert(POD_NAME.into(), m.name.clone().unwrap_or_default());
+    labels.insert(
+        POD_NAMESPACE.into(),
+        m.namespace.clone().unwrap_or_default(),
+    );
+    labels.insert(POD_UID.into(), m.uid.clone().unwrap_or_default());
+}
+
 /// Labels of a pod sandbox: the pod's labels plus name, namespace and UID (`newPodLabels`), and
 /// the node name ([`NODE_NAME`]).
 pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
@@ -46,15 +56,7 @@ pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
         .unwrap_or_default()
         .into_iter()
         .collect();
-    labels.insert(
-        POD_NAME.into(),
-        pod.metadata.name.clone().unwrap_or_default(),
-    );
-    labels.insert(
-        POD_NAMESPACE.into(),
-        pod.metadata.namespace.clone().unwrap_or_default(),
-    );
-    labels.insert(POD_UID.into(), pod.metadata.uid.clone().unwrap_or_default());
+    insert_pod_identity(&mut labels, pod);
     if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
         labels.insert(NODE_NAME.into(), node);
     }
@@ -75,15 +77,7 @@ pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
 pub fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, String> {
     let mut labels = HashMap::with_capacity(4);
     labels.insert(CONTAINER_NAME.into(), container.name.clone());
-    labels.insert(
-        POD_NAME.into(),
-        pod.metadata.name.clone().unwrap_or_default(),
-    );
-    labels.insert(
-        POD_NAMESPACE.into(),
-        pod.metadata.namespace.clone().unwrap_or_default(),
-    );
-    labels.insert(POD_UID.into(), pod.metadata.uid.clone().unwrap_or_default());
+    insert_pod_identity(&mut labels, pod);
     labels
 }
 

@@ -26,6 +26,7 @@ use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::podworkers::{PodSyncer, Requeue};
 use crate::qos::pod_qos_class;
+use crate::source::pod_ref;
 use crate::status::generate::{generate_pod_status, StartErrors};
 use crate::status::StatusManager;
 use actions::{compute_pod_actions, ToStart};
@@ -101,14 +102,6 @@ pub struct KubeRuntimeManager {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     start_errors: Mutex<HashMap<String, StartErrors>>,
-}
-
-fn pod_ref(pod: &Pod) -> String {
-    format!(
-        "pod/{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
 }
 
 fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {

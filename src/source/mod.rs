@@ -122,6 +122,15 @@ pub fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or("")
 }
 
+/// `pod/<namespace>/<name>`: how events and logs name a pod.
+pub fn pod_ref(pod: &Pod) -> String {
+    format!(
+        "pod/{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
 fn config_hash(pod: &Pod) -> &str {
     pod.metadata
         .annotations
