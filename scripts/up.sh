@@ -2,9 +2,9 @@
 # Command 1 of the README: bring up everything on a fresh Debian 12 machine, as root, and run
 # nodelet with the example manifests of config/manifests.
 #   - scripts/env/up.sh: packages, images, local registry, private containerd (idempotent);
-#   - cargo build --release;
-#   - /etc/nodelet/nodelet.yaml (from config/nodelet.yaml, kept if you edited it) and the example
-#     manifests in /etc/nodelet/manifests;
+#   - cargo build --release, installed as /usr/local/bin/nodelet;
+#   - /etc/nodelet/nodelet.yaml (from config/nodelet.yaml) and the example manifests in
+#     /etc/nodelet/manifests, each copied only when absent (your edits are kept);
 #   - nodelet in the background (pid /run/nodelet/nodelet.pid, log /var/log/nodelet/nodelet.log),
 #     restarted if it was running: it adopts the running pods, nothing is restarted.
 # Then it waits for the example pods to run and prints them. scripts/down.sh undoes it.
@@ -17,6 +17,8 @@ bash "$HERE/env/up.sh"
 
 echo "nodelet: building (cargo build --release)"
 (cd "$REPO" && cargo build --release --quiet --bin nodelet)
+install -m 0755 "$REPO/target/release/nodelet" /usr/local/bin/nodelet.new
+mv -f /usr/local/bin/nodelet.new /usr/local/bin/nodelet
 
 install -d /etc/nodelet/manifests /run/nodelet /var/log/nodelet
 if [[ ! -f /etc/nodelet/nodelet.yaml ]]; then
@@ -25,7 +27,7 @@ if [[ ! -f /etc/nodelet/nodelet.yaml ]]; then
 fi
 for m in "$REPO"/config/manifests/*.yaml; do
     dest=/etc/nodelet/manifests/$(basename "$m")
-    cmp -s "$m" "$dest" 2>/dev/null || { install -m 0644 "$m" "$dest"; echo "nodelet: manifest $dest"; }
+    [[ -e $dest ]] || { install -m 0644 "$m" "$dest"; echo "nodelet: manifest $dest"; }
 done
 
 PIDFILE=/run/nodelet/nodelet.pid
@@ -34,7 +36,7 @@ if [[ -s $PIDFILE ]] && kill -0 "$(<"$PIDFILE")" 2>/dev/null; then
     kill -TERM "$(<"$PIDFILE")" || true
     for _ in $(seq 50); do kill -0 "$(<"$PIDFILE")" 2>/dev/null || break; sleep 0.1; done
 fi
-setsid "$REPO/target/release/nodelet" --config /etc/nodelet/nodelet.yaml \
+setsid /usr/local/bin/nodelet --config /etc/nodelet/nodelet.yaml \
     >>/var/log/nodelet/nodelet.log 2>&1 </dev/null &
 echo $! >"$PIDFILE"
 echo "nodelet: started, pid $(<"$PIDFILE"), log /var/log/nodelet/nodelet.log"

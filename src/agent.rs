@@ -21,6 +21,7 @@ use crate::kuberuntime::sandbox::parse_resolv_conf;
 use crate::kuberuntime::{KubeRuntimeManager, Settings};
 use crate::metrics::Metrics;
 use crate::podworkers::{Periods, PodWorkers, UpdateType, WorkQueue};
+use crate::source::checkpoint::CheckpointStore;
 use crate::source::file::FileSource;
 use crate::source::PodConfig;
 use crate::status::StatusManager;
@@ -175,6 +176,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
             node_name.clone(),
             recorder.clone(),
             metrics.clone(),
+            Some(CheckpointStore::new(flags.root_dir.join("static-pods"))),
         );
         let (pc, period, stop) = (
             pod_config.clone(),

@@ -63,6 +63,9 @@ impl From<GoDuration> for String {
     }
 }
 
+/// Longest duration accepted in the configuration: one year.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Parses a Go duration string: a sequence of `<number><unit>` with units `ns`, `us`, `ms`, `s`,
 /// `m`, `h` (fractions allowed, e.g. `1.5s`). A bare `0` is zero.
 ///
@@ -108,14 +111,20 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         total += value * secs;
         rest = &rest[unit_len..];
     }
-    Ok(Duration::from_secs_f64(total))
+    match Duration::try_from_secs_f64(total) {
+        Ok(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(format!("{s:?} is too large (at most 8760h)")),
+    }
 }
 
 /// Formats a duration the way Go prints it for whole units (`"1m0s"`, `"20s"`, `"100ms"`).
 pub fn format_go_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms == 0 {
+    if d.is_zero() {
         return "0s".into();
+    }
+    if ms == 0 {
+        return format!("{}ns", d.as_nanos());
     }
     if ms < 1000 {
         return format!("{ms}ms");
@@ -269,7 +278,7 @@ impl KubeletConfiguration {
             KubeletConfiguration::default()
         } else {
             serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
-                .map_err(|e| parse_err(format!("field {}: {}", e.path(), e.inner())))?
+                .map_err(|e| parse_err(field_error_message(&e)))?
         };
         config.validate(path)?;
         Ok(LoadedConfig {
@@ -303,16 +312,32 @@ impl KubeletConfiguration {
                 "must be an absolute path",
             ));
         }
-        for (field, d) in [
-            ("fileCheckFrequency", self.file_check_frequency),
-            ("syncFrequency", self.sync_frequency),
-            ("runtimeRequestTimeout", self.runtime_request_timeout),
+        // Lower bounds keep a typo (`1ns`) from turning a loop into a busy spin.
+        for (field, d, min, min_text) in [
+            (
+                "fileCheckFrequency",
+                self.file_check_frequency,
+                Duration::from_millis(100),
+                "100ms",
+            ),
+            (
+                "syncFrequency",
+                self.sync_frequency,
+                Duration::from_secs(1),
+                "1s",
+            ),
+            (
+                "runtimeRequestTimeout",
+                self.runtime_request_timeout,
+                Duration::from_secs(1),
+                "1s",
+            ),
         ] {
-            if d.0.is_zero() {
+            if d.0 < min {
                 return Err(invalid(
                     field,
                     &format_go_duration(d.0),
-                    "must be greater than 0",
+                    &format!("must be at least {min_text}"),
                 ));
             }
         }
@@ -377,6 +402,16 @@ impl KubeletConfiguration {
     }
 }
 
+/// A decoding error as `field <path>: <problem>`, without repeating the path when the YAML
+/// parser's own message already starts with it.
+pub fn field_error_message(e: &serde_path_to_error::Error<serde_yaml::Error>) -> String {
+    let (path, inner) = (e.path().to_string(), e.inner().to_string());
+    match inner.strip_prefix(&format!("{path}: ")) {
+        Some(rest) => format!("field {path}: {rest}"),
+        None => format!("field {path}: {inner}"),
+    }
+}
+
 /// The socket path of a `unix://` endpoint (`unix:///run/x.sock` → `/run/x.sock`); a bare
 /// absolute path is accepted too, as kubelet does with a deprecation warning.
 pub fn socket_path(endpoint: &str) -> Option<PathBuf> {
@@ -405,7 +440,15 @@ mod tests {
         ] {
             assert_eq!(parse_go_duration(s).unwrap().as_millis(), ms, "{s}");
         }
-        for bad in ["", "20", "-1s", "1x", "s"] {
+        for bad in [
+            "",
+            "20",
+            "-1s",
+            "1x",
+            "s",
+            "99999999999999999999999s",
+            "99999999999999h",
+        ] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
         assert_eq!(format_go_duration(Duration::from_secs(60)), "1m0s");
@@ -444,6 +487,8 @@ mod tests {
         let cases = [
             ("cgroupDriver: docker", "cgroupDriver", "docker"),
             ("fileCheckFrequency: 0s", "fileCheckFrequency", "0s"),
+            ("fileCheckFrequency: 1ns", "fileCheckFrequency", "1ns"),
+            ("syncFrequency: 10ms", "syncFrequency", "10ms"),
             (
                 "containerRuntimeEndpoint: tcp://1.2.3.4:5",
                 "containerRuntimeEndpoint",

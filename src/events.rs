@@ -18,7 +18,7 @@ pub struct Event {
     pub type_: &'static str,
     /// CamelCase reason, e.g. `InvalidManifest`, `Started`.
     pub reason: String,
-    /// What the event is about: `pod/<namespace>/<name>` or `file/<path>`.
+    /// What the event is about: `pod/<namespace>/<name>` or `file:<path>`.
     pub involved_object: String,
     /// Human-readable message.
     pub message: String,

@@ -50,7 +50,11 @@ fn init_logging(verbosity: u8, format: &str) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("nodelet={level},warn")));
+    // Colours only for a terminal: log files and journald get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
+        .with_ansi(ansi)
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if format == "json" {
@@ -88,7 +92,9 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!(error = %e, "nodelet failed to start");
             eprintln!("nodelet: {e}");
-            ExitCode::from(1)
+            // A bad flag is bad input, like a bad config value: exit 2.
+            let bad_input = matches!(e, nodelet::agent::AgentError::NodeName(_));
+            ExitCode::from(if bad_input { 2 } else { 1 })
         }
     }
 }

@@ -5,7 +5,8 @@ use std::net::IpAddr;
 /// The node name: `--hostname-override` if given, else the hostname, lower-cased (kubelet's
 /// `GetHostname`).
 ///
-/// Errors: a message when the hostname cannot be read or is empty.
+/// Errors: a message when the hostname cannot be read, is empty, or is not a DNS-1123 subdomain
+/// (every static pod name would then be refused).
 pub fn node_name(override_: Option<&str>) -> Result<String, String> {
     let name = match override_ {
         Some(n) => n.trim().to_owned(),
@@ -18,7 +19,13 @@ pub fn node_name(override_: Option<&str>) -> Result<String, String> {
     if name.is_empty() {
         return Err("empty hostname; use --hostname-override".into());
     }
-    Ok(name.to_lowercase())
+    let name = name.to_lowercase();
+    if !crate::source::validation::is_dns1123_subdomain(&name) {
+        return Err(format!(
+            "{name:?} is not a valid node name (a DNS-1123 subdomain: a-z, 0-9, '-', '.'); use --hostname-override"
+        ));
+    }
+    Ok(name)
 }
 
 /// The node's IP: the first IPv4 address of an interface that is up and not loopback, or
@@ -51,6 +58,7 @@ mod tests {
     fn override_wins_and_is_lowercased() {
         assert_eq!(node_name(Some("Node-A")).unwrap(), "node-a");
         assert!(node_name(Some("  ")).is_err());
+        assert!(node_name(Some("Bad_Node/x")).is_err());
         assert!(!node_name(None).unwrap().is_empty());
     }
 }

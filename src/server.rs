@@ -1,6 +1,7 @@
 //! The agent's HTTP endpoints on `healthzBindAddress:healthzPort` (kubelet's healthz listener and
 //! read-only server): `GET /healthz`, `GET /pods` (a v1 PodList with status), `GET /metrics`
-//! (Prometheus text) and `GET /events`.
+//! (OpenMetrics text, which Prometheus scrapes natively) and `GET /events` (in memory: the last
+//! 1000 since the agent started).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,7 +42,11 @@ async fn pods(State(s): State<ServerState>) -> impl IntoResponse {
 
 async fn metrics(State(s): State<ServerState>) -> impl IntoResponse {
     (
-        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        // prometheus-client writes the OpenMetrics text format (`_total` samples, `# EOF`).
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         s.metrics.encode(),
     )
 }

@@ -33,6 +33,17 @@ fn invalid_values_exit_2_naming_field_and_value() {
             "tcp://127.0.0.1:1",
         ),
         ("podLogsDir: logs", "podLogsDir", "logs"),
+        (
+            "syncFrequency: 99999999999999999999999s",
+            "syncFrequency",
+            "99999999999999999999999s",
+        ),
+        (
+            "runtimeRequestTimeout: 99999999999999h",
+            "runtimeRequestTimeout",
+            "99999999999999h",
+        ),
+        ("fileCheckFrequency: 1ns", "fileCheckFrequency", "1ns"),
     ] {
         let out = run_with(&format!("{HEAD}{line}\n"));
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -88,6 +99,34 @@ fn unknown_fields_are_named_in_a_warning() {
         "{stderr}"
     );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn an_invalid_node_name_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "{HEAD}podLogsDir: {}\nhealthzPort: 0\n",
+            dir.path().join("logs").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "--hostname-override",
+            "Bad_Node/x",
+            "--root-dir",
+        ])
+        .arg(dir.path().join("root"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bad_node/x"), "{stderr}");
 }
 
 #[test]

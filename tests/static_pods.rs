@@ -309,6 +309,13 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
     );
     n.write_manifest("bad-ns.json", r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x","namespace":"a/b"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#);
     n.write_manifest("zz-duplicate.yaml", good);
+    let victim = n.dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(victim.join("canary"), "precious").unwrap();
+    n.write_manifest(
+        "uid-escape.yaml",
+        &good.replace("{name: good}", "{name: trav, uid: x/../../victim}"),
+    );
     let uid = n.uid("good");
     n.wait_running(&uid, &["c"], Duration::from_secs(30));
 
@@ -319,6 +326,7 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
         ("escape.yaml", "metadata.name"),
         ("bad-ns.json", "metadata.namespace"),
         ("zz-duplicate.yaml", "metadata.name"),
+        ("uid-escape.yaml", "metadata.uid"),
     ] {
         let hit = events.contains(&format!("manifest {}", n.manifests().join(file).display()))
             && events.contains(field);
@@ -334,7 +342,7 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
         .filter(|l| l.starts_with("nodelet_static_pod_manifest_errors_total{"))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
-    assert_eq!(total, 5, "{metrics}");
+    assert_eq!(total, 6, "{metrics}");
     assert_eq!(n.pods().len(), 1, "only the good pod is admitted");
     assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
     // No pod named after the escaping name exists, and nothing was written outside podLogsDir.
@@ -348,5 +356,68 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
         running_by_name(&n.runtime.containers(&uid)).len(),
         1,
         "first good pod still running"
+    );
+    std::fs::remove_file(n.manifests().join("uid-escape.yaml")).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        std::fs::read_to_string(victim.join("canary")).unwrap(),
+        "precious"
+    );
+}
+
+const LOOP: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]}\n";
+
+#[test]
+fn a_broken_edit_keeps_the_pod_across_an_agent_restart() {
+    let mut n = Nodelet::new("keep");
+    n.start();
+    n.write_manifest("p.yaml", &LOOP.replace("NAME", "keep"));
+    let uid = n.uid("keep");
+    let before = n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    n.write_manifest(
+        "p.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: keep\n",
+    );
+    wait_until(Duration::from_secs(10), "decode error reported", || {
+        n.get("/events").is_some_and(|e| e.contains("DecodeError"))
+    });
+    n.kill9();
+    n.start();
+    std::thread::sleep(Duration::from_secs(5));
+    let after = running_by_name(&n.runtime.containers(&uid));
+    assert_eq!(
+        after.get("c").map(|c| &c.id),
+        Some(&before["c"].id),
+        "the pod kept running, same container"
+    );
+    assert!(n.pod("keep").is_some());
+    // Removing the broken manifest removes the pod.
+    std::fs::remove_file(n.manifests().join("p.yaml")).unwrap();
+    wait_until(Duration::from_secs(20), "pod removed", || {
+        n.runtime.sandboxes(&uid).is_empty()
+    });
+}
+
+#[test]
+fn a_recreated_manifest_directory_is_watched_again() {
+    // fileCheckFrequency 1m: only inotify can pick the new manifest up within the waits below.
+    let mut n = Nodelet::with_config("rewatch", "");
+    let cfg = std::fs::read_to_string(n.config_path())
+        .unwrap()
+        .replace("fileCheckFrequency: 2s", "fileCheckFrequency: 1m");
+    std::fs::write(n.config_path(), cfg).unwrap();
+    n.start();
+    n.write_manifest("a.yaml", &LOOP.replace("NAME", "a"));
+    n.uid("a");
+    std::fs::remove_dir_all(n.manifests()).unwrap();
+    wait_until(Duration::from_secs(20), "pod a removed", || {
+        n.pod("a").is_none()
+    });
+    std::fs::create_dir(n.manifests()).unwrap();
+    n.write_manifest("b.yaml", &LOOP.replace("NAME", "b"));
+    wait_until(
+        Duration::from_secs(15),
+        "pod b listed through inotify",
+        || n.pod("b").is_some(),
     );
 }

@@ -9,7 +9,7 @@ use crate::cri::{api, Cri};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImageError {
     /// The pull failed (`ErrImagePull`).
-    #[error("ErrImagePull: failed to pull image {image:?}: {message}")]
+    #[error("failed to pull image {image:?}: {message}")]
     Pull {
         /// Image as written in the spec.
         image: String,
@@ -17,13 +17,13 @@ pub enum ImageError {
         message: String,
     },
     /// Policy Never and the image is not present (`ErrImageNeverPull`).
-    #[error("ErrImageNeverPull: image {image:?} is not present with pull policy of Never")]
+    #[error("image {image:?} is not present with pull policy of Never")]
     NeverPull {
         /// Image as written in the spec.
         image: String,
     },
     /// The image service could not be asked (`ErrImageInspect`).
-    #[error("ImageInspectError: failed to inspect image {image:?}: {message}")]
+    #[error("failed to inspect image {image:?}: {message}")]
     Inspect {
         /// Image as written in the spec.
         image: String,

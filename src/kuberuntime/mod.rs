@@ -292,12 +292,31 @@ impl KubeRuntimeManager {
                 .cgroups
                 .pod_cgroup_parent(&uid, pod_qos_class(pod));
             let cfg = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup);
-            std::fs::create_dir_all(&cfg.log_directory).map_err(|e| SyncError::Start {
-                container: String::new(),
-                reason: "CreateContainerError",
-                message: format!("cannot create pod log directory {}: {e}", cfg.log_directory),
-            })?;
-            let id = self.cri.run_pod_sandbox(cfg.clone()).await?;
+            let created = match std::fs::create_dir_all(&cfg.log_directory) {
+                Ok(()) => self
+                    .cri
+                    .run_pod_sandbox(cfg.clone())
+                    .await
+                    .map_err(SyncError::from),
+                Err(e) => Err(SyncError::Start {
+                    container: String::new(),
+                    reason: "CreateContainerError",
+                    message: format!("cannot create pod log directory {}: {e}", cfg.log_directory),
+                }),
+            };
+            let id = match created {
+                Ok(id) => id,
+                Err(e) => {
+                    // kubelet's FailedCreatePodSandBox: the pod stays Pending, visible, with an event.
+                    self.recorder.warning(
+                        pod_ref(pod),
+                        "FailedCreatePodSandBox",
+                        format!("Failed to create pod sandbox: {e}"),
+                    );
+                    self.record_status(pod, &rt, false);
+                    return Err(e);
+                }
+            };
             self.metrics.started_pods.inc();
             info!(pod = %pod_ref(pod), uid, sandbox = %id, attempt, "created pod sandbox");
             let ips = match self.cri.pod_sandbox_status(&id).await? {
@@ -334,7 +353,18 @@ impl KubeRuntimeManager {
         let to_kill: Vec<(String, String)> = actions
             .containers_to_kill
             .iter()
-            .map(|(id, name, _)| (id.clone(), name.clone()))
+            .map(|(id, name, reason)| {
+                let why = match reason {
+                    actions::KillReason::SpecChanged => {
+                        format!("Container {name} definition changed, will be restarted")
+                    }
+                    actions::KillReason::NotInSpec => {
+                        format!("Container {name} is not in the pod spec any more")
+                    }
+                };
+                self.recorder.normal(pod_ref(pod), "Killing", why);
+                (id.clone(), name.clone())
+            })
             .collect();
         self.stop_containers(pod, to_kill, grace).await?;
 
@@ -385,14 +415,20 @@ impl KubeRuntimeManager {
         for s in &rt.sandboxes {
             self.cri.remove_pod_sandbox(&s.id).await?;
         }
+        // Names come from validated manifests or from sandbox labels; never remove anything that
+        // is not a direct child of podLogsDir, nor a cgroup named by an unsafe UID.
         let logs = sandbox::pod_logs_dir(&self.settings, pod);
-        if let Err(e) = std::fs::remove_dir_all(&logs) {
+        let safe = crate::source::validation::is_safe_uid(&uid)
+            && logs.parent() == Some(self.settings.pod_logs_dir.as_path());
+        if !safe {
+            warn!(pod = %pod_ref(pod), uid, "pod identity is not safe for paths; leaving its log directory and cgroups alone");
+        } else if let Err(e) = std::fs::remove_dir_all(&logs) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 warn!(pod = %pod_ref(pod), uid, path = %logs.display(), error = %e, "cannot remove pod log directory");
             }
         }
         let mounts = crate::cm::cgroup_mounts();
-        if !self.settings.cgroups.systemd {
+        if safe && !self.settings.cgroups.systemd {
             for cg in self.settings.cgroups.pod_cgroup_candidates(&uid) {
                 if let Err(e) = crate::cm::remove_cgroup_everywhere(&mounts, &cg) {
                     warn!(pod = %pod_ref(pod), uid, cgroup = %cg, error = %e, "cannot remove pod cgroup");

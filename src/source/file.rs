@@ -23,6 +23,7 @@ use crossbeam_channel::{select, Receiver};
 use k8s_openapi::api::core::v1::Pod;
 use notify::{EventKind, RecursiveMode, Watcher};
 
+use super::checkpoint::CheckpointStore;
 use super::manifest::decode_static_pod;
 use super::{ManifestError, PodConfig};
 use crate::events::Recorder;
@@ -31,12 +32,21 @@ use crate::metrics::Metrics;
 /// Delay after a create or partial-write event before the directory is re-listed.
 pub const SETTLE: Duration = Duration::from_millis(200);
 
+/// How often a missing `staticPodPath` is looked for, so that a re-created directory is watched
+/// again without waiting for `fileCheckFrequency`.
+pub const REWATCH_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Source name used in `PodUpdate.source` and `config.source`.
 pub const SOURCE: &str = "file";
 
+/// Largest manifest read, bytes; a larger file is refused (the API server's own request limit
+/// is 3 MiB).
+pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
 /// What the last listing found in one file.
 struct FileEntry {
-    bytes: Vec<u8>,
+    /// The file's content, or why it could not be read.
+    content: Result<Vec<u8>, String>,
     /// The last pod this file produced successfully (kept while the file is broken).
     good: Option<Pod>,
     /// The error of the current content, if it is broken.
@@ -52,19 +62,74 @@ pub struct FileSource {
     owners: HashMap<(String, String), PathBuf>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
+    checkpoints: Option<CheckpointStore>,
     missing_dir_reported: bool,
 }
 
+/// Reads one manifest: `Ok(None)` when it is gone or not a regular file (directories, FIFOs,
+/// devices are skipped, never opened), `Err` with a message when it cannot be read or exceeds
+/// [`MAX_MANIFEST_BYTES`].
+fn read_manifest(path: &Path) -> Result<Option<Vec<u8>>, String> {
+    use std::io::Read;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    if meta.len() > MAX_MANIFEST_BYTES {
+        return Err(format!(
+            "file is {} bytes, more than the {MAX_MANIFEST_BYTES} allowed",
+            meta.len()
+        ));
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    match std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut buf))
+    {
+        Ok(n) if n as u64 > MAX_MANIFEST_BYTES => Err(format!(
+            "file is more than the {MAX_MANIFEST_BYTES} bytes allowed"
+        )),
+        Ok(_) => Ok(Some(buf)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 impl FileSource {
-    /// A source over `dir` for node `node_name`.
-    pub fn new(dir: PathBuf, node_name: String, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
+    /// A source over `dir` (a directory, or a single manifest file) for node `node_name`.
+    /// With `checkpoints`, the last good version of each manifest survives agent restarts.
+    pub fn new(
+        dir: PathBuf,
+        node_name: String,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        checkpoints: Option<CheckpointStore>,
+    ) -> Self {
+        let mut files = BTreeMap::new();
+        for (path, bytes) in checkpoints.iter().flat_map(CheckpointStore::load) {
+            if let Ok(pod) = decode_static_pod(&path, &bytes, &node_name) {
+                let restored = Err("restored from checkpoint".to_owned());
+                files.insert(
+                    path,
+                    FileEntry {
+                        content: restored,
+                        good: Some(pod),
+                        error: None,
+                    },
+                );
+            }
+        }
         Self {
             dir,
             node_name,
-            files: BTreeMap::new(),
+            files,
             owners: HashMap::new(),
             recorder,
             metrics,
+            checkpoints,
             missing_dir_reported: false,
         }
     }
@@ -72,84 +137,106 @@ impl FileSource {
     fn report(&self, err: &ManifestError, file: &Path) {
         tracing::warn!(file = %file.display(), reason = err.reason(), error = %err, "static pod manifest refused");
         self.recorder.warning(
-            format!("file/{}", file.display()),
+            format!("file:{}", file.display()),
             err.reason(),
             err.to_string(),
         );
         self.metrics.manifest_error(err.reason());
     }
 
-    /// Lists the directory and returns the pods it defines now, reporting new errors.
-    pub fn list(&mut self) -> Vec<Pod> {
-        let entries = match std::fs::read_dir(&self.dir) {
+    /// True when the last listing could not read `staticPodPath`.
+    pub fn dir_missing(&self) -> bool {
+        self.missing_dir_reported
+    }
+
+    /// The candidate manifest paths: the file itself when `staticPodPath` is a file, else the
+    /// directory's entries without dotfiles, sorted. `None` when the path cannot be read.
+    fn candidates(&mut self) -> Option<Vec<PathBuf>> {
+        if std::fs::metadata(&self.dir).is_ok_and(|m| m.is_file()) {
+            self.missing_dir_reported = false;
+            return Some(vec![self.dir.clone()]);
+        }
+        match std::fs::read_dir(&self.dir) {
             Ok(rd) => {
                 self.missing_dir_reported = false;
-                rd
+                let mut paths: Vec<PathBuf> = rd
+                    .filter_map(Result::ok)
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .map(|e| e.path())
+                    .collect();
+                paths.sort();
+                Some(paths)
             }
             Err(e) => {
                 if !self.missing_dir_reported {
                     tracing::warn!(path = %self.dir.display(), error = %e, "cannot read staticPodPath; will retry");
                     self.missing_dir_reported = true;
                 }
-                self.files.clear();
-                self.owners.clear();
-                return Vec::new();
+                None
             }
-        };
-        let mut paths: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .filter(|e| {
-                e.file_type()
-                    .map(|t| t.is_file() || t.is_symlink())
-                    .unwrap_or(false)
-            })
-            .map(|e| e.path())
-            .collect();
-        paths.sort();
-        self.files.retain(|p, _| paths.contains(p));
+        }
+    }
 
-        for path in &paths {
-            let bytes = match std::fs::read(path) {
-                Ok(b) => b,
-                Err(e) => {
-                    if path.is_dir() {
-                        continue;
-                    }
-                    Vec::from(format!("\0unreadable: {e}"))
-                }
-            };
-            if self.files.get(path).is_some_and(|f| f.bytes == bytes) {
+    /// Lists the directory and returns the pods it defines now, reporting new errors.
+    pub fn list(&mut self) -> Vec<Pod> {
+        let mut present: Vec<(PathBuf, Result<Vec<u8>, String>)> = Vec::new();
+        for path in self.candidates().unwrap_or_default() {
+            match read_manifest(&path) {
+                Ok(None) => {}
+                Ok(Some(bytes)) => present.push((path, Ok(bytes))),
+                Err(msg) => present.push((path, Err(msg))),
+            }
+        }
+        let gone: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|p| !present.iter().any(|(q, _)| q == *p))
+            .cloned()
+            .collect();
+        for p in gone {
+            self.files.remove(&p);
+            if let Some(cp) = &self.checkpoints {
+                cp.remove(&p);
+            }
+        }
+        for (path, content) in present {
+            if self.files.get(&path).is_some_and(|f| f.content == content) {
                 continue;
             }
-            let result = if bytes.starts_with(b"\0unreadable: ") {
-                Err(ManifestError::Read {
+            let result = match &content {
+                Ok(bytes) => decode_static_pod(&path, bytes, &self.node_name),
+                Err(message) => Err(ManifestError::Read {
                     file: path.display().to_string(),
-                    message: String::from_utf8_lossy(&bytes[13..]).into_owned(),
-                })
-            } else {
-                decode_static_pod(path, &bytes, &self.node_name)
+                    message: message.clone(),
+                }),
             };
-            let prev_good = self.files.remove(path).and_then(|f| f.good);
+            let prev_good = self.files.remove(&path).and_then(|f| f.good);
             let entry = match result {
-                Ok(pod) => FileEntry {
-                    bytes,
-                    good: Some(pod),
-                    error: None,
-                },
+                Ok(pod) => {
+                    if let (Some(cp), Ok(bytes)) = (&self.checkpoints, &content) {
+                        if let Err(e) = cp.save(&path, bytes) {
+                            tracing::warn!(file = %path.display(), error = %e, "cannot checkpoint manifest");
+                        }
+                    }
+                    FileEntry {
+                        content,
+                        good: Some(pod),
+                        error: None,
+                    }
+                }
                 Err(err) => {
-                    self.report(&err, path);
+                    self.report(&err, &path);
                     if prev_good.is_some() {
                         tracing::warn!(file = %path.display(), "keeping the last good version of this pod until the manifest is fixed");
                     }
                     FileEntry {
-                        bytes,
+                        content,
                         good: prev_good,
                         error: Some(err),
                     }
                 }
             };
-            self.files.insert(path.clone(), entry);
+            self.files.insert(path, entry);
         }
         self.collect_pods()
     }
@@ -234,8 +321,48 @@ fn has_manifest_extension(p: &Path) -> bool {
     )
 }
 
+/// What to do about one inotify event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reaction {
+    /// The watched path itself went away or was replaced: watch it again and re-list.
+    Rewatch,
+    /// A manifest was finished, renamed into place or removed: re-list now.
+    Relist,
+    /// Something else changed: re-list after [`SETTLE`].
+    Settle,
+    /// Reads and other noise.
+    Ignore,
+}
+
+fn react(ev: &notify::Event, watched: &Path) -> Reaction {
+    use notify::event::{AccessKind, AccessMode, ModifyKind};
+    let close_write = matches!(
+        ev.kind,
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+    );
+    let renamed = matches!(ev.kind, EventKind::Modify(ModifyKind::Name(_)));
+    let removed = matches!(ev.kind, EventKind::Remove(_));
+    if (removed || renamed) && ev.paths.iter().any(|p| p == watched) {
+        return Reaction::Rewatch;
+    }
+    // For a rename the destination (last path) is what will be listed.
+    let finished_manifest = if renamed {
+        ev.paths.last().is_some_and(|p| has_manifest_extension(p))
+    } else {
+        ev.paths.iter().all(|p| has_manifest_extension(p))
+    };
+    match ev.kind {
+        _ if (close_write || renamed || removed) && finished_manifest => Reaction::Relist,
+        _ if close_write => Reaction::Settle,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => Reaction::Settle,
+        _ => Reaction::Ignore,
+    }
+}
+
 /// Runs the file source on the calling thread until `stop` fires: watches `dir`, re-lists on
-/// changes and every `period`, and feeds `config`.
+/// changes and every `period`, and feeds `config`. When the directory disappears the watch is
+/// dropped, the path is looked for every [`REWATCH_INTERVAL`], and it is watched and listed again
+/// once it is back.
 pub fn run(
     mut source: FileSource,
     period: Duration,
@@ -259,7 +386,10 @@ pub fn run(
     loop {
         if !watching {
             if let Some(w) = watcher.as_mut() {
+                let _ = w.unwatch(&source.dir);
                 watching = w.watch(&source.dir, RecursiveMode::NonRecursive).is_ok();
+                // Whatever was written while nothing watched is found by listing now.
+                relist |= watching;
             }
         }
         if relist {
@@ -270,30 +400,29 @@ pub fn run(
                 .set(SOURCE, pods);
             relist = false;
             settle_at = None;
+            watching &= !source.dir_missing();
         }
-        let wait = settle_at.map_or(period, |t| t.saturating_duration_since(Instant::now()));
+        let mut wait = settle_at.map_or(period, |t| t.saturating_duration_since(Instant::now()));
+        if !watching && watcher.is_some() {
+            // The path is missing: look for it again soon rather than at the next period.
+            wait = wait.min(REWATCH_INTERVAL);
+        }
         select! {
             recv(stop) -> _ => return,
             recv(ticker) -> _ => relist = true,
             recv(ev_rx) -> ev => match ev {
-                Ok(Ok(ev)) => {
-                    // For a rename the destination (last path) is what will be listed.
-                    let manifests_only = match ev.kind {
-                        EventKind::Modify(notify::event::ModifyKind::Name(_)) => ev.paths.last().is_some_and(|p| has_manifest_extension(p)),
-                        _ => ev.paths.iter().all(|p| has_manifest_extension(p)),
-                    };
-                    match ev.kind {
-                        EventKind::Access(notify::event::AccessKind::Close(notify::event::AccessMode::Write))
-                        | EventKind::Modify(notify::event::ModifyKind::Name(_))
-                        | EventKind::Remove(_)
-                            if manifests_only => relist = true,
-                        EventKind::Access(notify::event::AccessKind::Close(notify::event::AccessMode::Write)) | EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => {
-                            let due = Instant::now() + SETTLE;
-                            settle_at = Some(settle_at.map_or(due, |t| t.min(due)));
-                        }
-                        _ => {}
+                Ok(Ok(ev)) => match react(&ev, &source.dir) {
+                    Reaction::Rewatch => {
+                        watching = false;
+                        relist = true;
                     }
-                }
+                    Reaction::Relist => relist = true,
+                    Reaction::Settle => {
+                        let due = Instant::now() + SETTLE;
+                        settle_at = Some(settle_at.map_or(due, |t| t.min(due)));
+                    }
+                    Reaction::Ignore => {}
+                },
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "inotify error; re-watching");
                     watching = false;
@@ -316,6 +445,7 @@ mod tests {
             "n1".into(),
             Recorder::default(),
             Metrics::new(),
+            None,
         )
     }
 
@@ -387,6 +517,107 @@ mod tests {
         assert_eq!(pods.len(), 1);
         assert_eq!(pods[0].metadata.name.as_deref(), Some("one-n1"));
         assert_eq!(s.recorder.list()[0].reason, "DuplicatePod");
+    }
+
+    #[test]
+    fn events_are_acted_on_by_kind_and_name() {
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode,
+        };
+        let dir = Path::new("/m");
+        let ev = |kind, paths: &[&str]| notify::Event {
+            kind,
+            paths: paths.iter().map(PathBuf::from).collect(),
+            attrs: Default::default(),
+        };
+        let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        assert_eq!(react(&ev(close, &["/m/a.yaml"]), dir), Reaction::Relist);
+        assert_eq!(react(&ev(close, &["/m/sedX1b2"]), dir), Reaction::Settle);
+        assert_eq!(
+            react(
+                &ev(EventKind::Create(CreateKind::File), &["/m/a.yaml"]),
+                dir
+            ),
+            Reaction::Settle
+        );
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+        assert_eq!(
+            react(&ev(rename, &["/m/.a.tmp", "/m/a.yaml"]), dir),
+            Reaction::Relist
+        );
+        assert_eq!(
+            react(&ev(EventKind::Remove(RemoveKind::Folder), &["/m"]), dir),
+            Reaction::Rewatch
+        );
+        assert_eq!(
+            react(
+                &ev(EventKind::Access(AccessKind::Read), &["/m/a.yaml"]),
+                dir
+            ),
+            Reaction::Ignore
+        );
+    }
+
+    #[test]
+    fn unreadable_and_special_files_are_handled() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("big.yaml"),
+            vec![b'#'; MAX_MANIFEST_BYTES as usize + 1],
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.yaml")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", dir.path().join("dangling.yaml")).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let mut s = source(dir.path());
+        assert!(s.list().is_empty());
+        let ev = s.recorder.list();
+        assert_eq!(
+            ev.len(),
+            1,
+            "only the oversized file is reported: {:?}",
+            ev.iter().map(|e| &e.message).collect::<Vec<_>>()
+        );
+        assert!(ev[0].message.contains("big.yaml") && ev[0].message.contains("bytes"));
+    }
+
+    #[test]
+    fn a_single_file_can_be_the_static_pod_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("only.yaml");
+        std::fs::write(&f, POD.replace("NAME", "solo")).unwrap();
+        let mut s = source(&f);
+        assert_eq!(s.list()[0].metadata.name.as_deref(), Some("solo-n1"));
+    }
+
+    #[test]
+    fn the_last_good_pod_survives_a_restart_through_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = dir.path().join("cp");
+        let m = dir.path().join("m");
+        std::fs::create_dir(&m).unwrap();
+        std::fs::write(m.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        let new = |m: &Path| {
+            FileSource::new(
+                m.to_owned(),
+                "n1".into(),
+                Recorder::default(),
+                Metrics::new(),
+                Some(CheckpointStore::new(cp.clone())),
+            )
+        };
+        let uid = new(&m).list()[0].metadata.uid.clone();
+        std::fs::write(m.join("a.yaml"), "broken: [").unwrap();
+        // A new agent: the file is broken, the checkpoint keeps the pod.
+        let mut s = new(&m);
+        let pods = s.list();
+        assert_eq!(pods.len(), 1);
+        assert_eq!(pods[0].metadata.uid, uid);
+        assert_eq!(s.recorder.list()[0].reason, "DecodeError");
+        // Removing the file removes the pod and its checkpoint.
+        std::fs::remove_file(m.join("a.yaml")).unwrap();
+        assert!(s.list().is_empty());
+        assert!(new(&m).list().is_empty());
     }
 
     #[test]

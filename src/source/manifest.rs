@@ -70,7 +70,7 @@ pub fn decode_static_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<P
     ))
     .map_err(|e| ManifestError::Parse {
         file: file_s.clone(),
-        message: format!("field {}: {}", e.path(), e.inner()),
+        message: crate::config::field_error_message(&e),
     })?;
     validate_pod(&pod).map_err(|error| ManifestError::Invalid {
         file: file_s.clone(),
@@ -88,10 +88,10 @@ fn apply_file_pod_defaults(
     content_hash: &str,
 ) -> Result<(), ManifestError> {
     let meta = &mut pod.metadata;
-    let namespace = meta
-        .namespace
-        .get_or_insert_with(|| "default".into())
-        .clone();
+    if meta.namespace.as_deref().is_none_or(str::is_empty) {
+        meta.namespace = Some("default".into());
+    }
+    let namespace = meta.namespace.clone().unwrap_or_default();
     let base_name = meta.name.clone().unwrap_or_default();
     let name = format!("{base_name}-{node_name}");
     if !is_dns1123_subdomain(&name) {

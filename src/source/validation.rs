@@ -2,8 +2,9 @@
 //!
 //! Follows the API server's `ValidatePod` for the parts a node agent depends on: a name that is a
 //! DNS-1123 subdomain (so it can never escape a path: no `/`, no `..`), a namespace that is a
-//! DNS-1123 label, at least one container, container names that are unique DNS-1123 labels,
-//! an image for every container, and the enumerated policies.
+//! DNS-1123 label, a UID that is safe in a path, annotations within the API server's size limit,
+//! at least one container, container names that are unique DNS-1123 labels, an image for every
+//! container, and the enumerated policies and protocols.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -52,6 +53,22 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
         })
 }
 
+/// Largest total size of a pod's annotations, bytes (apimachinery's
+/// `TotalAnnotationSizeLimitB`).
+pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+
+/// True when a UID is safe to use in paths and cgroup names: 1..=128 of `[A-Za-z0-9._-]`,
+/// starting alphanumeric, without `..`. Generated UIDs (UUIDs) always are.
+pub fn is_safe_uid(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && !s.contains("..")
+}
+
 /// Validates a decoded manifest before defaults are applied. Returns the first failure.
 pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
@@ -65,7 +82,30 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
             "must be a DNS-1123 subdomain (lowercase a-z, 0-9, '-', '.'; no '/' or '..')",
         ));
     }
-    if let Some(ns) = pod.metadata.namespace.as_deref() {
+    if let Some(uid) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) {
+        if !is_safe_uid(uid) {
+            return Err(err(
+                "metadata.uid",
+                uid,
+                "must be at most 128 of a-z, A-Z, 0-9, '-', '_', '.', starting alphanumeric, without '..' (it names directories and cgroups)",
+            ));
+        }
+    }
+    let annotation_bytes: usize = pod
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    if annotation_bytes > MAX_ANNOTATION_BYTES {
+        return Err(err(
+            "metadata.annotations",
+            &format!("{annotation_bytes} bytes"),
+            "must total at most 262144 bytes (the API server's limit)",
+        ));
+    }
+    if let Some(ns) = pod.metadata.namespace.as_deref().filter(|n| !n.is_empty()) {
         if !is_dns1123_label(ns) {
             return Err(err(
                 "metadata.namespace",
@@ -119,6 +159,18 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
             ));
         }
     }
+    if let Some(d) = spec.dns_policy.as_deref() {
+        if !matches!(
+            d,
+            "ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None"
+        ) {
+            return Err(err(
+                "spec.dnsPolicy",
+                d,
+                "must be ClusterFirst, ClusterFirstWithHostNet, Default or None",
+            ));
+        }
+    }
     if let Some(h) = spec.hostname.as_deref() {
         if !is_dns1123_label(h) {
             return Err(err("spec.hostname", h, "must be a DNS-1123 label"));
@@ -154,6 +206,15 @@ fn validate_container(path: &str, c: &Container) -> Result<(), FieldError> {
                 &port.container_port.to_string(),
                 "must be 1..65535",
             ));
+        }
+        if let Some(proto) = port.protocol.as_deref() {
+            if !matches!(proto, "TCP" | "UDP" | "SCTP") {
+                return Err(err(
+                    format!("{path}.ports[{i}].protocol"),
+                    proto,
+                    "must be TCP, UDP or SCTP",
+                ));
+            }
         }
         if let Some(hp) = port.host_port {
             if !(0..=65535).contains(&hp) {
@@ -203,13 +264,22 @@ mod tests {
             ("metadata: {name: ok}\nspec: {restartPolicy: Sometimes, containers: [{name: c, image: b}]}", "spec.restartPolicy"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, imagePullPolicy: Maybe}]}", "spec.containers[0].imagePullPolicy"),
             ("metadata: {}\nspec: {containers: [{name: c, image: b}]}", "metadata.name"),
+            ("metadata: {name: ok, uid: x/../../victim}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
+            ("metadata: {name: ok, uid: ..}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
+            ("metadata: {name: ok}\nspec: {dnsPolicy: Bogus, containers: [{name: c, image: b}]}", "spec.dnsPolicy"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, ports: [{containerPort: 80, protocol: XYZ}]}]}", "spec.containers[0].ports[0].protocol"),
         ];
         for (yaml, field) in cases {
             let full = format!("apiVersion: v1\nkind: Pod\n{yaml}");
             let e = validate_pod(&pod(&full)).unwrap_err();
             assert_eq!(e.field, field, "{yaml}");
         }
-        let ok = pod("apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec: {containers: [{name: c, image: b}]}");
+        let ok = pod("apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: '', uid: 6e0de1e7-5a1c-4f0e}\nspec: {containers: [{name: c, image: b}]}");
         assert_eq!(validate_pod(&ok), Ok(()));
+        let big = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: ok, annotations: {{a: {}}}}}\nspec: {{containers: [{{name: c, image: b}}]}}", "x".repeat(MAX_ANNOTATION_BYTES));
+        assert_eq!(
+            validate_pod(&pod(&big)).unwrap_err().field,
+            "metadata.annotations"
+        );
     }
 }

@@ -67,6 +67,7 @@ fn api_state(rc: &RuntimeContainer) -> ApiState {
 }
 
 fn container_statuses(
+    is_init: bool,
     specs: &[Container],
     rt: &RuntimePodStatus,
     errors: &StartErrors,
@@ -90,7 +91,10 @@ fn container_statuses(
                     st.container_id = Some(format!("containerd://{}", rc.id));
                     st.image_id = rc.image_ref.clone();
                     let running = rc.state() == ContainerState::Running;
-                    st.ready = running;
+                    // An init container that completed is ready (kubelet's init status).
+                    let completed =
+                        is_init && rc.state() == ContainerState::Exited && rc.exit_code == 0;
+                    st.ready = running || completed;
                     st.started = Some(running);
                     st.last_state = previous.map(|p| ApiState {
                         terminated: Some(terminated(p)),
@@ -211,7 +215,7 @@ pub fn generate_pod_status(
         return PodStatus::default();
     };
     let inits = spec.init_containers.as_deref().unwrap_or(&[]);
-    let init_st = container_statuses(inits, rt, errors, "PodInitializing");
+    let init_st = container_statuses(true, inits, rt, errors, "PodInitializing");
     let init_pending = !init_st.iter().all(|s| {
         s.state
             .as_ref()
@@ -219,6 +223,7 @@ pub fn generate_pod_status(
             .is_some_and(|t| t.exit_code == 0)
     });
     let app_st = container_statuses(
+        false,
         &spec.containers,
         rt,
         errors,
