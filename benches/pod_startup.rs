@@ -64,7 +64,7 @@ async fn started_at(cri: &Cri, uid: &str, deadline: Instant) -> i64 {
     }
 }
 
-async fn baseline_pod(cri: &Cri, settings: &Settings, name: &str, node: &str) -> (i64, String) {
+async fn baseline_pod(cri: &Cri, settings: &Settings, cgroup_root: &str, name: &str, node: &str) -> (i64, String) {
     let mut pod: Pod = serde_yaml::from_str(&manifest(name)).unwrap();
     let uid = format!("bench-direct-{name}-{}", std::process::id());
     pod.metadata.uid = Some(uid.clone());
@@ -72,9 +72,8 @@ async fn baseline_pod(cri: &Cri, settings: &Settings, name: &str, node: &str) ->
     pod.metadata.name = Some(format!("{name}-{node}"));
     pod.spec.as_mut().unwrap().node_name = Some(node.into());
     let t0 = now_ns();
-    let cgroup = settings
-        .cgroups
-        .pod_cgroup_parent(&uid, nodelet::qos::QosClass::BestEffort);
+    let layout = nodelet::cm::CgroupLayout { root: cgroup_root.to_owned(), per_qos: true, systemd: false };
+    let cgroup = layout.pod_cgroup_parent(&uid, nodelet::qos::QosClass::BestEffort);
     let sb_cfg = sandbox_config(settings, &pod, 0, cgroup);
     std::fs::create_dir_all(&sb_cfg.log_directory).unwrap();
     let sb = cri.run_pod_sandbox(sb_cfg.clone()).await.unwrap();
@@ -145,6 +144,9 @@ fn main() {
         ),
     )
     .unwrap();
+    for m in nodelet::cm::cgroup_mounts() {
+        std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
         .args([
             "--config",
@@ -166,7 +168,6 @@ fn main() {
     let direct_node = format!("direct{}", std::process::id());
     let mut settings = Settings::for_tests();
     settings.pod_logs_dir = logs.clone();
-    settings.cgroups.root = cgroup_root.clone();
     settings.node_name = direct_node.clone();
 
     let (mut direct, mut via) = (Vec::new(), Vec::new());
@@ -178,6 +179,7 @@ fn main() {
                 let (lat, sb) = rt.block_on(baseline_pod(
                     &cri,
                     &settings,
+                    &cgroup_root,
                     &format!("d{i}"),
                     &direct_node,
                 ));

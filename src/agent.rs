@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use crate::cm::CgroupLayout;
+use crate::cm::cgroupfs::{Cgroupfs, Hierarchies};
+use crate::cm::{detect_capacity, CmError, ContainerManager, NodeConfig};
 use crate::config::KubeletConfiguration;
 use crate::cri::Cri;
 use crate::events::Recorder;
@@ -55,6 +56,9 @@ pub enum AgentError {
     /// The tokio runtime could not start.
     #[error("cannot start async runtime: {0}")]
     Runtime(std::io::Error),
+    /// The container manager could not set up the cgroup tree (e.g. `cgroupRoot` is missing).
+    #[error("container manager: {0}")]
+    ContainerManager(#[from] CmError),
     /// The healthz listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -79,6 +83,8 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
             source,
         })?;
     }
+    let node_config = NodeConfig::from_config(&config, detect_capacity());
+    let metrics = Metrics::new();
     let resolv = std::fs::read_to_string(&config.resolv_conf).map(|t| parse_resolv_conf(&t)).unwrap_or_else(|e| {
         warn!(path = %config.resolv_conf, error = %e, "cannot read resolvConf; pods get no host DNS");
         Default::default()
@@ -89,12 +95,12 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         node_ip: node_ip.to_string(),
         pod_logs_dir: PathBuf::from(&config.pod_logs_dir),
         resolv_conf: resolv,
-        cgroups: CgroupLayout {
-            root: config.cgroup_root.clone(),
-            per_qos: config.cgroups_per_qos,
-            systemd: config.cgroup_driver == "systemd",
-        },
+        cgroup_policy: node_config.policy,
+        memory_capacity: node_config.capacity.memory,
     };
+    let cm = Arc::new(ContainerManager::new(Arc::new(Cgroupfs::new(Hierarchies::current())), node_config));
+    cm.start()?;
+    apply_own_oom_score_adj(config.oom_score_adj, &metrics);
     info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -103,7 +109,6 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         .enable_all()
         .build()
         .map_err(AgentError::Runtime)?;
-    let metrics = Metrics::new();
     let recorder = Recorder::default();
     let status = StatusManager::default();
     let cri = rt.block_on(async {
@@ -148,10 +153,23 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     let manager = Arc::new(KubeRuntimeManager::new(
         cri,
         settings,
+        cm.clone(),
         status,
         recorder.clone(),
         metrics.clone(),
     ));
+    // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
+    // periodic QoS update).
+    let qos_cm = cm.clone();
+    rt.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tick.tick().await;
+            if let Err(e) = qos_cm.update_qos() {
+                warn!(error = %e, "cannot update QoS cgroups");
+            }
+        }
+    });
     let queue = WorkQueue::default();
     let periods = Periods {
         resync: config.sync_frequency.0,
@@ -218,6 +236,18 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     Ok(())
 }
 
+/// Sets the agent's own oom_score_adj (`oomScoreAdj`, kubelet's `ApplyOOMScoreAdj` on itself).
+/// Where the kernel refuses (no CAP_SYS_RESOURCE for negative values), logs once and carries on;
+/// `nodelet_process_oom_score_adj` shows the value in force.
+fn apply_own_oom_score_adj(wanted: i32, metrics: &Metrics) {
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", wanted.to_string()) {
+        warn!(wanted, error = %e, "cannot set the agent's oom_score_adj; continuing with the current value");
+    }
+    let actual = std::fs::read_to_string("/proc/self/oom_score_adj").ok().and_then(|s| s.trim().parse::<i64>().ok()).unwrap_or(0);
+    metrics.own_oom_score_adj.set(actual);
+    metrics.own_oom_score_adj_wanted.set(i64::from(wanted));
+}
+
 fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name(name.into())
@@ -268,7 +298,8 @@ async fn wait_for_signal() {
 }
 
 /// Housekeeping (kubelet's `HandlePodCleanups`): kill pods the runtime has that no source wants
-/// and no worker handles — pods whose manifest went away while the agent was down.
+/// and no worker handles — pods whose manifest went away while the agent was down — and remove
+/// pod cgroups that no pod owns.
 fn housekeeper(
     manager: Arc<KubeRuntimeManager>,
     workers: PodWorkers<KubeRuntimeManager>,
@@ -283,6 +314,10 @@ fn housekeeper(
         rt.spawn(async move {
             match manager.runtime_pods().await {
                 Ok(pods) => {
+                    // Pod cgroups that no desired, running or terminating pod owns.
+                    let mut in_use: HashSet<String> = workers.known_uids();
+                    in_use.extend(pods.iter().map(|p| crate::source::pod_uid(p).to_owned()));
+                    manager.cm().cleanup_orphans(&desired, &in_use);
                     for pod in pods {
                         let uid = crate::source::pod_uid(&pod).to_owned();
                         if !desired.contains(&uid) && !workers.is_known(&uid) {

@@ -182,6 +182,26 @@ pub struct KubeletConfiguration {
     pub resolv_conf: String,
     /// Maximum number of pods (default 110).
     pub max_pods: u32,
+    /// Resources reserved for Kubernetes daemons (`cpu`, `memory`, `pid` quantities).
+    pub kube_reserved: BTreeMap<String, String>,
+    /// Resources reserved for the OS (`cpu`, `memory`, `pid` quantities).
+    pub system_reserved: BTreeMap<String, String>,
+    /// Where node allocatable is enforced: `pods` (default), `system-reserved`, `kube-reserved`,
+    /// or `none`. nodelet enforces `pods` (the `kubepods` cgroup limits).
+    pub enforce_node_allocatable: Vec<String>,
+    /// Memory held back from lower QoS classes, as `memory: "<percent>%"`.
+    #[serde(rename = "qosReserved")]
+    pub qos_reserved: BTreeMap<String, String>,
+    /// Maximum processes per pod (-1: unlimited).
+    pub pod_pids_limit: i64,
+    /// Enforce cpu limits with CFS quota (default true).
+    #[serde(rename = "cpuCFSQuota")]
+    pub cpu_cfs_quota: bool,
+    /// CFS period (default 100ms; 1ms..1s).
+    #[serde(rename = "cpuCFSQuotaPeriod")]
+    pub cpu_cfs_quota_period: GoDuration,
+    /// oom_score_adj of the agent itself (default -999; -1000..=1000).
+    pub oom_score_adj: i32,
 }
 
 impl Default for KubeletConfiguration {
@@ -203,6 +223,14 @@ impl Default for KubeletConfiguration {
             pod_logs_dir: "/var/log/pods".into(),
             resolv_conf: "/etc/resolv.conf".into(),
             max_pods: 110,
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            enforce_node_allocatable: vec!["pods".into()],
+            qos_reserved: BTreeMap::new(),
+            pod_pids_limit: -1,
+            cpu_cfs_quota: true,
+            cpu_cfs_quota_period: GoDuration(Duration::from_millis(100)),
+            oom_score_adj: -999,
         }
     }
 }
@@ -225,6 +253,14 @@ const KNOWN_FIELDS: &[&str] = &[
     "podLogsDir",
     "resolvConf",
     "maxPods",
+    "kubeReserved",
+    "systemReserved",
+    "enforceNodeAllocatable",
+    "qosReserved",
+    "podPidsLimit",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "oomScoreAdj",
 ];
 
 /// A loaded configuration and the warnings found while loading it.
@@ -385,6 +421,34 @@ impl KubeletConfiguration {
                 "must be an absolute path",
             ));
         }
+        for (field, map) in [("kubeReserved", &self.kube_reserved), ("systemReserved", &self.system_reserved)] {
+            for (k, v) in map {
+                let ok = matches!(k.as_str(), "cpu" | "memory" | "pid" | "ephemeral-storage")
+                    && crate::quantity::parse_milli(v).is_ok_and(|q| q >= 0);
+                if !ok {
+                    return Err(invalid(field, &format!("{k}={v}"), "keys cpu, memory, pid, ephemeral-storage with non-negative quantities"));
+                }
+            }
+        }
+        for v in &self.enforce_node_allocatable {
+            if !matches!(v.as_str(), "pods" | "system-reserved" | "kube-reserved" | "none") {
+                return Err(invalid("enforceNodeAllocatable", v, "entries must be pods, system-reserved, kube-reserved or none"));
+            }
+        }
+        for (k, v) in &self.qos_reserved {
+            if k != "memory" || parse_percent(v).is_none() {
+                return Err(invalid("qosReserved", &format!("{k}={v}"), "only memory, as a percentage 0%..100%"));
+            }
+        }
+        if !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&self.cpu_cfs_quota_period.0) {
+            return Err(invalid("cpuCFSQuotaPeriod", &format_go_duration(self.cpu_cfs_quota_period.0), "must be between 1ms and 1s"));
+        }
+        if !(-1000..=1000).contains(&self.oom_score_adj) {
+            return Err(invalid("oomScoreAdj", &self.oom_score_adj.to_string(), "must be between -1000 and 1000"));
+        }
+        if self.pod_pids_limit < -1 {
+            return Err(invalid("podPidsLimit", &self.pod_pids_limit.to_string(), "must be -1 (unlimited) or positive"));
+        }
         if self.max_pods == 0 {
             return Err(invalid("maxPods", "0", "must be at least 1"));
         }
@@ -410,6 +474,21 @@ pub fn field_error_message(e: &serde_path_to_error::Error<serde_yaml::Error>) ->
         Some(rest) => format!("field {path}: {rest}"),
         None => format!("field {path}: {inner}"),
     }
+}
+
+/// Parses `"<n>%"` with 0 ≤ n ≤ 100.
+pub fn parse_percent(s: &str) -> Option<i64> {
+    s.strip_suffix('%')?.parse().ok().filter(|p| (0..=100).contains(p))
+}
+
+/// cpu (millicores), memory (bytes) and pids of a reservation map; validated quantities.
+pub fn reserved_resources(map: &BTreeMap<String, String>) -> crate::cm::resources::NodeResources {
+    let get = |k: &str, milli: bool| {
+        map.get(k)
+            .and_then(|v| if milli { crate::quantity::parse_milli(v) } else { crate::quantity::parse_value(v) }.ok())
+            .map_or(0, |v| v as i64)
+    };
+    crate::cm::resources::NodeResources { cpu_milli: get("cpu", true), memory: get("memory", false), pids: get("pid", false) }
 }
 
 /// The socket path of a `unix://` endpoint (`unix:///run/x.sock` → `/run/x.sock`); a bare
@@ -506,6 +585,13 @@ mod tests {
             ),
             ("cgroupRoot: /a/../b", "cgroupRoot", "/a/../b"),
             ("kind: Pod", "kind", "Pod"),
+            ("kubeReserved: {memory: lots}", "kubeReserved", "memory=lots"),
+            ("systemReserved: {gpu: '1'}", "systemReserved", "gpu=1"),
+            ("qosReserved: {memory: 150%}", "qosReserved", "memory=150%"),
+            ("enforceNodeAllocatable: [everything]", "enforceNodeAllocatable", "everything"),
+            ("oomScoreAdj: -2000", "oomScoreAdj", "-2000"),
+            ("cpuCFSQuotaPeriod: 5s", "cpuCFSQuotaPeriod", "5s"),
+            ("podPidsLimit: -5", "podPidsLimit", "-5"),
         ];
         for (line, field, value) in cases {
             let text = format!(

@@ -40,6 +40,11 @@ pub struct Metrics {
     pub started_pods: Counter,
     /// Containers started (`kubelet_started_containers_total`).
     pub started_containers: Counter,
+    /// The agent's oom_score_adj in force (`nodelet_process_oom_score_adj`).
+    pub own_oom_score_adj: Gauge,
+    /// The agent's configured oomScoreAdj (`nodelet_process_oom_score_adj_wanted`); differs from
+    /// the one in force where the kernel refused it.
+    pub own_oom_score_adj_wanted: Gauge,
 }
 
 impl Metrics {
@@ -82,6 +87,18 @@ impl Metrics {
             "Cumulative number of containers started",
             started_containers.clone(),
         );
+        let own_oom_score_adj = Gauge::default();
+        registry.register(
+            "nodelet_process_oom_score_adj",
+            "oom_score_adj of the agent process in force",
+            own_oom_score_adj.clone(),
+        );
+        let own_oom_score_adj_wanted = Gauge::default();
+        registry.register(
+            "nodelet_process_oom_score_adj_wanted",
+            "oom_score_adj configured for the agent process (oomScoreAdj)",
+            own_oom_score_adj_wanted.clone(),
+        );
         Arc::new(Self {
             registry,
             manifest_errors,
@@ -90,6 +107,8 @@ impl Metrics {
             runtime_errors,
             started_pods,
             started_containers,
+            own_oom_score_adj,
+            own_oom_score_adj_wanted,
         })
     }
 

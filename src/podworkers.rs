@@ -203,6 +203,11 @@ impl<S: PodSyncer> PodWorkers<S> {
             .contains_key(uid)
     }
 
+    /// UIDs of every live worker (syncing or terminating).
+    pub fn known_uids(&self) -> std::collections::HashSet<String> {
+        self.inner.workers.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
+    }
+
     /// Number of live workers.
     pub fn len(&self) -> usize {
         self.inner

@@ -2,7 +2,8 @@
 //!
 //! Guaranteed: every container, init containers included, has cpu and memory limits, and its
 //! requests equal its limits (a missing request defaults to the limit). BestEffort: no container
-//! has a non-zero cpu or memory request or limit. Burstable: everything else.
+//! has a non-zero cpu or memory request or limit. Burstable: everything else. Also the
+//! oom_score_adj policy by QoS class (kubelet's `pkg/kubelet/qos/policy.go`).
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -72,6 +73,66 @@ pub fn pod_qos_class(pod: &Pod) -> QosClass {
     }
 }
 
+/// oom_score_adj of the agent itself (`oomScoreAdj` default).
+pub const KUBELET_OOM_SCORE_ADJ: i64 = -999;
+/// oom_score_adj of pod sandboxes (pause).
+pub const SANDBOX_OOM_SCORE_ADJ: i64 = -998;
+/// oom_score_adj of Guaranteed and node-critical containers (-997 in current kubelet; releases
+/// before v1.28 used -998).
+pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+/// oom_score_adj of BestEffort containers.
+pub const BESTEFFORT_OOM_SCORE_ADJ: i64 = 1000;
+/// Priority from which a pod is critical (`scheduling.SystemCriticalPriority`).
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// The pod's priority: `spec.priority`, else resolved from the built-in priority classes
+/// (`system-node-critical` 2000001000, `system-cluster-critical` 2000000000), else 0.
+pub fn pod_priority(pod: &Pod) -> i32 {
+    let spec = pod.spec.as_ref();
+    if let Some(p) = spec.and_then(|s| s.priority) {
+        return p;
+    }
+    match spec.and_then(|s| s.priority_class_name.as_deref()) {
+        Some("system-node-critical") => SYSTEM_CRITICAL_PRIORITY + 1000,
+        Some("system-cluster-critical") => SYSTEM_CRITICAL_PRIORITY,
+        _ => 0,
+    }
+}
+
+/// True for a node-critical pod (kubelet's `IsNodeCriticalPod`): a critical pod (static or
+/// mirror, or priority ≥ 2000000000) whose priorityClassName is `system-node-critical`. Every
+/// pod nodelet runs is static, so this is the priority class alone.
+pub fn is_node_critical(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.priority_class_name.as_deref()) == Some("system-node-critical")
+}
+
+/// The oom_score_adj kubelet gives a container (`GetContainerOOMScoreAdjust` in
+/// `pkg/kubelet/qos/policy.go`): node-critical and Guaranteed -997, BestEffort 1000, Burstable
+/// `1000 - 1000 * memoryRequest / memoryCapacity`, raised to at least 3 (1000 + -997) and, if it
+/// came out 1000, lowered to 999 so that BestEffort is always killed first.
+/// `memory_capacity` is the node's memory in bytes.
+pub fn container_oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> i64 {
+    if is_node_critical(pod) {
+        return GUARANTEED_OOM_SCORE_ADJ;
+    }
+    match pod_qos_class(pod) {
+        QosClass::Guaranteed => GUARANTEED_OOM_SCORE_ADJ,
+        QosClass::BestEffort => BESTEFFORT_OOM_SCORE_ADJ,
+        QosClass::Burstable => {
+            let request = crate::cm::resources::container_amounts(container).map(|a| a.memory_request).unwrap_or(0);
+            let capacity = memory_capacity.max(1);
+            let adj = 1000 - (1000 * i128::from(request) / i128::from(capacity)) as i64;
+            if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ {
+                1000 + GUARANTEED_OOM_SCORE_ADJ
+            } else if adj == BESTEFFORT_OOM_SCORE_ADJ {
+                adj - 1
+            } else {
+                adj
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +158,34 @@ mod tests {
         for (c, want) in cases {
             assert_eq!(pod_qos_class(&pod(c)), want, "{c}");
         }
+    }
+
+    #[test]
+    fn oom_score_adj_follows_kubelet() {
+        const GI: i64 = 1 << 30;
+        let cap = 8 * GI;
+        let cases = [
+            ("[{name: a, image: i}]", 1000),
+            ("[{name: a, image: i, resources: {limits: {cpu: '1', memory: 1Gi}}}]", -997),
+            // Burstable: 1000 - 1000 * 2Gi / 8Gi = 750.
+            ("[{name: a, image: i, resources: {requests: {memory: 2Gi}}}]", 750),
+            // A tiny request rounds to 1000, lowered to 999 below BestEffort.
+            ("[{name: a, image: i, resources: {requests: {cpu: 100m}}}]", 999),
+            // A request at or above capacity is clamped to 3.
+            ("[{name: a, image: i, resources: {requests: {memory: 8Gi}}}]", 3),
+            ("[{name: a, image: i, resources: {requests: {memory: 16Gi}}}]", 3),
+        ];
+        for (c, want) in cases {
+            let p = pod(c);
+            let container = &p.spec.as_ref().unwrap().containers[0];
+            assert_eq!(container_oom_score_adj(&p, container, cap), want, "{c}");
+        }
+        // Node-critical static pods get the Guaranteed score whatever their QoS.
+        let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priorityClassName: system-node-critical, containers: [{name: a, image: i}]}").unwrap();
+        assert_eq!(container_oom_score_adj(&p, &p.spec.as_ref().unwrap().containers[0], cap), -997);
+        assert_eq!(pod_priority(&p), 2_000_001_000);
+        // Cluster-critical BestEffort keeps 1000.
+        let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priorityClassName: system-cluster-critical, containers: [{name: a, image: i}]}").unwrap();
+        assert_eq!(container_oom_score_adj(&p, &p.spec.as_ref().unwrap().containers[0], cap), 1000);
     }
 }

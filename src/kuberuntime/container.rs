@@ -182,6 +182,32 @@ pub fn make_env(
     Ok(out)
 }
 
+/// The container's cgroup resources and oom_score_adj in CreateContainer (kubelet's
+/// `generateLinuxContainerResources`): cpu.shares from the cpu request (or the limit when only
+/// that is set), CFS quota and period from the cpu limit when `cpuCFSQuota`, the memory limit,
+/// hugepage limits, and the QoS oom_score_adj
+/// ([`crate::qos::container_oom_score_adj`]). Units: bytes, microseconds.
+pub fn linux_resources(settings: &Settings, pod: &Pod, c: &Container) -> api::LinuxContainerResources {
+    let a = crate::cm::resources::container_amounts(c).unwrap_or_default();
+    let policy = &settings.cgroup_policy;
+    let mut r = api::LinuxContainerResources {
+        cpu_shares: crate::cm::resources::milli_cpu_to_shares(a.cpu_request) as i64,
+        memory_limit_in_bytes: a.memory_limit,
+        oom_score_adj: crate::qos::container_oom_score_adj(pod, c, settings.memory_capacity),
+        hugepage_limits: a
+            .hugepages
+            .iter()
+            .map(|(size, limit)| api::HugepageLimit { page_size: size.replace("Ki", "KB").replace("Mi", "MB").replace("Gi", "GB"), limit: *limit as u64 })
+            .collect(),
+        ..Default::default()
+    };
+    if policy.cpu_cfs_quota {
+        r.cpu_period = policy.cpu_cfs_period_us as i64;
+        r.cpu_quota = crate::cm::resources::milli_cpu_to_quota(a.cpu_limit, policy.cpu_cfs_period_us);
+    }
+    r
+}
+
 /// Inputs of one container's config beyond the pod spec.
 pub struct ContainerInputs<'a> {
     /// Restart count (CRI attempt).
@@ -243,7 +269,7 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
-            resources: None,
+            resources: Some(linux_resources(settings, pod, c)),
             security_context: Some(api::LinuxContainerSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
                 privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
@@ -314,6 +340,25 @@ mod tests {
         assert_eq!(cfg.annotations[labels::CONTAINER_RESTART_COUNT], "3");
         assert_eq!(cfg.working_dir, "/tmp");
         assert_eq!(cfg.image.unwrap().user_specified_image, "busybox");
+    }
+
+    #[test]
+    fn container_resources_follow_kubelet() {
+        let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: g, image: b, resources: {limits: {cpu: 250m, memory: 64Mi, hugepages-2Mi: 4Mi}}}, {name: b, image: b, resources: {requests: {memory: 2Gi}}}]}").unwrap();
+        let s = Settings::for_tests();
+        let spec = p.spec.as_ref().unwrap();
+        // The pod is Burstable (b has no limits): g's own values, Burstable oom score.
+        let g = linux_resources(&s, &p, &spec.containers[0]);
+        assert_eq!((g.cpu_shares, g.cpu_quota, g.cpu_period, g.memory_limit_in_bytes), (256, 25_000, 100_000, 64 << 20));
+        assert_eq!(g.hugepage_limits[0].page_size, "2MB");
+        assert_eq!(g.hugepage_limits[0].limit, 4 << 20);
+        let b = linux_resources(&s, &p, &spec.containers[1]);
+        assert_eq!((b.cpu_shares, b.cpu_quota, b.memory_limit_in_bytes), (2, 0, 0));
+        // 1000 - 1000 * 2Gi / 8Gi.
+        assert_eq!(b.oom_score_adj, 750);
+        let mut off = Settings::for_tests();
+        off.cgroup_policy.cpu_cfs_quota = false;
+        assert_eq!(linux_resources(&off, &p, &spec.containers[0]).cpu_quota, 0);
     }
 
     #[test]

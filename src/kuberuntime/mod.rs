@@ -20,12 +20,12 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
-use crate::cm::CgroupLayout;
+use crate::cm::resources::CgroupPolicy;
+use crate::cm::ContainerManager;
 use crate::cri::{api, Cri, CriError};
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::podworkers::{PodSyncer, Requeue};
-use crate::qos::pod_qos_class;
 use crate::source::pod_ref;
 use crate::status::generate::{generate_pod_status, StartErrors};
 use crate::status::StatusManager;
@@ -50,8 +50,10 @@ pub struct Settings {
     pub pod_logs_dir: PathBuf,
     /// The host's resolver for DNS policy Default / ClusterFirst without cluster DNS.
     pub resolv_conf: ResolvConf,
-    /// Where pod cgroups go.
-    pub cgroups: CgroupLayout,
+    /// Pod and container cgroup knobs (`cpuCFSQuota`, period, `podPidsLimit`).
+    pub cgroup_policy: CgroupPolicy,
+    /// Node memory capacity, bytes (Burstable oom_score_adj).
+    pub memory_capacity: i64,
 }
 
 impl Settings {
@@ -67,11 +69,8 @@ impl Settings {
                 servers: vec!["10.0.0.1".into()],
                 ..Default::default()
             },
-            cgroups: CgroupLayout {
-                root: "/".into(),
-                per_qos: true,
-                systemd: false,
-            },
+            cgroup_policy: CgroupPolicy::default(),
+            memory_capacity: 8 << 30,
         }
     }
 }
@@ -82,6 +81,9 @@ pub enum SyncError {
     /// A CRI call failed.
     #[error(transparent)]
     Cri(#[from] CriError),
+    /// The pod cgroup could not be made.
+    #[error("pod cgroup: {0}")]
+    Cgroup(String),
     /// A container could not be started; `reason` is kubelet's waiting reason.
     #[error("container {container}: {reason}: {message}")]
     Start {
@@ -98,6 +100,7 @@ pub enum SyncError {
 pub struct KubeRuntimeManager {
     cri: Cri,
     settings: Settings,
+    cm: Arc<ContainerManager>,
     status: StatusManager,
     recorder: Recorder,
     metrics: Arc<Metrics>,
@@ -119,6 +122,7 @@ impl KubeRuntimeManager {
     pub fn new(
         cri: Cri,
         settings: Settings,
+        cm: Arc<ContainerManager>,
         status: StatusManager,
         recorder: Recorder,
         metrics: Arc<Metrics>,
@@ -126,11 +130,17 @@ impl KubeRuntimeManager {
         Self {
             cri,
             settings,
+            cm,
             status,
             recorder,
             metrics,
             start_errors: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The container manager.
+    pub fn cm(&self) -> &ContainerManager {
+        &self.cm
     }
 
     /// The CRI client.
@@ -286,12 +296,11 @@ impl KubeRuntimeManager {
             info!(pod = %pod_ref(pod), uid, recreate_sandbox = actions.create_sandbox.is_some(), "stopping pod containers and sandbox");
             self.kill_running(pod, &rt, grace).await?;
         }
+        // The pod cgroup exists with kubelet's values before anything runs in it (kubelet's
+        // `EnsureExists` on every sync); the QoS cgroups are updated first.
+        let cgroup = self.cm.ensure_pod(pod).map_err(|e| SyncError::Cgroup(e.to_string()))?;
         let (sandbox_id, sandbox_config, ips) = if let Some(attempt) = actions.create_sandbox {
-            let cgroup = self
-                .settings
-                .cgroups
-                .pod_cgroup_parent(&uid, pod_qos_class(pod));
-            let cfg = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup);
+            let cfg = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup.clone());
             let created = match std::fs::create_dir_all(&cfg.log_directory) {
                 Ok(()) => self
                     .cri
@@ -334,10 +343,6 @@ impl KubeRuntimeManager {
             (id, cfg, ips)
         } else if let Some(id) = actions.sandbox_id.clone() {
             let sb = rt.sandboxes.first().cloned().unwrap_or_default();
-            let cgroup = self
-                .settings
-                .cgroups
-                .pod_cgroup_parent(&uid, pod_qos_class(pod));
             (
                 id,
                 sandbox::sandbox_config(&self.settings, pod, sb.attempt, cgroup),
@@ -427,13 +432,8 @@ impl KubeRuntimeManager {
                 warn!(pod = %pod_ref(pod), uid, path = %logs.display(), error = %e, "cannot remove pod log directory");
             }
         }
-        let mounts = crate::cm::cgroup_mounts();
-        if safe && !self.settings.cgroups.systemd {
-            for cg in self.settings.cgroups.pod_cgroup_candidates(&uid) {
-                if let Err(e) = crate::cm::remove_cgroup_everywhere(&mounts, &cg) {
-                    warn!(pod = %pod_ref(pod), uid, cgroup = %cg, error = %e, "cannot remove pod cgroup");
-                }
-            }
+        if safe {
+            self.cm.remove_pod(&uid);
         }
         self.start_errors
             .lock()

@@ -51,7 +51,7 @@ pub enum ManifestError {
         message: String,
     },
     /// A field fails validation.
-    #[error("manifest {file}: invalid field {}: {:?} {}", error.field, error.value, error.reason)]
+    #[error("manifest {file}: invalid field {}: {}", error.field, error.describe())]
     Invalid {
         /// Path of the manifest.
         file: String,

@@ -19,6 +19,17 @@ pub struct FieldError {
     pub reason: String,
 }
 
+impl FieldError {
+    /// `"<value>" <reason>`, or the reason alone when there is no value.
+    pub fn describe(&self) -> String {
+        if self.value.is_empty() {
+            self.reason.clone()
+        } else {
+            format!("{:?} {}", self.value, self.reason)
+        }
+    }
+}
+
 fn err(field: impl Into<String>, value: &str, reason: &str) -> FieldError {
     FieldError {
         field: field.into(),
@@ -141,6 +152,11 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
             }
         }
     }
+    crate::cm::resources::validate_pod_resources(pod).map_err(|e| FieldError {
+        value: String::new(),
+        reason: e.message,
+        field: e.field,
+    })?;
     if let Some(p) = spec.restart_policy.as_deref() {
         if !matches!(p, "Always" | "OnFailure" | "Never") {
             return Err(err(

@@ -189,8 +189,12 @@ impl Nodelet {
         std::fs::write(self.config_path(), cfg).unwrap();
     }
 
-    /// Starts the nodelet process and waits for /healthz.
+    /// Starts the nodelet process and waits for /healthz. The cgroup root is created first in
+    /// every hierarchy, as an operator would (nodelet refuses a missing cgroupRoot).
     pub fn start(&mut self) {
+        for m in nodelet::cm::cgroup_mounts() {
+            std::fs::create_dir_all(m.join(self.cgroup_root.trim_start_matches('/'))).unwrap();
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -1,0 +1,451 @@
+//! Container manager (kubelet's `pkg/kubelet/cm`): the QoS cgroup hierarchy, node allocatable,
+//! pod cgroups.
+//!
+//! With `cgroupsPerQOS` the tree is `<cgroupRoot>/kubepods` (node allocatable),
+//! `kubepods/burstable` and `kubepods/besteffort` (QoS cgroups), and `pod<UID>` under the pod's
+//! QoS cgroup (Guaranteed pods directly under `kubepods`). The pod cgroup is created with kubelet's
+//! values before RunPodSandbox and handed to it as `cgroup_parent`; runc places the sandbox and
+//! containers below it. It is destroyed in every hierarchy once the pod is gone; housekeeping also
+//! removes `pod<UID>` cgroups that no pod owns (after an agent restart, say).
+//! The systemd driver spells the same tree as slices ([`name::CgroupName::to_systemd`]).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{info, warn};
+
+use crate::qos::{pod_qos_class, QosClass};
+
+pub mod cgroupfs;
+pub mod name;
+pub mod resources;
+
+use cgroupfs::{CgroupError, CgroupManager};
+use name::CgroupName;
+use resources::{CgroupPolicy, NodeResources, QosTotals, ResourceConfig};
+
+/// Name of the top-level pod cgroup.
+pub const KUBEPODS: &str = "kubepods";
+
+/// How pod cgroups are named.
+#[derive(Debug, Clone)]
+pub struct CgroupLayout {
+    /// `cgroupRoot` (absolute, `/` by default).
+    pub root: String,
+    /// `cgroupsPerQOS`.
+    pub per_qos: bool,
+    /// `cgroupDriver == "systemd"`.
+    pub systemd: bool,
+}
+
+fn qos_component(qos: QosClass) -> Option<&'static str> {
+    match qos {
+        QosClass::Guaranteed => None,
+        QosClass::Burstable => Some("burstable"),
+        QosClass::BestEffort => Some("besteffort"),
+    }
+}
+
+impl CgroupLayout {
+    /// `<root>/kubepods`.
+    pub fn kubepods(&self) -> CgroupName {
+        CgroupName::new(&self.root, &[KUBEPODS])
+    }
+
+    /// `<root>/kubepods/burstable` or `.../besteffort`; Guaranteed pods have no QoS cgroup.
+    pub fn qos_cgroup(&self, qos: QosClass) -> Option<CgroupName> {
+        qos_component(qos).map(|q| CgroupName::new(&self.root, &[KUBEPODS, q]))
+    }
+
+    /// `<root>/kubepods[/<qos>]/pod<uid>`.
+    pub fn pod_cgroup(&self, uid: &str, qos: QosClass) -> CgroupName {
+        let pod = format!("pod{uid}");
+        match qos_component(qos) {
+            Some(q) => CgroupName::new(&self.root, &[KUBEPODS, q, &pod]),
+            None => CgroupName::new(&self.root, &[KUBEPODS, &pod]),
+        }
+    }
+
+    /// The cgroup a name refers to, as the driver spells it (a path, or nested slices).
+    pub fn spell(&self, name: &CgroupName) -> String {
+        name.for_driver(self.systemd)
+    }
+
+    /// The pod's cgroup parent as handed to RunPodSandbox (kubelet's `GetPodContainerName`):
+    /// `/kubepods/burstable/pod<uid>` with cgroupfs, the slice path with systemd; without
+    /// `cgroupsPerQOS`, the cgroup root.
+    pub fn pod_cgroup_parent(&self, uid: &str, qos: QosClass) -> String {
+        if !self.per_qos {
+            return self.spell(&CgroupName::new(&self.root, &[]));
+        }
+        self.spell(&self.pod_cgroup(uid, qos))
+    }
+
+    /// Every path at which the pod's cgroup may exist, whatever its QoS class was.
+    pub fn pod_cgroup_candidates(&self, uid: &str) -> Vec<String> {
+        [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort].into_iter().map(|q| self.pod_cgroup_parent(uid, q)).collect()
+    }
+}
+
+/// Start-up failures of the container manager.
+#[derive(Debug, thiserror::Error)]
+pub enum CmError {
+    /// `cgroupRoot` does not exist (kubelet refuses to start then too).
+    #[error("cgroupRoot {0:?} does not exist in the cpu and memory hierarchies; create it or fix the configuration")]
+    RootMissing(String),
+    /// A cgroup could not be written.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+}
+
+/// Node capacity: cpu from the online cpus, memory from `/proc/meminfo` MemTotal, pids from
+/// `kernel.pid_max`.
+pub fn detect_capacity() -> NodeResources {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+    let memory = procfs::Current::current().map(|m: procfs::Meminfo| m.mem_total as i64).unwrap_or(0);
+    let pids = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    NodeResources { cpu_milli: cpus * 1000, memory, pids }
+}
+
+/// Node-level settings of the container manager.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Names.
+    pub layout: CgroupLayout,
+    /// Pod cgroup knobs.
+    pub policy: CgroupPolicy,
+    /// Node capacity.
+    pub capacity: NodeResources,
+    /// `systemReserved`.
+    pub system_reserved: NodeResources,
+    /// `kubeReserved`.
+    pub kube_reserved: NodeResources,
+    /// `enforceNodeAllocatable` contains `pods`.
+    pub enforce_pods: bool,
+    /// `qosReserved.memory` percent.
+    pub qos_reserved_memory: Option<i64>,
+}
+
+impl NodeConfig {
+    /// The container manager's settings from the configuration file and the node's capacity.
+    pub fn from_config(c: &crate::config::KubeletConfiguration, capacity: NodeResources) -> Self {
+        Self {
+            layout: CgroupLayout { root: c.cgroup_root.clone(), per_qos: c.cgroups_per_qos, systemd: c.cgroup_driver == "systemd" },
+            policy: CgroupPolicy {
+                cpu_cfs_quota: c.cpu_cfs_quota,
+                cpu_cfs_period_us: c.cpu_cfs_quota_period.0.as_micros() as u64,
+                pod_pids_limit: c.pod_pids_limit,
+            },
+            capacity,
+            system_reserved: crate::config::reserved_resources(&c.system_reserved),
+            kube_reserved: crate::config::reserved_resources(&c.kube_reserved),
+            enforce_pods: c.enforce_node_allocatable.iter().any(|e| e == "pods"),
+            qos_reserved_memory: c.qos_reserved.get("memory").and_then(|p| crate::config::parse_percent(p)),
+        }
+    }
+}
+
+/// The container manager: one per agent.
+pub struct ContainerManager {
+    cgroups: Arc<dyn CgroupManager>,
+    cfg: NodeConfig,
+    pods: Mutex<HashMap<String, Arc<Pod>>>,
+}
+
+impl ContainerManager {
+    /// A manager writing through `cgroups`.
+    pub fn new(cgroups: Arc<dyn CgroupManager>, cfg: NodeConfig) -> Self {
+        Self { cgroups, cfg, pods: Mutex::new(HashMap::new()) }
+    }
+
+    /// The naming layout.
+    pub fn layout(&self) -> &CgroupLayout {
+        &self.cfg.layout
+    }
+
+    /// Node memory capacity, bytes (for Burstable oom_score_adj).
+    pub fn memory_capacity(&self) -> i64 {
+        self.cfg.capacity.memory
+    }
+
+    /// Pod cgroup knobs.
+    pub fn policy(&self) -> &CgroupPolicy {
+        &self.cfg.policy
+    }
+
+    /// Node allocatable: capacity minus reservations.
+    pub fn allocatable(&self) -> NodeResources {
+        resources::node_allocatable(self.cfg.capacity, self.cfg.system_reserved, self.cfg.kube_reserved)
+    }
+
+    /// The values of `kubepods`: allocatable when `enforceNodeAllocatable` has `pods`, else
+    /// capacity.
+    pub fn kubepods_config(&self) -> ResourceConfig {
+        resources::kubepods_config(if self.cfg.enforce_pods { self.allocatable() } else { self.cfg.capacity })
+    }
+
+    /// Checks `cgroupRoot` and creates `kubepods` and the QoS cgroups with their values
+    /// (kubelet's `setupNode` + `qosContainerManager.Start`). Without `cgroupsPerQOS`, only checks
+    /// the root.
+    ///
+    /// Errors: [`CmError::RootMissing`], or the failed cgroup write.
+    pub fn start(&self) -> Result<(), CmError> {
+        let l = &self.cfg.layout;
+        let root = l.spell(&CgroupName::new(&l.root, &[]));
+        if !self.cgroups.exists(&root) {
+            return Err(CmError::RootMissing(l.root.clone()));
+        }
+        if !l.per_qos {
+            return Ok(());
+        }
+        let kubepods = l.spell(&l.kubepods());
+        self.cgroups.create(&kubepods, &self.kubepods_config())?;
+        info!(cgroup = %kubepods, allocatable = ?self.allocatable(), "node allocatable cgroup ready");
+        self.update_qos()
+    }
+
+    /// Rewrites the QoS cgroups from the pods known now (kubelet's `UpdateCgroups`).
+    ///
+    /// Errors: the failed cgroup write.
+    pub fn update_qos(&self) -> Result<(), CmError> {
+        let l = &self.cfg.layout;
+        if !l.per_qos {
+            return Ok(());
+        }
+        let mut totals = QosTotals::default();
+        for p in self.pods.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            totals.add(p);
+        }
+        let memory = if self.cfg.enforce_pods { self.allocatable().memory } else { self.cfg.capacity.memory };
+        let (burstable, besteffort) = resources::qos_configs(&totals, memory, self.cfg.qos_reserved_memory);
+        for (qos, cfg) in [(QosClass::Burstable, burstable), (QosClass::BestEffort, besteffort)] {
+            if let Some(name) = l.qos_cgroup(qos) {
+                self.cgroups.create(&l.spell(&name), &cfg)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the pod's cgroup exist with kubelet's values, after updating the QoS cgroups for it
+    /// (kubelet's `podContainerManager.EnsureExists`). Returns the cgroup parent for
+    /// RunPodSandbox.
+    ///
+    /// Errors: the failed cgroup write.
+    pub fn ensure_pod(&self, pod: &Arc<Pod>) -> Result<String, CmError> {
+        let uid = crate::source::pod_uid(pod).to_owned();
+        let l = &self.cfg.layout;
+        let parent = l.pod_cgroup_parent(&uid, pod_qos_class(pod));
+        if !l.per_qos {
+            return Ok(parent);
+        }
+        self.pods.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, pod.clone());
+        self.update_qos()?;
+        self.cgroups.create(&parent, &resources::pod_resource_config(pod, &self.cfg.policy))?;
+        Ok(parent)
+    }
+
+    /// Forgets the pod and removes its cgroup from every hierarchy, then updates the QoS cgroups.
+    pub fn remove_pod(&self, uid: &str) {
+        self.pods.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        if !self.cfg.layout.per_qos {
+            return;
+        }
+        for cg in self.cfg.layout.pod_cgroup_candidates(uid) {
+            if let Err(e) = self.cgroups.destroy(&cg) {
+                warn!(uid, cgroup = %cg, error = %e, "cannot remove pod cgroup");
+            }
+        }
+        if let Err(e) = self.update_qos() {
+            warn!(error = %e, "cannot update QoS cgroups");
+        }
+    }
+
+    /// Removes `pod<UID>` cgroups whose UID is in neither `desired` nor `running` (kubelet's
+    /// `cleanupOrphanedPodCgroups`). Returns the UIDs removed.
+    pub fn cleanup_orphans(&self, desired: &HashSet<String>, running: &HashSet<String>) -> Vec<String> {
+        let l = &self.cfg.layout;
+        if !l.per_qos {
+            return Vec::new();
+        }
+        let mut removed = Vec::new();
+        for uid in self.cgroups.pod_uids_under(&l.spell(&l.kubepods())) {
+            if desired.contains(&uid) || running.contains(&uid) || !crate::source::validation::is_safe_uid(&uid) {
+                continue;
+            }
+            info!(uid, "removing orphaned pod cgroup");
+            self.remove_pod(&uid);
+            removed.push(uid);
+        }
+        removed
+    }
+}
+
+/// Mount points of the cgroup hierarchies on this host (v1 controllers, named hierarchies and the
+/// v2 unified mount), read from `/proc/self/mountinfo`.
+pub fn cgroup_mounts() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let fstype = post.split_whitespace().next()?;
+            let mount = pre.split_whitespace().nth(4)?;
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mount))
+        })
+        .collect()
+}
+
+/// Removes a cgroup directory and its child cgroups (deepest first) in each of `mounts`.
+/// Only empty cgroups can be removed; a cgroup that still has tasks is left and reported.
+///
+/// Errors: the first `rmdir` failure other than "does not exist".
+pub fn remove_cgroup_everywhere(mounts: &[PathBuf], cgroup: &str) -> std::io::Result<()> {
+    let rel = cgroup.trim_start_matches('/');
+    if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") {
+        return Ok(());
+    }
+    let mut first_err = None;
+    for m in mounts {
+        if let Err(e) = remove_tree(&m.join(rel)) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            remove_tree(&entry.path())?;
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        // A real cgroup directory goes with its pseudo-files; a directory laid out like one on an
+        // ordinary filesystem (a test fixture) needs its files removed first.
+        Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+            for entry in std::fs::read_dir(dir)?.flatten() {
+                if entry.file_type()?.is_file() {
+                    std::fs::remove_file(entry.path())?;
+                }
+            }
+            std::fs::remove_dir(dir)
+        }
+        r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_manager_builds_the_qos_tree_and_pod_cgroups() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut h = cgroupfs::Hierarchies::default();
+        for c in ["cpu", "memory"] {
+            std::fs::create_dir_all(tmp.path().join(c).join("root")).unwrap();
+            h.v1.push((vec![c.to_string()], tmp.path().join(c)));
+        }
+        let layout = CgroupLayout { root: "/root".into(), per_qos: true, systemd: false };
+        let cfg = NodeConfig {
+            layout,
+            policy: CgroupPolicy::default(),
+            capacity: NodeResources { cpu_milli: 2000, memory: 4 << 30, pids: 0 },
+            system_reserved: NodeResources { cpu_milli: 500, memory: 1 << 30, pids: 0 },
+            kube_reserved: NodeResources::default(),
+            enforce_pods: true,
+            qos_reserved_memory: None,
+        };
+        let cm = ContainerManager::new(Arc::new(cgroupfs::Cgroupfs::new(h)), cfg);
+        cm.start().unwrap();
+        let read = |p: &str| std::fs::read_to_string(tmp.path().join(p)).unwrap().trim().to_string();
+        assert_eq!(read("cpu/root/kubepods/cpu.shares"), "1536");
+        assert_eq!(read("memory/root/kubepods/memory.limit_in_bytes"), (3u64 << 30).to_string());
+        assert_eq!(read("cpu/root/kubepods/besteffort/cpu.shares"), "2");
+        assert_eq!(read("cpu/root/kubepods/burstable/cpu.shares"), "2");
+        let pod: Arc<Pod> = Arc::new(serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u1}\nspec: {containers: [{name: a, image: i, resources: {requests: {cpu: 250m}}}]}").unwrap());
+        assert_eq!(cm.ensure_pod(&pod).unwrap(), "/root/kubepods/burstable/podu1");
+        assert_eq!(read("cpu/root/kubepods/burstable/cpu.shares"), "256", "QoS updated before the pod cgroup");
+        assert_eq!(read("cpu/root/kubepods/burstable/podu1/cpu.shares"), "256");
+        // An orphan from an earlier run is removed; the desired pod is not.
+        std::fs::create_dir_all(tmp.path().join("cpu/root/kubepods/besteffort/podold")).unwrap();
+        let desired: HashSet<String> = ["u1".to_string()].into();
+        assert_eq!(cm.cleanup_orphans(&desired, &HashSet::new()), vec!["old".to_string()]);
+        assert!(tmp.path().join("cpu/root/kubepods/burstable/podu1").is_dir());
+        cm.remove_pod("u1");
+        assert!(!tmp.path().join("cpu/root/kubepods/burstable/podu1").exists());
+        assert_eq!(read("cpu/root/kubepods/burstable/cpu.shares"), "2");
+        // A missing root is a start-up error.
+        let missing = ContainerManager::new(Arc::new(cgroupfs::Cgroupfs::new(cgroupfs::Hierarchies { v1: vec![(vec!["cpu".into()], tmp.path().join("cpu"))], unified: None })), NodeConfig { layout: CgroupLayout { root: "/absent".into(), per_qos: true, systemd: false }, ..cm.cfg.clone() });
+        assert!(matches!(missing.start(), Err(CmError::RootMissing(_))));
+    }
+
+    #[test]
+    fn pod_cgroups_sit_where_kubelet_puts_them() {
+        let l = CgroupLayout {
+            root: "/".into(),
+            per_qos: true,
+            systemd: false,
+        };
+        assert_eq!(
+            l.pod_cgroup_parent("u-1", QosClass::Guaranteed),
+            "/kubepods/podu-1"
+        );
+        assert_eq!(
+            l.pod_cgroup_parent("u-1", QosClass::Burstable),
+            "/kubepods/burstable/podu-1"
+        );
+        assert_eq!(
+            l.pod_cgroup_parent("u-1", QosClass::BestEffort),
+            "/kubepods/besteffort/podu-1"
+        );
+        let s = CgroupLayout {
+            systemd: true,
+            ..l.clone()
+        };
+        assert_eq!(
+            s.pod_cgroup_parent("u-1", QosClass::Burstable),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podu_1.slice"
+        );
+        assert_eq!(
+            s.pod_cgroup_parent("u-1", QosClass::Guaranteed),
+            "/kubepods.slice/kubepods-podu_1.slice"
+        );
+        let r = CgroupLayout {
+            root: "/test".into(),
+            ..l
+        };
+        assert_eq!(
+            r.pod_cgroup_parent("x", QosClass::BestEffort),
+            "/test/kubepods/besteffort/podx"
+        );
+    }
+
+    #[test]
+    fn removal_is_deepest_first_and_refuses_escapes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mounts = vec![tmp.path().join("cpu"), tmp.path().join("memory")];
+        for m in &mounts {
+            std::fs::create_dir_all(m.join("kubepods/podx/c1/nested")).unwrap();
+        }
+        remove_cgroup_everywhere(&mounts, "/kubepods/podx").unwrap();
+        for m in &mounts {
+            assert!(!m.join("kubepods/podx").exists());
+            assert!(m.join("kubepods").exists());
+        }
+        remove_cgroup_everywhere(&mounts, "/../etc").unwrap();
+        remove_cgroup_everywhere(&mounts, "/kubepods/absent").unwrap();
+    }
+
+    #[test]
+    fn mounts_are_found_on_this_host() {
+        // Every Linux host running these tests has at least one cgroup mount.
+        assert!(!cgroup_mounts().is_empty());
+    }
+}

@@ -1,0 +1,434 @@
+//! Resource math of kubelet's container manager, as pure functions: cpu shares and CFS quota from
+//! millicores, a pod's effective requests and limits, the pod cgroup's values by QoS class
+//! (`ResourceConfigForPod` in `cm/helpers_linux.go`), the QoS cgroups' values
+//! (`qos_container_manager_linux.go`) and node allocatable (`node_container_manager_linux.go`).
+//!
+//! Units: cpu in millicores, memory in bytes, CFS quota and period in microseconds.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::qos::{pod_qos_class, QosClass};
+use crate::quantity::{parse_milli, parse_value};
+
+/// Smallest cpu.shares value (kubelet's `MinShares`).
+pub const MIN_SHARES: u64 = 2;
+/// Largest cpu.shares value (kubelet's `MaxShares`).
+pub const MAX_SHARES: u64 = 262_144;
+/// Shares of one full cpu.
+pub const SHARES_PER_CPU: u64 = 1024;
+/// Smallest CFS quota, microseconds (kubelet's `MinQuotaPeriod`).
+pub const MIN_QUOTA_PERIOD_US: i64 = 1000;
+/// Default CFS period, microseconds (`cpuCFSQuotaPeriod` 100ms).
+pub const DEFAULT_CFS_PERIOD_US: u64 = 100_000;
+
+/// cpu.shares for `milli` millicores: `max(2, milli * 1024 / 1000)`, at most 262144; zero gives 2
+/// (kubelet's `MilliCPUToShares`).
+pub fn milli_cpu_to_shares(milli: i64) -> u64 {
+    if milli <= 0 {
+        return MIN_SHARES;
+    }
+    let shares = (milli as u64).saturating_mul(SHARES_PER_CPU) / 1000;
+    shares.clamp(MIN_SHARES, MAX_SHARES)
+}
+
+/// CFS quota in microseconds for a limit of `milli` millicores over `period_us`:
+/// `milli * period / 1000`, never below 1000 µs; zero (no limit) gives 0 (kubelet's
+/// `MilliCPUToQuota`).
+pub fn milli_cpu_to_quota(milli: i64, period_us: u64) -> i64 {
+    if milli <= 0 {
+        return 0;
+    }
+    let quota = milli.saturating_mul(period_us as i64) / 1000;
+    quota.max(MIN_QUOTA_PERIOD_US)
+}
+
+/// The values of one cgroup; `None` leaves the file alone. A field kubelet's
+/// `ResourceConfig` has.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceConfig {
+    /// cpu.shares.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_shares: Option<u64>,
+    /// cpu.cfs_quota_us; -1 means unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_quota: Option<i64>,
+    /// cpu.cfs_period_us.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_period: Option<u64>,
+    /// memory.limit_in_bytes, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<i64>,
+    /// pids.max.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<i64>,
+    /// hugetlb limits by page size (`2Mi` → bytes).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub hugepage_limits: BTreeMap<String, i64>,
+}
+
+/// A quantity in a container's resources that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("container {container}: field {field}: {message}")]
+pub struct ResourceError {
+    /// Container name.
+    pub container: String,
+    /// Field path, e.g. `resources.limits.memory`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// One container's effective cpu (millicores) and memory (bytes) requests and limits, and its
+/// hugepage limits; a missing request defaults to the limit (the API's defaulting).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerAmounts {
+    /// cpu request, millicores.
+    pub cpu_request: i64,
+    /// cpu limit, millicores (0: none).
+    pub cpu_limit: i64,
+    /// memory request, bytes.
+    pub memory_request: i64,
+    /// memory limit, bytes (0: none).
+    pub memory_limit: i64,
+    /// hugepage limits by size (`2Mi`), bytes.
+    pub hugepages: BTreeMap<String, i64>,
+}
+
+fn amount(c: &Container, limits: bool, name: &str, milli: bool) -> Result<i64, ResourceError> {
+    let map = c.resources.as_ref().and_then(|r| if limits { r.limits.as_ref() } else { r.requests.as_ref() });
+    let Some(q) = map.and_then(|m| m.get(name)) else { return Ok(0) };
+    let field = format!("resources.{}.{name}", if limits { "limits" } else { "requests" });
+    let err = |message: String| ResourceError { container: c.name.clone(), field: field.clone(), message };
+    let v = if milli { parse_milli(&q.0) } else { parse_value(&q.0) }.map_err(|e| err(e.to_string()))?;
+    if v < 0 {
+        return Err(err(format!("{:?} must not be negative", q.0)));
+    }
+    i64::try_from(v).map_err(|_| err(format!("{:?} is too large", q.0)))
+}
+
+/// Reads and checks a container's cpu, memory and hugepage amounts.
+///
+/// Errors: [`ResourceError`] naming the container and field for a quantity that does not parse,
+/// is negative or too large, or a request above its limit.
+pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceError> {
+    let mut a = ContainerAmounts {
+        cpu_limit: amount(c, true, "cpu", true)?,
+        memory_limit: amount(c, true, "memory", false)?,
+        cpu_request: amount(c, false, "cpu", true)?,
+        memory_request: amount(c, false, "memory", false)?,
+        hugepages: BTreeMap::new(),
+    };
+    let declared = |limits: bool, name: &str| {
+        c.resources.as_ref().and_then(|r| if limits { r.limits.as_ref() } else { r.requests.as_ref() }).is_some_and(|m| m.contains_key(name))
+    };
+    for (res, req, lim) in [("cpu", &mut a.cpu_request, a.cpu_limit), ("memory", &mut a.memory_request, a.memory_limit)] {
+        if !declared(false, res) && declared(true, res) {
+            *req = lim;
+        } else if declared(true, res) && *req > lim {
+            return Err(ResourceError {
+                container: c.name.clone(),
+                field: format!("resources.requests.{res}"),
+                message: "must be less than or equal to the limit".into(),
+            });
+        }
+    }
+    let names: Vec<String> = c.resources.iter().flat_map(|r| r.limits.iter().flatten()).map(|(k, _)| k.clone()).collect();
+    for name in names {
+        if let Some(size) = name.strip_prefix("hugepages-") {
+            a.hugepages.insert(size.to_owned(), amount(c, true, &name, false)?);
+        }
+    }
+    // Every other quantity must at least parse.
+    for limits in [false, true] {
+        let map = c.resources.as_ref().and_then(|r| if limits { r.limits.as_ref() } else { r.requests.as_ref() });
+        for name in map.into_iter().flatten().map(|(k, _)| k) {
+            amount(c, limits, name, true)?;
+        }
+    }
+    Ok(a)
+}
+
+/// Checks every container's resources (the admission check of the pod's quantities).
+///
+/// Errors: the first [`ResourceError`], its field prefixed with the container list path.
+pub fn validate_pod_resources(pod: &Pod) -> Result<(), ResourceError> {
+    let Some(spec) = pod.spec.as_ref() else { return Ok(()) };
+    for (list, cs) in [("spec.initContainers", spec.init_containers.as_deref().unwrap_or(&[])), ("spec.containers", &spec.containers[..])] {
+        for (i, c) in cs.iter().enumerate() {
+            container_amounts(c).map_err(|e| ResourceError { field: format!("{list}[{i}].{}", e.field), ..e })?;
+        }
+    }
+    Ok(())
+}
+
+/// A pod's effective requests or limits: for each resource, the larger of the sum over app
+/// containers and the largest init container (kubelet's `PodRequests` / `PodLimits`; init
+/// containers run one at a time). Unusable quantities count as zero; admission refuses them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodAmounts {
+    /// cpu requests, millicores.
+    pub cpu_request: i64,
+    /// cpu limits, millicores.
+    pub cpu_limit: i64,
+    /// memory requests, bytes.
+    pub memory_request: i64,
+    /// memory limits, bytes.
+    pub memory_limit: i64,
+}
+
+/// Computes [`PodAmounts`].
+pub fn pod_amounts(pod: &Pod) -> PodAmounts {
+    let Some(spec) = pod.spec.as_ref() else { return PodAmounts::default() };
+    let get = |c: &Container| container_amounts(c).unwrap_or_default();
+    let mut sum = PodAmounts::default();
+    for a in spec.containers.iter().map(get) {
+        sum.cpu_request += a.cpu_request;
+        sum.cpu_limit += a.cpu_limit;
+        sum.memory_request += a.memory_request;
+        sum.memory_limit += a.memory_limit;
+    }
+    for a in spec.init_containers.iter().flatten().map(get) {
+        sum.cpu_request = sum.cpu_request.max(a.cpu_request);
+        sum.cpu_limit = sum.cpu_limit.max(a.cpu_limit);
+        sum.memory_request = sum.memory_request.max(a.memory_request);
+        sum.memory_limit = sum.memory_limit.max(a.memory_limit);
+    }
+    sum
+}
+
+/// Knobs of the pod cgroup computation (from the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CgroupPolicy {
+    /// `cpuCFSQuota`: enforce cpu limits with CFS quota.
+    pub cpu_cfs_quota: bool,
+    /// `cpuCFSQuotaPeriod`, microseconds.
+    pub cpu_cfs_period_us: u64,
+    /// `podPidsLimit` (-1 or 0: none).
+    pub pod_pids_limit: i64,
+}
+
+impl Default for CgroupPolicy {
+    fn default() -> Self {
+        Self { cpu_cfs_quota: true, cpu_cfs_period_us: DEFAULT_CFS_PERIOD_US, pod_pids_limit: -1 }
+    }
+}
+
+/// The pod cgroup's values (kubelet's `ResourceConfigForPod`): Guaranteed gets shares, quota and
+/// memory limit; Burstable gets shares, and quota or memory limit only when every app container
+/// declares that limit; BestEffort gets shares 2. Without `cpuCFSQuota` the quota is -1.
+pub fn pod_resource_config(pod: &Pod, policy: &CgroupPolicy) -> ResourceConfig {
+    let amounts = pod_amounts(pod);
+    let containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
+    let all = |f: fn(&ContainerAmounts) -> i64| containers.iter().all(|c| container_amounts(c).is_ok_and(|a| f(&a) > 0));
+    let cpu_limits_declared = all(|a| a.cpu_limit);
+    let memory_limits_declared = all(|a| a.memory_limit);
+    let shares = milli_cpu_to_shares(amounts.cpu_request);
+    let quota = if policy.cpu_cfs_quota { milli_cpu_to_quota(amounts.cpu_limit, policy.cpu_cfs_period_us) } else { -1 };
+    let mut cfg = ResourceConfig::default();
+    let mut hugepages = BTreeMap::new();
+    for c in containers {
+        for (size, v) in container_amounts(c).unwrap_or_default().hugepages {
+            *hugepages.entry(size).or_insert(0) += v;
+        }
+    }
+    match pod_qos_class(pod) {
+        QosClass::Guaranteed => {
+            cfg.cpu_shares = Some(shares);
+            cfg.cpu_quota = Some(quota);
+            cfg.cpu_period = Some(policy.cpu_cfs_period_us);
+            cfg.memory_limit = Some(amounts.memory_limit);
+        }
+        QosClass::Burstable => {
+            cfg.cpu_shares = Some(shares);
+            if cpu_limits_declared {
+                cfg.cpu_quota = Some(quota);
+                cfg.cpu_period = Some(policy.cpu_cfs_period_us);
+            }
+            if memory_limits_declared {
+                cfg.memory_limit = Some(amounts.memory_limit);
+            }
+        }
+        QosClass::BestEffort => cfg.cpu_shares = Some(MIN_SHARES),
+    }
+    if policy.pod_pids_limit > 0 {
+        cfg.pids_limit = Some(policy.pod_pids_limit);
+    }
+    cfg.hugepage_limits = hugepages;
+    cfg
+}
+
+/// Node capacity and reservations (bytes, millicores, pids).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeResources {
+    /// cpu, millicores.
+    pub cpu_milli: i64,
+    /// memory, bytes.
+    pub memory: i64,
+    /// pids (0: not managed).
+    pub pids: i64,
+}
+
+/// Node allocatable for the `kubepods` cgroup: capacity minus systemReserved minus kubeReserved,
+/// never negative (kubelet's `getNodeAllocatableAbsoluteImpl`; the cgroup limit does not subtract
+/// eviction thresholds, so that eviction acts before the limit is hit).
+pub fn node_allocatable(capacity: NodeResources, system: NodeResources, kube: NodeResources) -> NodeResources {
+    NodeResources {
+        cpu_milli: (capacity.cpu_milli - system.cpu_milli - kube.cpu_milli).max(0),
+        memory: (capacity.memory - system.memory - kube.memory).max(0),
+        pids: (capacity.pids - system.pids - kube.pids).max(0),
+    }
+}
+
+/// The values of `kubepods`: cpu shares from allocatable cpu, memory limit and pids limit from
+/// allocatable (when enforced), else from capacity.
+pub fn kubepods_config(allocatable: NodeResources) -> ResourceConfig {
+    ResourceConfig {
+        cpu_shares: Some(milli_cpu_to_shares(allocatable.cpu_milli)),
+        memory_limit: Some(allocatable.memory),
+        pids_limit: (allocatable.pids > 0).then_some(allocatable.pids),
+        ..Default::default()
+    }
+}
+
+/// Sums over the pods on the node, for the QoS cgroups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QosTotals {
+    /// cpu requests of Burstable pods, millicores.
+    pub burstable_cpu_request: i64,
+    /// memory requests of Guaranteed pods, bytes.
+    pub guaranteed_memory_request: i64,
+    /// memory requests of Burstable pods, bytes.
+    pub burstable_memory_request: i64,
+}
+
+impl QosTotals {
+    /// Adds one pod.
+    pub fn add(&mut self, pod: &Pod) {
+        let a = pod_amounts(pod);
+        match pod_qos_class(pod) {
+            QosClass::Guaranteed => self.guaranteed_memory_request += a.memory_request,
+            QosClass::Burstable => {
+                self.burstable_cpu_request += a.cpu_request;
+                self.burstable_memory_request += a.memory_request;
+            }
+            QosClass::BestEffort => {}
+        }
+    }
+}
+
+/// The values of `kubepods/burstable` and `kubepods/besteffort` (kubelet's
+/// `setCPUCgroupConfig` and `setMemoryReserve`): burstable shares = its pods' cpu requests as
+/// shares, besteffort shares = 2; with `qosReserved` memory percent `p`, burstable limit =
+/// allocatable - p% of Guaranteed requests, besteffort limit = burstable limit - p% of Burstable
+/// requests (never below 0).
+pub fn qos_configs(totals: &QosTotals, allocatable_memory: i64, qos_reserved_memory_percent: Option<i64>) -> (ResourceConfig, ResourceConfig) {
+    let mut burstable = ResourceConfig { cpu_shares: Some(milli_cpu_to_shares(totals.burstable_cpu_request)), ..Default::default() };
+    let mut besteffort = ResourceConfig { cpu_shares: Some(MIN_SHARES), ..Default::default() };
+    if let Some(p) = qos_reserved_memory_percent {
+        let b = (allocatable_memory - totals.guaranteed_memory_request * p / 100).max(0);
+        let e = (b - totals.burstable_memory_request * p / 100).max(0);
+        burstable.memory_limit = Some(b);
+        besteffort.memory_limit = Some(e);
+    }
+    (burstable, besteffort)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(spec: &str) -> Pod {
+        serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {spec}")).unwrap()
+    }
+
+    #[test]
+    fn shares_and_quota_follow_kubelet() {
+        for (milli, shares) in [(0, 2), (1, 2), (2, 2), (3, 3), (100, 102), (250, 256), (1000, 1024), (500_000, 262_144)] {
+            assert_eq!(milli_cpu_to_shares(milli), shares, "{milli}m");
+        }
+        for (milli, quota) in [(0, 0), (1, 1000), (5, 1000), (10, 1000), (11, 1100), (100, 10_000), (1500, 150_000)] {
+            assert_eq!(milli_cpu_to_quota(milli, 100_000), quota, "{milli}m");
+        }
+    }
+
+    #[test]
+    fn pod_cgroup_values_by_qos() {
+        let policy = CgroupPolicy::default();
+        // Guaranteed: shares, quota, period and memory limit.
+        let g = pod("{containers: [{name: a, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}]}");
+        let c = pod_resource_config(&g, &policy);
+        assert_eq!((c.cpu_shares, c.cpu_quota, c.cpu_period, c.memory_limit), (Some(512), Some(50_000), Some(100_000), Some(134_217_728)));
+        // Burstable with every limit declared: like Guaranteed but shares from requests.
+        let b = pod("{containers: [{name: a, image: i, resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: '1', memory: 128Mi}}}]}");
+        let c = pod_resource_config(&b, &policy);
+        assert_eq!((c.cpu_shares, c.cpu_quota, c.memory_limit), (Some(102), Some(100_000), Some(134_217_728)));
+        // Burstable where one container has no limits: no quota, no memory limit.
+        let b2 = pod("{containers: [{name: a, image: i, resources: {requests: {cpu: 100m}, limits: {cpu: 200m, memory: 1Gi}}}, {name: b, image: i}]}");
+        let c = pod_resource_config(&b2, &policy);
+        assert_eq!((c.cpu_shares, c.cpu_quota, c.memory_limit), (Some(102), None, None));
+        // Limits without requests: requests default to limits.
+        let l = pod("{containers: [{name: a, image: i, resources: {limits: {memory: 256Mi}}}]}");
+        assert_eq!(pod_amounts(&l).memory_request, 268_435_456);
+        // BestEffort: shares 2.
+        let e = pod("{containers: [{name: a, image: i}]}");
+        assert_eq!(pod_resource_config(&e, &policy), ResourceConfig { cpu_shares: Some(2), ..Default::default() });
+        // cpuCFSQuota off: quota -1.
+        let off = CgroupPolicy { cpu_cfs_quota: false, ..policy };
+        assert_eq!(pod_resource_config(&g, &off).cpu_quota, Some(-1));
+        // podPidsLimit.
+        let pids = CgroupPolicy { pod_pids_limit: 1024, ..policy };
+        assert_eq!(pod_resource_config(&e, &pids).pids_limit, Some(1024));
+    }
+
+    #[test]
+    fn init_containers_larger_than_app_containers_win() {
+        let p = pod("{initContainers: [{name: i, image: i, resources: {limits: {cpu: '2', memory: 1Gi}}}], containers: [{name: a, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}, {name: b, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}]}");
+        let a = pod_amounts(&p);
+        assert_eq!((a.cpu_request, a.memory_limit), (2000, 1 << 30));
+        let c = pod_resource_config(&p, &CgroupPolicy::default());
+        assert_eq!((c.cpu_shares, c.cpu_quota, c.memory_limit), (Some(2048), Some(200_000), Some(1 << 30)));
+        // Smaller init containers do not change the sums of the app containers.
+        let p = pod("{initContainers: [{name: i, image: i, resources: {limits: {cpu: 100m, memory: 1Mi}}}], containers: [{name: a, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}, {name: b, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}]}");
+        assert_eq!(pod_amounts(&p).cpu_request, 1000);
+    }
+
+    #[test]
+    fn bad_quantities_name_container_and_field() {
+        for (res, field) in [
+            ("{limits: {memory: lots}}", "spec.containers[0].resources.limits.memory"),
+            ("{requests: {cpu: '-1'}}", "spec.containers[0].resources.requests.cpu"),
+            ("{requests: {cpu: '2'}, limits: {cpu: '1'}}", "spec.containers[0].resources.requests.cpu"),
+            ("{limits: {hugepages-2Mi: x}}", "spec.containers[0].resources.limits.hugepages-2Mi"),
+            ("{requests: {ephemeral-storage: 1Q}}", "spec.containers[0].resources.requests.ephemeral-storage"),
+        ] {
+            let p = pod(&format!("{{containers: [{{name: web, image: i, resources: {res}}}]}}"));
+            let e = validate_pod_resources(&p).unwrap_err();
+            assert_eq!((e.container.as_str(), e.field.as_str()), ("web", field), "{res}");
+        }
+    }
+
+    #[test]
+    fn node_allocatable_and_qos_cgroups() {
+        let cap = NodeResources { cpu_milli: 2000, memory: 8 << 30, pids: 0 };
+        let alloc = node_allocatable(cap, NodeResources { cpu_milli: 100, memory: 1 << 30, pids: 0 }, NodeResources { cpu_milli: 100, memory: 512 << 20, pids: 0 });
+        assert_eq!(alloc, NodeResources { cpu_milli: 1800, memory: (8 << 30) - (1 << 30) - (512 << 20), pids: 0 });
+        let k = kubepods_config(alloc);
+        assert_eq!((k.cpu_shares, k.memory_limit), (Some(1843), Some(alloc.memory)));
+        // Over-reserved: allocatable is zero, not negative.
+        assert_eq!(node_allocatable(cap, NodeResources { cpu_milli: 5000, memory: 0, pids: 0 }, NodeResources::default()).cpu_milli, 0);
+
+        let mut t = QosTotals::default();
+        t.add(&pod("{containers: [{name: a, image: i, resources: {limits: {cpu: '1', memory: 1Gi}}}]}"));
+        t.add(&pod("{containers: [{name: a, image: i, resources: {requests: {cpu: 250m, memory: 512Mi}}}]}"));
+        t.add(&pod("{containers: [{name: a, image: i}]}"));
+        assert_eq!(t, QosTotals { burstable_cpu_request: 250, guaranteed_memory_request: 1 << 30, burstable_memory_request: 512 << 20 });
+        let (b, e) = qos_configs(&t, 4 << 30, None);
+        assert_eq!((b.cpu_shares, b.memory_limit, e.cpu_shares, e.memory_limit), (Some(256), None, Some(2), None));
+        let (b, e) = qos_configs(&t, 4 << 30, Some(50));
+        assert_eq!(b.memory_limit, Some((4 << 30) - (512 << 20)));
+        assert_eq!(e.memory_limit, Some((4 << 30) - (512 << 20) - (256 << 20)));
+    }
+}
