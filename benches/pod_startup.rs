@@ -64,7 +64,13 @@ async fn started_at(cri: &Cri, uid: &str, deadline: Instant) -> i64 {
     }
 }
 
-async fn baseline_pod(cri: &Cri, settings: &Settings, cgroup_root: &str, name: &str, node: &str) -> (i64, String) {
+async fn baseline_pod(
+    cri: &Cri,
+    settings: &Settings,
+    cgroup_root: &str,
+    name: &str,
+    node: &str,
+) -> (i64, String) {
     let mut pod: Pod = serde_yaml::from_str(&manifest(name)).unwrap();
     let uid = format!("bench-direct-{name}-{}", std::process::id());
     pod.metadata.uid = Some(uid.clone());
@@ -72,7 +78,11 @@ async fn baseline_pod(cri: &Cri, settings: &Settings, cgroup_root: &str, name: &
     pod.metadata.name = Some(format!("{name}-{node}"));
     pod.spec.as_mut().unwrap().node_name = Some(node.into());
     let t0 = now_ns();
-    let layout = nodelet::cm::CgroupLayout { root: cgroup_root.to_owned(), per_qos: true, systemd: false };
+    let layout = nodelet::cm::CgroupLayout {
+        root: cgroup_root.to_owned(),
+        per_qos: true,
+        systemd: false,
+    };
     let cgroup = layout.pod_cgroup_parent(&uid, nodelet::qos::QosClass::BestEffort);
     let sb_cfg = sandbox_config(settings, &pod, 0, cgroup);
     std::fs::create_dir_all(&sb_cfg.log_directory).unwrap();

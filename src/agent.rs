@@ -98,7 +98,10 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         cgroup_policy: node_config.policy,
         memory_capacity: node_config.capacity.memory,
     };
-    let cm = Arc::new(ContainerManager::new(Arc::new(Cgroupfs::new(Hierarchies::current())), node_config));
+    let cm = Arc::new(ContainerManager::new(
+        Arc::new(Cgroupfs::new(Hierarchies::current())),
+        node_config,
+    ));
     cm.start()?;
     apply_own_oom_score_adj(config.oom_score_adj, &metrics);
     info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
@@ -243,7 +246,10 @@ fn apply_own_oom_score_adj(wanted: i32, metrics: &Metrics) {
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", wanted.to_string()) {
         warn!(wanted, error = %e, "cannot set the agent's oom_score_adj; continuing with the current value");
     }
-    let actual = std::fs::read_to_string("/proc/self/oom_score_adj").ok().and_then(|s| s.trim().parse::<i64>().ok()).unwrap_or(0);
+    let actual = std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .unwrap_or(0);
     metrics.own_oom_score_adj.set(actual);
     metrics.own_oom_score_adj_wanted.set(i64::from(wanted));
 }

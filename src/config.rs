@@ -421,33 +421,65 @@ impl KubeletConfiguration {
                 "must be an absolute path",
             ));
         }
-        for (field, map) in [("kubeReserved", &self.kube_reserved), ("systemReserved", &self.system_reserved)] {
+        for (field, map) in [
+            ("kubeReserved", &self.kube_reserved),
+            ("systemReserved", &self.system_reserved),
+        ] {
             for (k, v) in map {
                 let ok = matches!(k.as_str(), "cpu" | "memory" | "pid" | "ephemeral-storage")
                     && crate::quantity::parse_milli(v).is_ok_and(|q| q >= 0);
                 if !ok {
-                    return Err(invalid(field, &format!("{k}={v}"), "keys cpu, memory, pid, ephemeral-storage with non-negative quantities"));
+                    return Err(invalid(
+                        field,
+                        &format!("{k}={v}"),
+                        "keys cpu, memory, pid, ephemeral-storage with non-negative quantities",
+                    ));
                 }
             }
         }
         for v in &self.enforce_node_allocatable {
-            if !matches!(v.as_str(), "pods" | "system-reserved" | "kube-reserved" | "none") {
-                return Err(invalid("enforceNodeAllocatable", v, "entries must be pods, system-reserved, kube-reserved or none"));
+            if !matches!(
+                v.as_str(),
+                "pods" | "system-reserved" | "kube-reserved" | "none"
+            ) {
+                return Err(invalid(
+                    "enforceNodeAllocatable",
+                    v,
+                    "entries must be pods, system-reserved, kube-reserved or none",
+                ));
             }
         }
         for (k, v) in &self.qos_reserved {
             if k != "memory" || parse_percent(v).is_none() {
-                return Err(invalid("qosReserved", &format!("{k}={v}"), "only memory, as a percentage 0%..100%"));
+                return Err(invalid(
+                    "qosReserved",
+                    &format!("{k}={v}"),
+                    "only memory, as a percentage 0%..100%",
+                ));
             }
         }
-        if !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&self.cpu_cfs_quota_period.0) {
-            return Err(invalid("cpuCFSQuotaPeriod", &format_go_duration(self.cpu_cfs_quota_period.0), "must be between 1ms and 1s"));
+        if !(Duration::from_millis(1)..=Duration::from_secs(1))
+            .contains(&self.cpu_cfs_quota_period.0)
+        {
+            return Err(invalid(
+                "cpuCFSQuotaPeriod",
+                &format_go_duration(self.cpu_cfs_quota_period.0),
+                "must be between 1ms and 1s",
+            ));
         }
         if !(-1000..=1000).contains(&self.oom_score_adj) {
-            return Err(invalid("oomScoreAdj", &self.oom_score_adj.to_string(), "must be between -1000 and 1000"));
+            return Err(invalid(
+                "oomScoreAdj",
+                &self.oom_score_adj.to_string(),
+                "must be between -1000 and 1000",
+            ));
         }
         if self.pod_pids_limit < -1 {
-            return Err(invalid("podPidsLimit", &self.pod_pids_limit.to_string(), "must be -1 (unlimited) or positive"));
+            return Err(invalid(
+                "podPidsLimit",
+                &self.pod_pids_limit.to_string(),
+                "must be -1 (unlimited) or positive",
+            ));
         }
         if self.max_pods == 0 {
             return Err(invalid("maxPods", "0", "must be at least 1"));
@@ -478,17 +510,31 @@ pub fn field_error_message(e: &serde_path_to_error::Error<serde_yaml::Error>) ->
 
 /// Parses `"<n>%"` with 0 ≤ n ≤ 100.
 pub fn parse_percent(s: &str) -> Option<i64> {
-    s.strip_suffix('%')?.parse().ok().filter(|p| (0..=100).contains(p))
+    s.strip_suffix('%')?
+        .parse()
+        .ok()
+        .filter(|p| (0..=100).contains(p))
 }
 
 /// cpu (millicores), memory (bytes) and pids of a reservation map; validated quantities.
 pub fn reserved_resources(map: &BTreeMap<String, String>) -> crate::cm::resources::NodeResources {
     let get = |k: &str, milli: bool| {
         map.get(k)
-            .and_then(|v| if milli { crate::quantity::parse_milli(v) } else { crate::quantity::parse_value(v) }.ok())
+            .and_then(|v| {
+                if milli {
+                    crate::quantity::parse_milli(v)
+                } else {
+                    crate::quantity::parse_value(v)
+                }
+                .ok()
+            })
             .map_or(0, |v| v as i64)
     };
-    crate::cm::resources::NodeResources { cpu_milli: get("cpu", true), memory: get("memory", false), pids: get("pid", false) }
+    crate::cm::resources::NodeResources {
+        cpu_milli: get("cpu", true),
+        memory: get("memory", false),
+        pids: get("pid", false),
+    }
 }
 
 /// The socket path of a `unix://` endpoint (`unix:///run/x.sock` → `/run/x.sock`); a bare
@@ -585,10 +631,18 @@ mod tests {
             ),
             ("cgroupRoot: /a/../b", "cgroupRoot", "/a/../b"),
             ("kind: Pod", "kind", "Pod"),
-            ("kubeReserved: {memory: lots}", "kubeReserved", "memory=lots"),
+            (
+                "kubeReserved: {memory: lots}",
+                "kubeReserved",
+                "memory=lots",
+            ),
             ("systemReserved: {gpu: '1'}", "systemReserved", "gpu=1"),
             ("qosReserved: {memory: 150%}", "qosReserved", "memory=150%"),
-            ("enforceNodeAllocatable: [everything]", "enforceNodeAllocatable", "everything"),
+            (
+                "enforceNodeAllocatable: [everything]",
+                "enforceNodeAllocatable",
+                "everything",
+            ),
             ("oomScoreAdj: -2000", "oomScoreAdj", "-2000"),
             ("cpuCFSQuotaPeriod: 5s", "cpuCFSQuotaPeriod", "5s"),
             ("podPidsLimit: -5", "podPidsLimit", "-5"),

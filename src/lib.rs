@@ -12,6 +12,7 @@
 //! - [`status`]: pod phase, conditions and container states.
 //! - [`cm`] and [`qos`]: pod cgroups and QoS classes.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
+//! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
 //! - [`agent`]: wiring; [`node`]: node facts; [`hash`], [`quantity`]: shared helpers.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -25,6 +26,7 @@ pub mod hash;
 pub mod kuberuntime;
 pub mod metrics;
 pub mod node;
+pub mod plan;
 pub mod pleg;
 pub mod podworkers;
 pub mod prober;

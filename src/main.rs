@@ -4,18 +4,25 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use nodelet::config::KubeletConfiguration;
 
 /// nodelet: a small, fast node agent modeled on the Kubernetes kubelet.
 #[derive(Parser, Debug)]
 #[command(name = "nodelet", version, about)]
 struct Cli {
-    /// KubeletConfiguration file (kubelet.config.k8s.io/v1beta1).
-    #[arg(long, value_name = "FILE", help_heading = "Configuration")]
-    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Required.
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        help_heading = "Configuration"
+    )]
+    config: Option<PathBuf>,
     /// Use this name as the node name instead of the hostname.
-    #[arg(long, value_name = "NAME", help_heading = "Node")]
+    #[arg(long, value_name = "NAME", global = true, help_heading = "Node")]
     hostname_override: Option<String>,
     /// The node's IP address (status.hostIP); detected when absent.
     #[arg(long, value_name = "IP", help_heading = "Node")]
@@ -40,6 +47,72 @@ struct Cli {
     /// Log format.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"], help_heading = "Logging")]
     log_format: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print, as YAML, what nodelet would do with each manifest on this node (QoS class, pod
+    /// cgroup path and values, container resources and oom_score_adj) without touching the
+    /// runtime or the cgroup tree. Exit 2 when a manifest is refused.
+    Plan {
+        /// Node memory capacity to assume (a quantity such as 16Gi); default: this node's.
+        #[arg(long, value_name = "QUANTITY")]
+        node_memory: Option<String>,
+        /// Node cpu capacity to assume (a quantity such as 4 or 3500m); default: this node's.
+        #[arg(long, value_name = "QUANTITY")]
+        node_cpu: Option<String>,
+        /// Pod manifests (YAML or JSON).
+        #[arg(required = true, value_name = "MANIFEST")]
+        manifests: Vec<PathBuf>,
+    },
+}
+
+fn plan(
+    config: &KubeletConfiguration,
+    node: Option<&str>,
+    memory: Option<String>,
+    cpu: Option<String>,
+    manifests: &[PathBuf],
+) -> ExitCode {
+    let node = match nodelet::node::node_name(node) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("nodelet: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut capacity = nodelet::cm::detect_capacity();
+    for (flag, value, milli) in [("--node-memory", memory, false), ("--node-cpu", cpu, true)] {
+        let Some(v) = value else { continue };
+        let parsed = if milli {
+            nodelet::quantity::parse_milli(&v)
+        } else {
+            nodelet::quantity::parse_value(&v)
+        };
+        match parsed {
+            Ok(q) if q > 0 => {
+                if milli {
+                    capacity.cpu_milli = q as i64;
+                } else {
+                    capacity.memory = q as i64;
+                }
+            }
+            _ => {
+                eprintln!("nodelet: {flag} {v:?} is not a positive quantity");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let (yaml, errors) = nodelet::plan::plan(config, &node, capacity, manifests);
+    print!("{yaml}");
+    for e in &errors {
+        eprintln!("nodelet: {e}");
+    }
+    if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    }
 }
 
 fn init_logging(verbosity: u8, format: &str) {
@@ -71,7 +144,11 @@ fn init_logging(verbosity: u8, format: &str) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbosity, &cli.log_format);
-    let loaded = match KubeletConfiguration::load(&cli.config) {
+    let Some(config_path) = cli.config.clone() else {
+        eprintln!("nodelet: --config FILE is required");
+        return ExitCode::from(2);
+    };
+    let loaded = match KubeletConfiguration::load(&config_path) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(error = %e, "invalid configuration; nothing started");
@@ -80,7 +157,21 @@ fn main() -> ExitCode {
         }
     };
     if !loaded.unknown_fields.is_empty() {
-        tracing::warn!(fields = ?loaded.unknown_fields, file = %cli.config.display(), "configuration fields not supported by nodelet are ignored");
+        tracing::warn!(fields = ?loaded.unknown_fields, file = %config_path.display(), "configuration fields not supported by nodelet are ignored");
+    }
+    if let Some(Command::Plan {
+        node_memory,
+        node_cpu,
+        manifests,
+    }) = cli.command
+    {
+        return plan(
+            &loaded.config,
+            cli.hostname_override.as_deref(),
+            node_memory,
+            node_cpu,
+            &manifests,
+        );
     }
     let flags = nodelet::agent::Flags {
         hostname_override: cli.hostname_override,

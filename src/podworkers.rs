@@ -205,7 +205,13 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// UIDs of every live worker (syncing or terminating).
     pub fn known_uids(&self) -> std::collections::HashSet<String> {
-        self.inner.workers.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
+        self.inner
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// Number of live workers.

@@ -103,7 +103,10 @@ pub fn pod_priority(pod: &Pod) -> i32 {
 /// mirror, or priority ≥ 2000000000) whose priorityClassName is `system-node-critical`. Every
 /// pod nodelet runs is static, so this is the priority class alone.
 pub fn is_node_critical(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.priority_class_name.as_deref()) == Some("system-node-critical")
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref())
+        == Some("system-node-critical")
 }
 
 /// The oom_score_adj kubelet gives a container (`GetContainerOOMScoreAdjust` in
@@ -119,7 +122,9 @@ pub fn container_oom_score_adj(pod: &Pod, container: &Container, memory_capacity
         QosClass::Guaranteed => GUARANTEED_OOM_SCORE_ADJ,
         QosClass::BestEffort => BESTEFFORT_OOM_SCORE_ADJ,
         QosClass::Burstable => {
-            let request = crate::cm::resources::container_amounts(container).map(|a| a.memory_request).unwrap_or(0);
+            let request = crate::cm::resources::container_amounts(container)
+                .map(|a| a.memory_request)
+                .unwrap_or(0);
             let capacity = memory_capacity.max(1);
             let adj = 1000 - (1000 * i128::from(request) / i128::from(capacity)) as i64;
             if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ {
@@ -166,14 +171,29 @@ mod tests {
         let cap = 8 * GI;
         let cases = [
             ("[{name: a, image: i}]", 1000),
-            ("[{name: a, image: i, resources: {limits: {cpu: '1', memory: 1Gi}}}]", -997),
+            (
+                "[{name: a, image: i, resources: {limits: {cpu: '1', memory: 1Gi}}}]",
+                -997,
+            ),
             // Burstable: 1000 - 1000 * 2Gi / 8Gi = 750.
-            ("[{name: a, image: i, resources: {requests: {memory: 2Gi}}}]", 750),
+            (
+                "[{name: a, image: i, resources: {requests: {memory: 2Gi}}}]",
+                750,
+            ),
             // A tiny request rounds to 1000, lowered to 999 below BestEffort.
-            ("[{name: a, image: i, resources: {requests: {cpu: 100m}}}]", 999),
+            (
+                "[{name: a, image: i, resources: {requests: {cpu: 100m}}}]",
+                999,
+            ),
             // A request at or above capacity is clamped to 3.
-            ("[{name: a, image: i, resources: {requests: {memory: 8Gi}}}]", 3),
-            ("[{name: a, image: i, resources: {requests: {memory: 16Gi}}}]", 3),
+            (
+                "[{name: a, image: i, resources: {requests: {memory: 8Gi}}}]",
+                3,
+            ),
+            (
+                "[{name: a, image: i, resources: {requests: {memory: 16Gi}}}]",
+                3,
+            ),
         ];
         for (c, want) in cases {
             let p = pod(c);
@@ -182,10 +202,16 @@ mod tests {
         }
         // Node-critical static pods get the Guaranteed score whatever their QoS.
         let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priorityClassName: system-node-critical, containers: [{name: a, image: i}]}").unwrap();
-        assert_eq!(container_oom_score_adj(&p, &p.spec.as_ref().unwrap().containers[0], cap), -997);
+        assert_eq!(
+            container_oom_score_adj(&p, &p.spec.as_ref().unwrap().containers[0], cap),
+            -997
+        );
         assert_eq!(pod_priority(&p), 2_000_001_000);
         // Cluster-critical BestEffort keeps 1000.
         let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priorityClassName: system-cluster-critical, containers: [{name: a, image: i}]}").unwrap();
-        assert_eq!(container_oom_score_adj(&p, &p.spec.as_ref().unwrap().containers[0], cap), 1000);
+        assert_eq!(
+            container_oom_score_adj(&p, &p.spec.as_ref().unwrap().containers[0], cap),
+            1000
+        );
     }
 }

@@ -138,3 +138,69 @@ fn missing_config_file_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/nodelet.yaml"));
 }
+
+#[test]
+fn plan_prints_what_nodelet_would_do_and_refuses_bad_manifests() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(&cfg, format!("{HEAD}systemReserved: {{memory: 1Gi}}\n")).unwrap();
+    let write = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    };
+    let g = write("g.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: g}\nspec: {containers: [{name: c, image: busybox, resources: {limits: {cpu: 500m, memory: 128Mi}}}]}\n");
+    let crit = write("crit.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: crit}\nspec: {priorityClassName: system-node-critical, containers: [{name: c, image: busybox}]}\n");
+    let bad = write("bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec: {containers: [{name: c, image: busybox, resources: {requests: {cpu: lots}}}]}\n");
+    let run = |files: &[&std::path::Path]| {
+        Command::new(env!("CARGO_BIN_EXE_nodelet"))
+            .args([
+                "plan",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--hostname-override",
+                "n1",
+                "--node-memory",
+                "8Gi",
+                "--node-cpu",
+                "4",
+            ])
+            .args(files)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[&g, &crit]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["allocatable"]["memoryBytes"].as_i64(), Some(7 << 30));
+    assert_eq!(v["kubepods"]["cpuShares"].as_u64(), Some(4096));
+    let g = &v["pods"][0];
+    assert_eq!(g["qosClass"].as_str(), Some("Guaranteed"));
+    assert!(g["podCgroup"]["path"]
+        .as_str()
+        .unwrap()
+        .starts_with("/kubepods/pod"));
+    assert_eq!(g["podCgroup"]["cpuQuota"].as_i64(), Some(50_000));
+    assert_eq!(g["podCgroup"]["memoryLimit"].as_i64(), Some(128 << 20));
+    assert_eq!(g["containers"][0]["oomScoreAdj"].as_i64(), Some(-997));
+    let c = &v["pods"][1];
+    assert_eq!(c["qosClass"].as_str(), Some("BestEffort"));
+    assert_eq!(
+        c["containers"][0]["oomScoreAdj"].as_i64(),
+        Some(-997),
+        "node-critical static pod"
+    );
+
+    let out = run(&[&bad]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.yaml") && stderr.contains("spec.containers[0].resources.requests.cpu"),
+        "{stderr}"
+    );
+}

@@ -63,13 +63,27 @@ impl Hierarchies {
     pub fn from_mountinfo(text: &str) -> Self {
         let mut h = Hierarchies::default();
         for line in text.lines() {
-            let Some((pre, post)) = line.split_once(" - ") else { continue };
+            let Some((pre, post)) = line.split_once(" - ") else {
+                continue;
+            };
             let mut post = post.split_whitespace();
-            let (Some(fstype), _, Some(opts)) = (post.next(), post.next(), post.next()) else { continue };
-            let Some(mount) = pre.split_whitespace().nth(4) else { continue };
+            let (Some(fstype), _, Some(opts)) = (post.next(), post.next(), post.next()) else {
+                continue;
+            };
+            let Some(mount) = pre.split_whitespace().nth(4) else {
+                continue;
+            };
             match fstype {
                 "cgroup" => {
-                    let controllers = opts.split(',').filter(|o| !matches!(*o, "rw" | "ro") && !o.contains("relatime") && !o.starts_with("no")).map(str::to_owned).collect();
+                    let controllers = opts
+                        .split(',')
+                        .filter(|o| {
+                            !matches!(*o, "rw" | "ro")
+                                && !o.contains("relatime")
+                                && !o.starts_with("no")
+                        })
+                        .map(str::to_owned)
+                        .collect();
                     h.v1.push((controllers, PathBuf::from(mount)));
                 }
                 "cgroup2" => h.unified = Some(PathBuf::from(mount)),
@@ -90,12 +104,19 @@ impl Hierarchies {
     }
 
     fn v1_mount(&self, controller: &str) -> Option<&Path> {
-        self.v1.iter().find(|(c, _)| c.iter().any(|x| x == controller)).map(|(_, p)| p.as_path())
+        self.v1
+            .iter()
+            .find(|(c, _)| c.iter().any(|x| x == controller))
+            .map(|(_, p)| p.as_path())
     }
 
     /// Every mount point.
     pub fn all_mounts(&self) -> Vec<PathBuf> {
-        self.v1.iter().map(|(_, p)| p.clone()).chain(self.unified.clone()).collect()
+        self.v1
+            .iter()
+            .map(|(_, p)| p.clone())
+            .chain(self.unified.clone())
+            .collect()
     }
 }
 
@@ -111,16 +132,26 @@ fn rel(cgroup: &str) -> Option<&str> {
 }
 
 fn write(path: PathBuf, value: impl ToString) -> Result<(), CgroupError> {
-    std::fs::write(&path, value.to_string()).map_err(|source| CgroupError { op: "write", path, source })
+    std::fs::write(&path, value.to_string()).map_err(|source| CgroupError {
+        op: "write",
+        path,
+        source,
+    })
 }
 
 fn mkdir(path: &Path) -> Result<(), CgroupError> {
-    std::fs::create_dir_all(path).map_err(|source| CgroupError { op: "create", path: path.to_owned(), source })
+    std::fs::create_dir_all(path).map_err(|source| CgroupError {
+        op: "create",
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Kernel spelling of a hugepage size (`2Mi` → `2MB`, `1Gi` → `1GB`).
 fn hugetlb_size(size: &str) -> String {
-    size.replace("Ki", "KB").replace("Mi", "MB").replace("Gi", "GB")
+    size.replace("Ki", "KB")
+        .replace("Mi", "MB")
+        .replace("Gi", "GB")
 }
 
 /// cgroup v2 `cpu.weight` from v1 shares (kubelet's `CpuSharesToCpuWeight`).
@@ -152,15 +183,25 @@ impl Cgroupfs {
                 write(d.join("cpu.cfs_quota_us"), if q <= 0 { -1 } else { q })?;
             }
         }
-        if let (Some(m), Some(l)) = (self.h.v1_mount("memory"), cfg.memory_limit.filter(|l| *l > 0)) {
+        if let (Some(m), Some(l)) = (
+            self.h.v1_mount("memory"),
+            cfg.memory_limit.filter(|l| *l > 0),
+        ) {
             write(m.join(r).join("memory.limit_in_bytes"), l)?;
         }
         if let (Some(m), Some(p)) = (self.h.v1_mount("pids"), cfg.pids_limit) {
-            write(m.join(r).join("pids.max"), if p > 0 { p.to_string() } else { "max".into() })?;
+            write(
+                m.join(r).join("pids.max"),
+                if p > 0 { p.to_string() } else { "max".into() },
+            )?;
         }
         if let Some(m) = self.h.v1_mount("hugetlb") {
             for (size, l) in &cfg.hugepage_limits {
-                write(m.join(r).join(format!("hugetlb.{}.limit_in_bytes", hugetlb_size(size))), l)?;
+                write(
+                    m.join(r)
+                        .join(format!("hugetlb.{}.limit_in_bytes", hugetlb_size(size))),
+                    l,
+                )?;
             }
         }
         Ok(())
@@ -172,15 +213,23 @@ impl Cgroupfs {
             write(d.join("cpu.weight"), shares_to_weight(s))?;
         }
         if cfg.cpu_quota.is_some() || cfg.cpu_period.is_some() {
-            let period = cfg.cpu_period.unwrap_or(super::resources::DEFAULT_CFS_PERIOD_US);
-            let quota = cfg.cpu_quota.filter(|q| *q > 0).map_or("max".to_string(), |q| q.to_string());
+            let period = cfg
+                .cpu_period
+                .unwrap_or(super::resources::DEFAULT_CFS_PERIOD_US);
+            let quota = cfg
+                .cpu_quota
+                .filter(|q| *q > 0)
+                .map_or("max".to_string(), |q| q.to_string());
             write(d.join("cpu.max"), format!("{quota} {period}"))?;
         }
         if let Some(l) = cfg.memory_limit.filter(|l| *l > 0) {
             write(d.join("memory.max"), l)?;
         }
         if let Some(p) = cfg.pids_limit {
-            write(d.join("pids.max"), if p > 0 { p.to_string() } else { "max".into() })?;
+            write(
+                d.join("pids.max"),
+                if p > 0 { p.to_string() } else { "max".into() },
+            )?;
         }
         for (size, l) in &cfg.hugepage_limits {
             write(d.join(format!("hugetlb.{}.max", hugetlb_size(size))), l)?;
@@ -191,8 +240,13 @@ impl Cgroupfs {
     /// Enables the available controllers for the children of every directory from the unified
     /// root down to `r`'s parent (v2 needs this before values can be written).
     fn enable_v2_controllers(root: &Path, r: &str) -> Result<(), CgroupError> {
-        let available = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
-        let wanted: Vec<String> = ["cpu", "memory", "pids", "hugetlb"].iter().filter(|c| available.split_whitespace().any(|a| a == **c)).map(|c| format!("+{c}")).collect();
+        let available =
+            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+        let wanted: Vec<String> = ["cpu", "memory", "pids", "hugetlb"]
+            .iter()
+            .filter(|c| available.split_whitespace().any(|a| a == **c))
+            .map(|c| format!("+{c}"))
+            .collect();
         if wanted.is_empty() {
             return Ok(());
         }
@@ -205,7 +259,9 @@ impl Cgroupfs {
     }
 
     fn copy_cpuset_from_parent(&self, r: &str) {
-        let Some(m) = self.h.v1_mount("cpuset") else { return };
+        let Some(m) = self.h.v1_mount("cpuset") else {
+            return;
+        };
         let mut dir = m.to_path_buf();
         for comp in r.split('/').filter(|c| !c.is_empty()) {
             let parent = dir.clone();
@@ -244,7 +300,13 @@ impl CgroupManager for Cgroupfs {
     }
 
     fn destroy(&self, cgroup: &str) -> Result<(), CgroupError> {
-        super::remove_cgroup_everywhere(&self.h.all_mounts(), cgroup).map_err(|source| CgroupError { op: "remove", path: PathBuf::from(cgroup), source })
+        super::remove_cgroup_everywhere(&self.h.all_mounts(), cgroup).map_err(|source| {
+            CgroupError {
+                op: "remove",
+                path: PathBuf::from(cgroup),
+                source,
+            }
+        })
     }
 
     fn exists(&self, cgroup: &str) -> bool {
@@ -252,11 +314,15 @@ impl CgroupManager for Cgroupfs {
         if self.h.is_v2() {
             return self.h.unified.as_ref().is_some_and(|u| u.join(r).is_dir());
         }
-        ["cpu", "memory"].iter().all(|c| self.h.v1_mount(c).is_none_or(|m| m.join(r).is_dir()))
+        ["cpu", "memory"]
+            .iter()
+            .all(|c| self.h.v1_mount(c).is_none_or(|m| m.join(r).is_dir()))
     }
 
     fn pod_uids_under(&self, cgroup: &str) -> Vec<String> {
-        let Some(r) = rel(cgroup) else { return Vec::new() };
+        let Some(r) = rel(cgroup) else {
+            return Vec::new();
+        };
         let mut uids = Vec::new();
         for m in self.h.all_mounts() {
             collect_pod_dirs(&m.join(r), 3, &mut uids);
@@ -268,7 +334,9 @@ impl CgroupManager for Cgroupfs {
 }
 
 fn collect_pod_dirs(dir: &Path, depth: u32, out: &mut Vec<String>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         if !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
@@ -299,8 +367,14 @@ mod tests {
         let h = Hierarchies::from_mountinfo(MOUNTINFO);
         assert_eq!(h.v1.len(), 3);
         assert_eq!(h.v1_mount("cpu"), Some(Path::new("/sys/fs/cgroup/cpu")));
-        assert_eq!(h.v1_mount("name=systemd"), Some(Path::new("/sys/fs/cgroup/systemd")));
-        assert_eq!(h.unified.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            h.v1_mount("name=systemd"),
+            Some(Path::new("/sys/fs/cgroup/systemd"))
+        );
+        assert_eq!(
+            h.unified.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
         assert!(!h.is_v2());
     }
 
@@ -320,25 +394,63 @@ mod tests {
     }
 
     fn read(p: PathBuf) -> String {
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).trim().to_string()
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .trim()
+            .to_string()
     }
 
     #[test]
     fn v1_create_writes_values_in_every_hierarchy() {
         let tmp = tempfile::tempdir().unwrap();
         let cg = Cgroupfs::new(fake_v1(tmp.path()));
-        let cfg = ResourceConfig { cpu_shares: Some(512), cpu_quota: Some(50_000), cpu_period: Some(100_000), memory_limit: Some(1 << 27), pids_limit: Some(100), ..Default::default() };
+        let cfg = ResourceConfig {
+            cpu_shares: Some(512),
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            memory_limit: Some(1 << 27),
+            pids_limit: Some(100),
+            ..Default::default()
+        };
         cg.create("/kubepods/burstable/podu1", &cfg).unwrap();
         let t = tmp.path();
-        assert_eq!(read(t.join("cpu/kubepods/burstable/podu1/cpu.shares")), "512");
-        assert_eq!(read(t.join("cpu/kubepods/burstable/podu1/cpu.cfs_quota_us")), "50000");
-        assert_eq!(read(t.join("cpu/kubepods/burstable/podu1/cpu.cfs_period_us")), "100000");
-        assert_eq!(read(t.join("memory/kubepods/burstable/podu1/memory.limit_in_bytes")), "134217728");
-        assert_eq!(read(t.join("pids/kubepods/burstable/podu1/pids.max")), "100");
-        assert_eq!(read(t.join("cpuset/kubepods/burstable/podu1/cpuset.cpus")), "0-1");
-        assert!(t.join("systemd/kubepods/burstable/podu1").is_dir(), "named hierarchy too");
-        assert!(t.join("unified/kubepods/burstable/podu1").is_dir(), "hybrid unified mount too");
-        assert!(!t.join("unified/kubepods/burstable/podu1/cpu.weight").exists(), "no values in hybrid unified");
+        assert_eq!(
+            read(t.join("cpu/kubepods/burstable/podu1/cpu.shares")),
+            "512"
+        );
+        assert_eq!(
+            read(t.join("cpu/kubepods/burstable/podu1/cpu.cfs_quota_us")),
+            "50000"
+        );
+        assert_eq!(
+            read(t.join("cpu/kubepods/burstable/podu1/cpu.cfs_period_us")),
+            "100000"
+        );
+        assert_eq!(
+            read(t.join("memory/kubepods/burstable/podu1/memory.limit_in_bytes")),
+            "134217728"
+        );
+        assert_eq!(
+            read(t.join("pids/kubepods/burstable/podu1/pids.max")),
+            "100"
+        );
+        assert_eq!(
+            read(t.join("cpuset/kubepods/burstable/podu1/cpuset.cpus")),
+            "0-1"
+        );
+        assert!(
+            t.join("systemd/kubepods/burstable/podu1").is_dir(),
+            "named hierarchy too"
+        );
+        assert!(
+            t.join("unified/kubepods/burstable/podu1").is_dir(),
+            "hybrid unified mount too"
+        );
+        assert!(
+            !t.join("unified/kubepods/burstable/podu1/cpu.weight")
+                .exists(),
+            "no values in hybrid unified"
+        );
         assert!(cg.exists("/kubepods/burstable/podu1"));
         assert_eq!(cg.pod_uids_under("/kubepods"), vec!["u1".to_string()]);
         cg.destroy("/kubepods/burstable/podu1").unwrap();
@@ -352,17 +464,44 @@ mod tests {
     #[test]
     fn v2_create_writes_weight_max_and_enables_controllers() {
         let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(tmp.path().join("cgroup.controllers"), "cpuset cpu io memory pids").unwrap();
-        let cg = Cgroupfs::new(Hierarchies { v1: vec![], unified: Some(tmp.path().to_owned()) });
-        let cfg = ResourceConfig { cpu_shares: Some(1024), cpu_quota: Some(50_000), cpu_period: Some(100_000), memory_limit: Some(1 << 27), ..Default::default() };
+        std::fs::write(
+            tmp.path().join("cgroup.controllers"),
+            "cpuset cpu io memory pids",
+        )
+        .unwrap();
+        let cg = Cgroupfs::new(Hierarchies {
+            v1: vec![],
+            unified: Some(tmp.path().to_owned()),
+        });
+        let cfg = ResourceConfig {
+            cpu_shares: Some(1024),
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            memory_limit: Some(1 << 27),
+            ..Default::default()
+        };
         cg.create("/kubepods/podu2", &cfg).unwrap();
         let d = tmp.path().join("kubepods/podu2");
         assert_eq!(read(d.join("cpu.weight")), "39");
         assert_eq!(read(d.join("cpu.max")), "50000 100000");
         assert_eq!(read(d.join("memory.max")), "134217728");
-        assert_eq!(read(tmp.path().join("cgroup.subtree_control")), "+cpu +memory +pids");
-        assert_eq!(read(tmp.path().join("kubepods/cgroup.subtree_control")), "+cpu +memory +pids");
-        cg.update("/kubepods/podu2", &ResourceConfig { cpu_quota: Some(-1), cpu_period: Some(100_000), ..Default::default() }).unwrap();
+        assert_eq!(
+            read(tmp.path().join("cgroup.subtree_control")),
+            "+cpu +memory +pids"
+        );
+        assert_eq!(
+            read(tmp.path().join("kubepods/cgroup.subtree_control")),
+            "+cpu +memory +pids"
+        );
+        cg.update(
+            "/kubepods/podu2",
+            &ResourceConfig {
+                cpu_quota: Some(-1),
+                cpu_period: Some(100_000),
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(read(d.join("cpu.max")), "max 100000");
         assert!(cg.exists("/kubepods/podu2"));
     }

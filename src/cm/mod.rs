@@ -85,7 +85,14 @@ impl CgroupLayout {
 
     /// Every path at which the pod's cgroup may exist, whatever its QoS class was.
     pub fn pod_cgroup_candidates(&self, uid: &str) -> Vec<String> {
-        [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort].into_iter().map(|q| self.pod_cgroup_parent(uid, q)).collect()
+        [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ]
+        .into_iter()
+        .map(|q| self.pod_cgroup_parent(uid, q))
+        .collect()
     }
 }
 
@@ -104,9 +111,18 @@ pub enum CmError {
 /// `kernel.pid_max`.
 pub fn detect_capacity() -> NodeResources {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
-    let memory = procfs::Current::current().map(|m: procfs::Meminfo| m.mem_total as i64).unwrap_or(0);
-    let pids = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-    NodeResources { cpu_milli: cpus * 1000, memory, pids }
+    let memory = procfs::Current::current()
+        .map(|m: procfs::Meminfo| m.mem_total as i64)
+        .unwrap_or(0);
+    let pids = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    NodeResources {
+        cpu_milli: cpus * 1000,
+        memory,
+        pids,
+    }
 }
 
 /// Node-level settings of the container manager.
@@ -132,7 +148,11 @@ impl NodeConfig {
     /// The container manager's settings from the configuration file and the node's capacity.
     pub fn from_config(c: &crate::config::KubeletConfiguration, capacity: NodeResources) -> Self {
         Self {
-            layout: CgroupLayout { root: c.cgroup_root.clone(), per_qos: c.cgroups_per_qos, systemd: c.cgroup_driver == "systemd" },
+            layout: CgroupLayout {
+                root: c.cgroup_root.clone(),
+                per_qos: c.cgroups_per_qos,
+                systemd: c.cgroup_driver == "systemd",
+            },
             policy: CgroupPolicy {
                 cpu_cfs_quota: c.cpu_cfs_quota,
                 cpu_cfs_period_us: c.cpu_cfs_quota_period.0.as_micros() as u64,
@@ -142,7 +162,10 @@ impl NodeConfig {
             system_reserved: crate::config::reserved_resources(&c.system_reserved),
             kube_reserved: crate::config::reserved_resources(&c.kube_reserved),
             enforce_pods: c.enforce_node_allocatable.iter().any(|e| e == "pods"),
-            qos_reserved_memory: c.qos_reserved.get("memory").and_then(|p| crate::config::parse_percent(p)),
+            qos_reserved_memory: c
+                .qos_reserved
+                .get("memory")
+                .and_then(|p| crate::config::parse_percent(p)),
         }
     }
 }
@@ -157,7 +180,11 @@ pub struct ContainerManager {
 impl ContainerManager {
     /// A manager writing through `cgroups`.
     pub fn new(cgroups: Arc<dyn CgroupManager>, cfg: NodeConfig) -> Self {
-        Self { cgroups, cfg, pods: Mutex::new(HashMap::new()) }
+        Self {
+            cgroups,
+            cfg,
+            pods: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The naming layout.
@@ -177,13 +204,21 @@ impl ContainerManager {
 
     /// Node allocatable: capacity minus reservations.
     pub fn allocatable(&self) -> NodeResources {
-        resources::node_allocatable(self.cfg.capacity, self.cfg.system_reserved, self.cfg.kube_reserved)
+        resources::node_allocatable(
+            self.cfg.capacity,
+            self.cfg.system_reserved,
+            self.cfg.kube_reserved,
+        )
     }
 
     /// The values of `kubepods`: allocatable when `enforceNodeAllocatable` has `pods`, else
     /// capacity.
     pub fn kubepods_config(&self) -> ResourceConfig {
-        resources::kubepods_config(if self.cfg.enforce_pods { self.allocatable() } else { self.cfg.capacity })
+        resources::kubepods_config(if self.cfg.enforce_pods {
+            self.allocatable()
+        } else {
+            self.cfg.capacity
+        })
     }
 
     /// Checks `cgroupRoot` and creates `kubepods` and the QoS cgroups with their values
@@ -218,9 +253,17 @@ impl ContainerManager {
         for p in self.pods.lock().unwrap_or_else(|e| e.into_inner()).values() {
             totals.add(p);
         }
-        let memory = if self.cfg.enforce_pods { self.allocatable().memory } else { self.cfg.capacity.memory };
-        let (burstable, besteffort) = resources::qos_configs(&totals, memory, self.cfg.qos_reserved_memory);
-        for (qos, cfg) in [(QosClass::Burstable, burstable), (QosClass::BestEffort, besteffort)] {
+        let memory = if self.cfg.enforce_pods {
+            self.allocatable().memory
+        } else {
+            self.cfg.capacity.memory
+        };
+        let (burstable, besteffort) =
+            resources::qos_configs(&totals, memory, self.cfg.qos_reserved_memory);
+        for (qos, cfg) in [
+            (QosClass::Burstable, burstable),
+            (QosClass::BestEffort, besteffort),
+        ] {
             if let Some(name) = l.qos_cgroup(qos) {
                 self.cgroups.create(&l.spell(&name), &cfg)?;
             }
@@ -240,15 +283,24 @@ impl ContainerManager {
         if !l.per_qos {
             return Ok(parent);
         }
-        self.pods.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, pod.clone());
+        self.pods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid, pod.clone());
         self.update_qos()?;
-        self.cgroups.create(&parent, &resources::pod_resource_config(pod, &self.cfg.policy))?;
+        self.cgroups.create(
+            &parent,
+            &resources::pod_resource_config(pod, &self.cfg.policy),
+        )?;
         Ok(parent)
     }
 
     /// Forgets the pod and removes its cgroup from every hierarchy, then updates the QoS cgroups.
     pub fn remove_pod(&self, uid: &str) {
-        self.pods.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        self.pods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
         if !self.cfg.layout.per_qos {
             return;
         }
@@ -264,14 +316,21 @@ impl ContainerManager {
 
     /// Removes `pod<UID>` cgroups whose UID is in neither `desired` nor `running` (kubelet's
     /// `cleanupOrphanedPodCgroups`). Returns the UIDs removed.
-    pub fn cleanup_orphans(&self, desired: &HashSet<String>, running: &HashSet<String>) -> Vec<String> {
+    pub fn cleanup_orphans(
+        &self,
+        desired: &HashSet<String>,
+        running: &HashSet<String>,
+    ) -> Vec<String> {
         let l = &self.cfg.layout;
         if !l.per_qos {
             return Vec::new();
         }
         let mut removed = Vec::new();
         for uid in self.cgroups.pod_uids_under(&l.spell(&l.kubepods())) {
-            if desired.contains(&uid) || running.contains(&uid) || !crate::source::validation::is_safe_uid(&uid) {
+            if desired.contains(&uid)
+                || running.contains(&uid)
+                || !crate::source::validation::is_safe_uid(&uid)
+            {
                 continue;
             }
             info!(uid, "removing orphaned pod cgroup");
@@ -352,37 +411,86 @@ mod tests {
             std::fs::create_dir_all(tmp.path().join(c).join("root")).unwrap();
             h.v1.push((vec![c.to_string()], tmp.path().join(c)));
         }
-        let layout = CgroupLayout { root: "/root".into(), per_qos: true, systemd: false };
+        let layout = CgroupLayout {
+            root: "/root".into(),
+            per_qos: true,
+            systemd: false,
+        };
         let cfg = NodeConfig {
             layout,
             policy: CgroupPolicy::default(),
-            capacity: NodeResources { cpu_milli: 2000, memory: 4 << 30, pids: 0 },
-            system_reserved: NodeResources { cpu_milli: 500, memory: 1 << 30, pids: 0 },
+            capacity: NodeResources {
+                cpu_milli: 2000,
+                memory: 4 << 30,
+                pids: 0,
+            },
+            system_reserved: NodeResources {
+                cpu_milli: 500,
+                memory: 1 << 30,
+                pids: 0,
+            },
             kube_reserved: NodeResources::default(),
             enforce_pods: true,
             qos_reserved_memory: None,
         };
         let cm = ContainerManager::new(Arc::new(cgroupfs::Cgroupfs::new(h)), cfg);
         cm.start().unwrap();
-        let read = |p: &str| std::fs::read_to_string(tmp.path().join(p)).unwrap().trim().to_string();
+        let read = |p: &str| {
+            std::fs::read_to_string(tmp.path().join(p))
+                .unwrap()
+                .trim()
+                .to_string()
+        };
         assert_eq!(read("cpu/root/kubepods/cpu.shares"), "1536");
-        assert_eq!(read("memory/root/kubepods/memory.limit_in_bytes"), (3u64 << 30).to_string());
+        assert_eq!(
+            read("memory/root/kubepods/memory.limit_in_bytes"),
+            (3u64 << 30).to_string()
+        );
         assert_eq!(read("cpu/root/kubepods/besteffort/cpu.shares"), "2");
         assert_eq!(read("cpu/root/kubepods/burstable/cpu.shares"), "2");
         let pod: Arc<Pod> = Arc::new(serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u1}\nspec: {containers: [{name: a, image: i, resources: {requests: {cpu: 250m}}}]}").unwrap());
-        assert_eq!(cm.ensure_pod(&pod).unwrap(), "/root/kubepods/burstable/podu1");
-        assert_eq!(read("cpu/root/kubepods/burstable/cpu.shares"), "256", "QoS updated before the pod cgroup");
+        assert_eq!(
+            cm.ensure_pod(&pod).unwrap(),
+            "/root/kubepods/burstable/podu1"
+        );
+        assert_eq!(
+            read("cpu/root/kubepods/burstable/cpu.shares"),
+            "256",
+            "QoS updated before the pod cgroup"
+        );
         assert_eq!(read("cpu/root/kubepods/burstable/podu1/cpu.shares"), "256");
         // An orphan from an earlier run is removed; the desired pod is not.
         std::fs::create_dir_all(tmp.path().join("cpu/root/kubepods/besteffort/podold")).unwrap();
         let desired: HashSet<String> = ["u1".to_string()].into();
-        assert_eq!(cm.cleanup_orphans(&desired, &HashSet::new()), vec!["old".to_string()]);
-        assert!(tmp.path().join("cpu/root/kubepods/burstable/podu1").is_dir());
+        assert_eq!(
+            cm.cleanup_orphans(&desired, &HashSet::new()),
+            vec!["old".to_string()]
+        );
+        assert!(tmp
+            .path()
+            .join("cpu/root/kubepods/burstable/podu1")
+            .is_dir());
         cm.remove_pod("u1");
-        assert!(!tmp.path().join("cpu/root/kubepods/burstable/podu1").exists());
+        assert!(!tmp
+            .path()
+            .join("cpu/root/kubepods/burstable/podu1")
+            .exists());
         assert_eq!(read("cpu/root/kubepods/burstable/cpu.shares"), "2");
         // A missing root is a start-up error.
-        let missing = ContainerManager::new(Arc::new(cgroupfs::Cgroupfs::new(cgroupfs::Hierarchies { v1: vec![(vec!["cpu".into()], tmp.path().join("cpu"))], unified: None })), NodeConfig { layout: CgroupLayout { root: "/absent".into(), per_qos: true, systemd: false }, ..cm.cfg.clone() });
+        let missing = ContainerManager::new(
+            Arc::new(cgroupfs::Cgroupfs::new(cgroupfs::Hierarchies {
+                v1: vec![(vec!["cpu".into()], tmp.path().join("cpu"))],
+                unified: None,
+            })),
+            NodeConfig {
+                layout: CgroupLayout {
+                    root: "/absent".into(),
+                    per_qos: true,
+                    systemd: false,
+                },
+                ..cm.cfg.clone()
+            },
+        );
         assert!(matches!(missing.start(), Err(CmError::RootMissing(_))));
     }
 

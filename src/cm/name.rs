@@ -13,7 +13,11 @@ pub struct CgroupName(pub Vec<String>);
 impl CgroupName {
     /// `root` (a cgroupfs path like `/` or `/nodelet-test`) followed by `components`.
     pub fn new(root: &str, components: &[&str]) -> Self {
-        let mut v: Vec<String> = root.split('/').filter(|c| !c.is_empty()).map(str::to_owned).collect();
+        let mut v: Vec<String> = root
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect();
         v.extend(components.iter().map(|c| (*c).to_owned()));
         Self(v)
     }
@@ -33,7 +37,11 @@ impl CgroupName {
         let mut prefix = String::new();
         for c in &self.0 {
             let escaped = c.replace('-', "_");
-            prefix = if prefix.is_empty() { escaped } else { format!("{prefix}-{escaped}") };
+            prefix = if prefix.is_empty() {
+                escaped
+            } else {
+                format!("{prefix}-{escaped}")
+            };
             path.push('/');
             path.push_str(&prefix);
             path.push_str(".slice");
@@ -43,7 +51,11 @@ impl CgroupName {
 
     /// The name as the given driver spells it (`systemd` true → slices).
     pub fn for_driver(&self, systemd: bool) -> String {
-        if systemd { self.to_systemd() } else { self.to_cgroupfs() }
+        if systemd {
+            self.to_systemd()
+        } else {
+            self.to_cgroupfs()
+        }
     }
 }
 
@@ -55,7 +67,10 @@ mod tests {
     fn drivers_spell_names_as_kubelet() {
         let n = CgroupName::new("/", &["kubepods", "burstable", "pod1234-5678"]);
         assert_eq!(n.to_cgroupfs(), "/kubepods/burstable/pod1234-5678");
-        assert_eq!(n.to_systemd(), "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_5678.slice");
+        assert_eq!(
+            n.to_systemd(),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_5678.slice"
+        );
         let g = CgroupName::new("/", &["kubepods", "podab-cd"]);
         assert_eq!(g.to_systemd(), "/kubepods.slice/kubepods-podab_cd.slice");
         let r = CgroupName::new("/test-root", &["kubepods"]);

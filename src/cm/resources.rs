@@ -98,11 +98,31 @@ pub struct ContainerAmounts {
 }
 
 fn amount(c: &Container, limits: bool, name: &str, milli: bool) -> Result<i64, ResourceError> {
-    let map = c.resources.as_ref().and_then(|r| if limits { r.limits.as_ref() } else { r.requests.as_ref() });
-    let Some(q) = map.and_then(|m| m.get(name)) else { return Ok(0) };
-    let field = format!("resources.{}.{name}", if limits { "limits" } else { "requests" });
-    let err = |message: String| ResourceError { container: c.name.clone(), field: field.clone(), message };
-    let v = if milli { parse_milli(&q.0) } else { parse_value(&q.0) }.map_err(|e| err(e.to_string()))?;
+    let map = c.resources.as_ref().and_then(|r| {
+        if limits {
+            r.limits.as_ref()
+        } else {
+            r.requests.as_ref()
+        }
+    });
+    let Some(q) = map.and_then(|m| m.get(name)) else {
+        return Ok(0);
+    };
+    let field = format!(
+        "resources.{}.{name}",
+        if limits { "limits" } else { "requests" }
+    );
+    let err = |message: String| ResourceError {
+        container: c.name.clone(),
+        field: field.clone(),
+        message,
+    };
+    let v = if milli {
+        parse_milli(&q.0)
+    } else {
+        parse_value(&q.0)
+    }
+    .map_err(|e| err(e.to_string()))?;
     if v < 0 {
         return Err(err(format!("{:?} must not be negative", q.0)));
     }
@@ -122,9 +142,21 @@ pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceErro
         hugepages: BTreeMap::new(),
     };
     let declared = |limits: bool, name: &str| {
-        c.resources.as_ref().and_then(|r| if limits { r.limits.as_ref() } else { r.requests.as_ref() }).is_some_and(|m| m.contains_key(name))
+        c.resources
+            .as_ref()
+            .and_then(|r| {
+                if limits {
+                    r.limits.as_ref()
+                } else {
+                    r.requests.as_ref()
+                }
+            })
+            .is_some_and(|m| m.contains_key(name))
     };
-    for (res, req, lim) in [("cpu", &mut a.cpu_request, a.cpu_limit), ("memory", &mut a.memory_request, a.memory_limit)] {
+    for (res, req, lim) in [
+        ("cpu", &mut a.cpu_request, a.cpu_limit),
+        ("memory", &mut a.memory_request, a.memory_limit),
+    ] {
         if !declared(false, res) && declared(true, res) {
             *req = lim;
         } else if declared(true, res) && *req > lim {
@@ -135,15 +167,27 @@ pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceErro
             });
         }
     }
-    let names: Vec<String> = c.resources.iter().flat_map(|r| r.limits.iter().flatten()).map(|(k, _)| k.clone()).collect();
+    let names: Vec<String> = c
+        .resources
+        .iter()
+        .flat_map(|r| r.limits.iter().flatten())
+        .map(|(k, _)| k.clone())
+        .collect();
     for name in names {
         if let Some(size) = name.strip_prefix("hugepages-") {
-            a.hugepages.insert(size.to_owned(), amount(c, true, &name, false)?);
+            a.hugepages
+                .insert(size.to_owned(), amount(c, true, &name, false)?);
         }
     }
     // Every other quantity must at least parse.
     for limits in [false, true] {
-        let map = c.resources.as_ref().and_then(|r| if limits { r.limits.as_ref() } else { r.requests.as_ref() });
+        let map = c.resources.as_ref().and_then(|r| {
+            if limits {
+                r.limits.as_ref()
+            } else {
+                r.requests.as_ref()
+            }
+        });
         for name in map.into_iter().flatten().map(|(k, _)| k) {
             amount(c, limits, name, true)?;
         }
@@ -155,10 +199,21 @@ pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceErro
 ///
 /// Errors: the first [`ResourceError`], its field prefixed with the container list path.
 pub fn validate_pod_resources(pod: &Pod) -> Result<(), ResourceError> {
-    let Some(spec) = pod.spec.as_ref() else { return Ok(()) };
-    for (list, cs) in [("spec.initContainers", spec.init_containers.as_deref().unwrap_or(&[])), ("spec.containers", &spec.containers[..])] {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(());
+    };
+    for (list, cs) in [
+        (
+            "spec.initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
+        ("spec.containers", &spec.containers[..]),
+    ] {
         for (i, c) in cs.iter().enumerate() {
-            container_amounts(c).map_err(|e| ResourceError { field: format!("{list}[{i}].{}", e.field), ..e })?;
+            container_amounts(c).map_err(|e| ResourceError {
+                field: format!("{list}[{i}].{}", e.field),
+                ..e
+            })?;
         }
     }
     Ok(())
@@ -181,7 +236,9 @@ pub struct PodAmounts {
 
 /// Computes [`PodAmounts`].
 pub fn pod_amounts(pod: &Pod) -> PodAmounts {
-    let Some(spec) = pod.spec.as_ref() else { return PodAmounts::default() };
+    let Some(spec) = pod.spec.as_ref() else {
+        return PodAmounts::default();
+    };
     let get = |c: &Container| container_amounts(c).unwrap_or_default();
     let mut sum = PodAmounts::default();
     for a in spec.containers.iter().map(get) {
@@ -212,7 +269,11 @@ pub struct CgroupPolicy {
 
 impl Default for CgroupPolicy {
     fn default() -> Self {
-        Self { cpu_cfs_quota: true, cpu_cfs_period_us: DEFAULT_CFS_PERIOD_US, pod_pids_limit: -1 }
+        Self {
+            cpu_cfs_quota: true,
+            cpu_cfs_period_us: DEFAULT_CFS_PERIOD_US,
+            pod_pids_limit: -1,
+        }
     }
 }
 
@@ -222,11 +283,19 @@ impl Default for CgroupPolicy {
 pub fn pod_resource_config(pod: &Pod, policy: &CgroupPolicy) -> ResourceConfig {
     let amounts = pod_amounts(pod);
     let containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
-    let all = |f: fn(&ContainerAmounts) -> i64| containers.iter().all(|c| container_amounts(c).is_ok_and(|a| f(&a) > 0));
+    let all = |f: fn(&ContainerAmounts) -> i64| {
+        containers
+            .iter()
+            .all(|c| container_amounts(c).is_ok_and(|a| f(&a) > 0))
+    };
     let cpu_limits_declared = all(|a| a.cpu_limit);
     let memory_limits_declared = all(|a| a.memory_limit);
     let shares = milli_cpu_to_shares(amounts.cpu_request);
-    let quota = if policy.cpu_cfs_quota { milli_cpu_to_quota(amounts.cpu_limit, policy.cpu_cfs_period_us) } else { -1 };
+    let quota = if policy.cpu_cfs_quota {
+        milli_cpu_to_quota(amounts.cpu_limit, policy.cpu_cfs_period_us)
+    } else {
+        -1
+    };
     let mut cfg = ResourceConfig::default();
     let mut hugepages = BTreeMap::new();
     for c in containers {
@@ -274,7 +343,11 @@ pub struct NodeResources {
 /// Node allocatable for the `kubepods` cgroup: capacity minus systemReserved minus kubeReserved,
 /// never negative (kubelet's `getNodeAllocatableAbsoluteImpl`; the cgroup limit does not subtract
 /// eviction thresholds, so that eviction acts before the limit is hit).
-pub fn node_allocatable(capacity: NodeResources, system: NodeResources, kube: NodeResources) -> NodeResources {
+pub fn node_allocatable(
+    capacity: NodeResources,
+    system: NodeResources,
+    kube: NodeResources,
+) -> NodeResources {
     NodeResources {
         cpu_milli: (capacity.cpu_milli - system.cpu_milli - kube.cpu_milli).max(0),
         memory: (capacity.memory - system.memory - kube.memory).max(0),
@@ -324,9 +397,19 @@ impl QosTotals {
 /// shares, besteffort shares = 2; with `qosReserved` memory percent `p`, burstable limit =
 /// allocatable - p% of Guaranteed requests, besteffort limit = burstable limit - p% of Burstable
 /// requests (never below 0).
-pub fn qos_configs(totals: &QosTotals, allocatable_memory: i64, qos_reserved_memory_percent: Option<i64>) -> (ResourceConfig, ResourceConfig) {
-    let mut burstable = ResourceConfig { cpu_shares: Some(milli_cpu_to_shares(totals.burstable_cpu_request)), ..Default::default() };
-    let mut besteffort = ResourceConfig { cpu_shares: Some(MIN_SHARES), ..Default::default() };
+pub fn qos_configs(
+    totals: &QosTotals,
+    allocatable_memory: i64,
+    qos_reserved_memory_percent: Option<i64>,
+) -> (ResourceConfig, ResourceConfig) {
+    let mut burstable = ResourceConfig {
+        cpu_shares: Some(milli_cpu_to_shares(totals.burstable_cpu_request)),
+        ..Default::default()
+    };
+    let mut besteffort = ResourceConfig {
+        cpu_shares: Some(MIN_SHARES),
+        ..Default::default()
+    };
     if let Some(p) = qos_reserved_memory_percent {
         let b = (allocatable_memory - totals.guaranteed_memory_request * p / 100).max(0);
         let e = (b - totals.burstable_memory_request * p / 100).max(0);
@@ -341,15 +424,35 @@ mod tests {
     use super::*;
 
     fn pod(spec: &str) -> Pod {
-        serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {spec}")).unwrap()
+        serde_yaml::from_str(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {spec}"
+        ))
+        .unwrap()
     }
 
     #[test]
     fn shares_and_quota_follow_kubelet() {
-        for (milli, shares) in [(0, 2), (1, 2), (2, 2), (3, 3), (100, 102), (250, 256), (1000, 1024), (500_000, 262_144)] {
+        for (milli, shares) in [
+            (0, 2),
+            (1, 2),
+            (2, 2),
+            (3, 3),
+            (100, 102),
+            (250, 256),
+            (1000, 1024),
+            (500_000, 262_144),
+        ] {
             assert_eq!(milli_cpu_to_shares(milli), shares, "{milli}m");
         }
-        for (milli, quota) in [(0, 0), (1, 1000), (5, 1000), (10, 1000), (11, 1100), (100, 10_000), (1500, 150_000)] {
+        for (milli, quota) in [
+            (0, 0),
+            (1, 1000),
+            (5, 1000),
+            (10, 1000),
+            (11, 1100),
+            (100, 10_000),
+            (1500, 150_000),
+        ] {
             assert_eq!(milli_cpu_to_quota(milli, 100_000), quota, "{milli}m");
         }
     }
@@ -358,28 +461,51 @@ mod tests {
     fn pod_cgroup_values_by_qos() {
         let policy = CgroupPolicy::default();
         // Guaranteed: shares, quota, period and memory limit.
-        let g = pod("{containers: [{name: a, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}]}");
+        let g = pod(
+            "{containers: [{name: a, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}]}",
+        );
         let c = pod_resource_config(&g, &policy);
-        assert_eq!((c.cpu_shares, c.cpu_quota, c.cpu_period, c.memory_limit), (Some(512), Some(50_000), Some(100_000), Some(134_217_728)));
+        assert_eq!(
+            (c.cpu_shares, c.cpu_quota, c.cpu_period, c.memory_limit),
+            (Some(512), Some(50_000), Some(100_000), Some(134_217_728))
+        );
         // Burstable with every limit declared: like Guaranteed but shares from requests.
         let b = pod("{containers: [{name: a, image: i, resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: '1', memory: 128Mi}}}]}");
         let c = pod_resource_config(&b, &policy);
-        assert_eq!((c.cpu_shares, c.cpu_quota, c.memory_limit), (Some(102), Some(100_000), Some(134_217_728)));
+        assert_eq!(
+            (c.cpu_shares, c.cpu_quota, c.memory_limit),
+            (Some(102), Some(100_000), Some(134_217_728))
+        );
         // Burstable where one container has no limits: no quota, no memory limit.
         let b2 = pod("{containers: [{name: a, image: i, resources: {requests: {cpu: 100m}, limits: {cpu: 200m, memory: 1Gi}}}, {name: b, image: i}]}");
         let c = pod_resource_config(&b2, &policy);
-        assert_eq!((c.cpu_shares, c.cpu_quota, c.memory_limit), (Some(102), None, None));
+        assert_eq!(
+            (c.cpu_shares, c.cpu_quota, c.memory_limit),
+            (Some(102), None, None)
+        );
         // Limits without requests: requests default to limits.
         let l = pod("{containers: [{name: a, image: i, resources: {limits: {memory: 256Mi}}}]}");
         assert_eq!(pod_amounts(&l).memory_request, 268_435_456);
         // BestEffort: shares 2.
         let e = pod("{containers: [{name: a, image: i}]}");
-        assert_eq!(pod_resource_config(&e, &policy), ResourceConfig { cpu_shares: Some(2), ..Default::default() });
+        assert_eq!(
+            pod_resource_config(&e, &policy),
+            ResourceConfig {
+                cpu_shares: Some(2),
+                ..Default::default()
+            }
+        );
         // cpuCFSQuota off: quota -1.
-        let off = CgroupPolicy { cpu_cfs_quota: false, ..policy };
+        let off = CgroupPolicy {
+            cpu_cfs_quota: false,
+            ..policy
+        };
         assert_eq!(pod_resource_config(&g, &off).cpu_quota, Some(-1));
         // podPidsLimit.
-        let pids = CgroupPolicy { pod_pids_limit: 1024, ..policy };
+        let pids = CgroupPolicy {
+            pod_pids_limit: 1024,
+            ..policy
+        };
         assert_eq!(pod_resource_config(&e, &pids).pids_limit, Some(1024));
     }
 
@@ -389,7 +515,10 @@ mod tests {
         let a = pod_amounts(&p);
         assert_eq!((a.cpu_request, a.memory_limit), (2000, 1 << 30));
         let c = pod_resource_config(&p, &CgroupPolicy::default());
-        assert_eq!((c.cpu_shares, c.cpu_quota, c.memory_limit), (Some(2048), Some(200_000), Some(1 << 30)));
+        assert_eq!(
+            (c.cpu_shares, c.cpu_quota, c.memory_limit),
+            (Some(2048), Some(200_000), Some(1 << 30))
+        );
         // Smaller init containers do not change the sums of the app containers.
         let p = pod("{initContainers: [{name: i, image: i, resources: {limits: {cpu: 100m, memory: 1Mi}}}], containers: [{name: a, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}, {name: b, image: i, resources: {limits: {cpu: 500m, memory: 128Mi}}}]}");
         assert_eq!(pod_amounts(&p).cpu_request, 1000);
@@ -398,35 +527,106 @@ mod tests {
     #[test]
     fn bad_quantities_name_container_and_field() {
         for (res, field) in [
-            ("{limits: {memory: lots}}", "spec.containers[0].resources.limits.memory"),
-            ("{requests: {cpu: '-1'}}", "spec.containers[0].resources.requests.cpu"),
-            ("{requests: {cpu: '2'}, limits: {cpu: '1'}}", "spec.containers[0].resources.requests.cpu"),
-            ("{limits: {hugepages-2Mi: x}}", "spec.containers[0].resources.limits.hugepages-2Mi"),
-            ("{requests: {ephemeral-storage: 1Q}}", "spec.containers[0].resources.requests.ephemeral-storage"),
+            (
+                "{limits: {memory: lots}}",
+                "spec.containers[0].resources.limits.memory",
+            ),
+            (
+                "{requests: {cpu: '-1'}}",
+                "spec.containers[0].resources.requests.cpu",
+            ),
+            (
+                "{requests: {cpu: '2'}, limits: {cpu: '1'}}",
+                "spec.containers[0].resources.requests.cpu",
+            ),
+            (
+                "{limits: {hugepages-2Mi: x}}",
+                "spec.containers[0].resources.limits.hugepages-2Mi",
+            ),
+            (
+                "{requests: {ephemeral-storage: 1Q}}",
+                "spec.containers[0].resources.requests.ephemeral-storage",
+            ),
         ] {
-            let p = pod(&format!("{{containers: [{{name: web, image: i, resources: {res}}}]}}"));
+            let p = pod(&format!(
+                "{{containers: [{{name: web, image: i, resources: {res}}}]}}"
+            ));
             let e = validate_pod_resources(&p).unwrap_err();
-            assert_eq!((e.container.as_str(), e.field.as_str()), ("web", field), "{res}");
+            assert_eq!(
+                (e.container.as_str(), e.field.as_str()),
+                ("web", field),
+                "{res}"
+            );
         }
     }
 
     #[test]
     fn node_allocatable_and_qos_cgroups() {
-        let cap = NodeResources { cpu_milli: 2000, memory: 8 << 30, pids: 0 };
-        let alloc = node_allocatable(cap, NodeResources { cpu_milli: 100, memory: 1 << 30, pids: 0 }, NodeResources { cpu_milli: 100, memory: 512 << 20, pids: 0 });
-        assert_eq!(alloc, NodeResources { cpu_milli: 1800, memory: (8 << 30) - (1 << 30) - (512 << 20), pids: 0 });
+        let cap = NodeResources {
+            cpu_milli: 2000,
+            memory: 8 << 30,
+            pids: 0,
+        };
+        let alloc = node_allocatable(
+            cap,
+            NodeResources {
+                cpu_milli: 100,
+                memory: 1 << 30,
+                pids: 0,
+            },
+            NodeResources {
+                cpu_milli: 100,
+                memory: 512 << 20,
+                pids: 0,
+            },
+        );
+        assert_eq!(
+            alloc,
+            NodeResources {
+                cpu_milli: 1800,
+                memory: (8 << 30) - (1 << 30) - (512 << 20),
+                pids: 0
+            }
+        );
         let k = kubepods_config(alloc);
-        assert_eq!((k.cpu_shares, k.memory_limit), (Some(1843), Some(alloc.memory)));
+        assert_eq!(
+            (k.cpu_shares, k.memory_limit),
+            (Some(1843), Some(alloc.memory))
+        );
         // Over-reserved: allocatable is zero, not negative.
-        assert_eq!(node_allocatable(cap, NodeResources { cpu_milli: 5000, memory: 0, pids: 0 }, NodeResources::default()).cpu_milli, 0);
+        assert_eq!(
+            node_allocatable(
+                cap,
+                NodeResources {
+                    cpu_milli: 5000,
+                    memory: 0,
+                    pids: 0
+                },
+                NodeResources::default()
+            )
+            .cpu_milli,
+            0
+        );
 
         let mut t = QosTotals::default();
-        t.add(&pod("{containers: [{name: a, image: i, resources: {limits: {cpu: '1', memory: 1Gi}}}]}"));
+        t.add(&pod(
+            "{containers: [{name: a, image: i, resources: {limits: {cpu: '1', memory: 1Gi}}}]}",
+        ));
         t.add(&pod("{containers: [{name: a, image: i, resources: {requests: {cpu: 250m, memory: 512Mi}}}]}"));
         t.add(&pod("{containers: [{name: a, image: i}]}"));
-        assert_eq!(t, QosTotals { burstable_cpu_request: 250, guaranteed_memory_request: 1 << 30, burstable_memory_request: 512 << 20 });
+        assert_eq!(
+            t,
+            QosTotals {
+                burstable_cpu_request: 250,
+                guaranteed_memory_request: 1 << 30,
+                burstable_memory_request: 512 << 20
+            }
+        );
         let (b, e) = qos_configs(&t, 4 << 30, None);
-        assert_eq!((b.cpu_shares, b.memory_limit, e.cpu_shares, e.memory_limit), (Some(256), None, Some(2), None));
+        assert_eq!(
+            (b.cpu_shares, b.memory_limit, e.cpu_shares, e.memory_limit),
+            (Some(256), None, Some(2), None)
+        );
         let (b, e) = qos_configs(&t, 4 << 30, Some(50));
         assert_eq!(b.memory_limit, Some((4 << 30) - (512 << 20)));
         assert_eq!(e.memory_limit, Some((4 << 30) - (512 << 20) - (256 << 20)));

@@ -187,7 +187,11 @@ pub fn make_env(
 /// that is set), CFS quota and period from the cpu limit when `cpuCFSQuota`, the memory limit,
 /// hugepage limits, and the QoS oom_score_adj
 /// ([`crate::qos::container_oom_score_adj`]). Units: bytes, microseconds.
-pub fn linux_resources(settings: &Settings, pod: &Pod, c: &Container) -> api::LinuxContainerResources {
+pub fn linux_resources(
+    settings: &Settings,
+    pod: &Pod,
+    c: &Container,
+) -> api::LinuxContainerResources {
     let a = crate::cm::resources::container_amounts(c).unwrap_or_default();
     let policy = &settings.cgroup_policy;
     let mut r = api::LinuxContainerResources {
@@ -197,13 +201,20 @@ pub fn linux_resources(settings: &Settings, pod: &Pod, c: &Container) -> api::Li
         hugepage_limits: a
             .hugepages
             .iter()
-            .map(|(size, limit)| api::HugepageLimit { page_size: size.replace("Ki", "KB").replace("Mi", "MB").replace("Gi", "GB"), limit: *limit as u64 })
+            .map(|(size, limit)| api::HugepageLimit {
+                page_size: size
+                    .replace("Ki", "KB")
+                    .replace("Mi", "MB")
+                    .replace("Gi", "GB"),
+                limit: *limit as u64,
+            })
             .collect(),
         ..Default::default()
     };
     if policy.cpu_cfs_quota {
         r.cpu_period = policy.cpu_cfs_period_us as i64;
-        r.cpu_quota = crate::cm::resources::milli_cpu_to_quota(a.cpu_limit, policy.cpu_cfs_period_us);
+        r.cpu_quota =
+            crate::cm::resources::milli_cpu_to_quota(a.cpu_limit, policy.cpu_cfs_period_us);
     }
     r
 }
@@ -349,11 +360,22 @@ mod tests {
         let spec = p.spec.as_ref().unwrap();
         // The pod is Burstable (b has no limits): g's own values, Burstable oom score.
         let g = linux_resources(&s, &p, &spec.containers[0]);
-        assert_eq!((g.cpu_shares, g.cpu_quota, g.cpu_period, g.memory_limit_in_bytes), (256, 25_000, 100_000, 64 << 20));
+        assert_eq!(
+            (
+                g.cpu_shares,
+                g.cpu_quota,
+                g.cpu_period,
+                g.memory_limit_in_bytes
+            ),
+            (256, 25_000, 100_000, 64 << 20)
+        );
         assert_eq!(g.hugepage_limits[0].page_size, "2MB");
         assert_eq!(g.hugepage_limits[0].limit, 4 << 20);
         let b = linux_resources(&s, &p, &spec.containers[1]);
-        assert_eq!((b.cpu_shares, b.cpu_quota, b.memory_limit_in_bytes), (2, 0, 0));
+        assert_eq!(
+            (b.cpu_shares, b.cpu_quota, b.memory_limit_in_bytes),
+            (2, 0, 0)
+        );
         // 1000 - 1000 * 2Gi / 8Gi.
         assert_eq!(b.oom_score_adj, 750);
         let mut off = Settings::for_tests();

@@ -298,7 +298,10 @@ impl KubeRuntimeManager {
         }
         // The pod cgroup exists with kubelet's values before anything runs in it (kubelet's
         // `EnsureExists` on every sync); the QoS cgroups are updated first.
-        let cgroup = self.cm.ensure_pod(pod).map_err(|e| SyncError::Cgroup(e.to_string()))?;
+        let cgroup = self
+            .cm
+            .ensure_pod(pod)
+            .map_err(|e| SyncError::Cgroup(e.to_string()))?;
         let (sandbox_id, sandbox_config, ips) = if let Some(attempt) = actions.create_sandbox {
             let cfg = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup.clone());
             let created = match std::fs::create_dir_all(&cfg.log_directory) {

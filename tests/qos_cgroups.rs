@@ -1,0 +1,258 @@
+//! QoS cgroups, pod cgroups, container resources and oom_score_adj on this machine's cgroups
+//! (v1 hierarchies), with a real containerd. Needs `scripts/env/up.sh`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{pod_cgroup_dirs, wait_until, Nodelet};
+
+const UNLIMITED: &str = "9223372036854771712";
+const LOOP: &str = "[sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]";
+
+fn manifest(name: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: {LOOP}\n    resources: {resources}\n"
+    )
+}
+
+fn read(hierarchy: &str, cgroup: &str, file: &str) -> String {
+    let p = format!("/sys/fs/cgroup/{hierarchy}{cgroup}/{file}");
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{p}: {e}"))
+        .trim()
+        .to_string()
+}
+
+/// The cgroup path of a process in one v1 hierarchy (from /proc/<pid>/cgroup).
+fn proc_cgroup(pid: u32, controller: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    text.lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+            ctrls
+                .split(',')
+                .any(|c| c == controller)
+                .then(|| path.to_string())
+        })
+        .unwrap_or_else(|| panic!("no {controller} cgroup for {pid}"))
+}
+
+fn mem_total() -> i64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: i64 = text
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn qos_pod_and_container_cgroups_hold_kubelets_values() {
+    let mut n = Nodelet::with_config(
+        "qos",
+        "systemReserved: {cpu: 500m, memory: 1Gi}\nkubeReserved: {memory: 512Mi}\n",
+    );
+    n.start();
+    n.write_manifest(
+        "g.yaml",
+        &manifest("guaranteed", "{limits: {cpu: 500m, memory: 128Mi}}"),
+    );
+    n.write_manifest(
+        "b.yaml",
+        &manifest("burstable", "{requests: {cpu: 250m, memory: 100Mi}}"),
+    );
+    n.write_manifest("e.yaml", &manifest("besteffort", "{}"));
+    let mut uid = HashMap::new();
+    let mut pid = HashMap::new();
+    for name in ["guaranteed", "burstable", "besteffort"] {
+        let u = n.uid(name);
+        let c = n.wait_running(&u, &["c"], Duration::from_secs(30));
+        pid.insert(name, n.runtime.container_pid(&c["c"].id).expect("pid"));
+        uid.insert(name, u);
+    }
+    let root = n.cgroup_root.clone();
+    wait_until(Duration::from_secs(10), "/pods QoS classes", || {
+        ["guaranteed", "burstable", "besteffort"].iter().all(|p| {
+            n.pod(p)
+                .is_some_and(|x| x["status"]["qosClass"].is_string())
+        })
+    });
+    for (name, class) in [
+        ("guaranteed", "Guaranteed"),
+        ("burstable", "Burstable"),
+        ("besteffort", "BestEffort"),
+    ] {
+        assert_eq!(n.pod(name).unwrap()["status"]["qosClass"], class);
+    }
+
+    // Node allocatable on kubepods: cpus*1000 - 500m as shares; memory capacity - 1.5Gi.
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    let kubepods = format!("{root}/kubepods");
+    assert_eq!(
+        read("cpu", &kubepods, "cpu.shares"),
+        ((cpus * 1000 - 500) * 1024 / 1000).to_string()
+    );
+    let alloc_mem = mem_total() - (1 << 30) - (512 << 20);
+    assert_eq!(
+        read("memory", &kubepods, "memory.limit_in_bytes"),
+        (alloc_mem / 4096 * 4096).to_string(),
+        "kernel rounds to pages"
+    );
+    // QoS cgroups: burstable shares = its pods' requests (250m), besteffort 2.
+    assert_eq!(
+        read("cpu", &format!("{kubepods}/burstable"), "cpu.shares"),
+        "256"
+    );
+    assert_eq!(
+        read("cpu", &format!("{kubepods}/besteffort"), "cpu.shares"),
+        "2"
+    );
+
+    // Pod cgroups where kubelet puts them, with kubelet's values.
+    let g = format!("{kubepods}/pod{}", uid["guaranteed"]);
+    assert_eq!(read("cpu", &g, "cpu.shares"), "512");
+    assert_eq!(read("cpu", &g, "cpu.cfs_quota_us"), "50000");
+    assert_eq!(read("cpu", &g, "cpu.cfs_period_us"), "100000");
+    assert_eq!(
+        read("memory", &g, "memory.limit_in_bytes"),
+        (128u64 << 20).to_string()
+    );
+    let b = format!("{kubepods}/burstable/pod{}", uid["burstable"]);
+    assert_eq!(read("cpu", &b, "cpu.shares"), "256");
+    assert_eq!(
+        read("cpu", &b, "cpu.cfs_quota_us"),
+        "-1",
+        "no cpu limit declared"
+    );
+    assert_eq!(
+        read("memory", &b, "memory.limit_in_bytes"),
+        UNLIMITED,
+        "no memory limit declared"
+    );
+    let e = format!("{kubepods}/besteffort/pod{}", uid["besteffort"]);
+    assert_eq!(read("cpu", &e, "cpu.shares"), "2");
+    // The pod cgroup exists in every hierarchy, the named systemd one included.
+    for h in ["cpu", "memory", "pids", "systemd", "unified"] {
+        assert!(
+            std::path::Path::new(&format!("/sys/fs/cgroup/{h}{g}")).is_dir(),
+            "{h}"
+        );
+    }
+
+    // Containers run inside their pod cgroup with their own values.
+    let gc = proc_cgroup(pid["guaranteed"], "cpu");
+    assert!(gc.starts_with(&format!("{g}/")), "{gc} under {g}");
+    assert_eq!(read("cpu", &gc, "cpu.shares"), "512");
+    assert_eq!(read("cpu", &gc, "cpu.cfs_quota_us"), "50000");
+    assert_eq!(
+        read(
+            "memory",
+            &proc_cgroup(pid["guaranteed"], "memory"),
+            "memory.limit_in_bytes"
+        ),
+        (128u64 << 20).to_string()
+    );
+    let bc = proc_cgroup(pid["burstable"], "cpu");
+    assert!(bc.starts_with(&format!("{b}/")), "{bc} under {b}");
+    assert_eq!(read("cpu", &bc, "cpu.shares"), "256");
+
+    // oom_score_adj of the processes: Burstable 1000 - 1000*100Mi/capacity, BestEffort 1000.
+    // (Guaranteed asks for -997; containerd's restrict_oom_score_adj clamps it to its own 0.)
+    let oom = |name: &str| {
+        std::fs::read_to_string(format!("/proc/{}/oom_score_adj", pid[name]))
+            .unwrap()
+            .trim()
+            .parse::<i64>()
+            .unwrap()
+    };
+    let want_burstable = (1000 - 1000 * (100i64 << 20) / mem_total()).clamp(3, 999);
+    assert_eq!(oom("burstable"), want_burstable);
+    assert_eq!(oom("besteffort"), 1000);
+    assert_eq!(oom("guaranteed"), 0);
+
+    // Removing the manifests leaves no pod<UID> in any hierarchy.
+    for f in ["g.yaml", "b.yaml", "e.yaml"] {
+        std::fs::remove_file(n.manifests().join(f)).unwrap();
+    }
+    wait_until(Duration::from_secs(30), "pods gone", || {
+        uid.values().all(|u| n.runtime.sandboxes(u).is_empty())
+    });
+    wait_until(Duration::from_secs(5), "pod cgroups gone", || {
+        uid.values().all(|u| pod_cgroup_dirs(&root, u).is_empty())
+    });
+    assert_eq!(
+        read("cpu", &format!("{kubepods}/burstable"), "cpu.shares"),
+        "2",
+        "QoS cgroup follows the pods"
+    );
+}
+
+#[test]
+fn orphaned_pod_cgroups_are_removed_by_housekeeping() {
+    let mut n = Nodelet::new("orphancg");
+    n.start();
+    let orphan = format!(
+        "{}/kubepods/besteffort/pod00000000-dead-beef-0000-000000000000",
+        n.cgroup_root
+    );
+    for h in ["cpu", "memory", "systemd"] {
+        std::fs::create_dir_all(format!("/sys/fs/cgroup/{h}{orphan}")).unwrap();
+    }
+    wait_until(Duration::from_secs(10), "orphan removed", || {
+        ["cpu", "memory", "systemd"]
+            .iter()
+            .all(|h| !std::path::Path::new(&format!("/sys/fs/cgroup/{h}{orphan}")).exists())
+    });
+}
+
+#[test]
+fn a_missing_cgroup_root_is_a_startup_error() {
+    let n = Nodelet::new("noroot");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args([
+            "--config",
+            n.config_path().to_str().unwrap(),
+            "--hostname-override",
+            &n.node,
+            "--root-dir",
+        ])
+        .arg(n.dir.path().join("root"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("cgroupRoot") && stderr.contains(&n.cgroup_root),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn quantities_that_do_not_parse_refuse_the_pod_and_name_the_field() {
+    let mut n = Nodelet::new("badqty");
+    n.start();
+    n.write_manifest("bad.yaml", &manifest("bad", "{limits: {memory: lots}}"));
+    n.write_manifest("neg.yaml", &manifest("neg", "{requests: {cpu: '-1'}}"));
+    n.write_manifest("ok.yaml", &manifest("ok", "{requests: {cpu: 10m}}"));
+    let u = n.uid("ok");
+    n.wait_running(&u, &["c"], Duration::from_secs(30));
+    let events = n.get("/events").unwrap();
+    assert!(
+        events.contains("spec.containers[0].resources.limits.memory")
+            && events.contains("bad.yaml"),
+        "{events}"
+    );
+    assert!(
+        events.contains("spec.containers[0].resources.requests.cpu") && events.contains("neg.yaml"),
+        "{events}"
+    );
+    assert_eq!(n.pods().len(), 1);
+}
