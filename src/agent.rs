@@ -21,6 +21,8 @@ use crate::events::Recorder;
 use crate::kuberuntime::sandbox::parse_resolv_conf;
 use crate::kuberuntime::{KubeRuntimeManager, Settings};
 use crate::metrics::Metrics;
+use crate::pleg::cache::PodCache;
+use crate::pleg::Pleg;
 use crate::podworkers::{Periods, PodWorkers, UpdateType, WorkQueue};
 use crate::source::checkpoint::CheckpointStore;
 use crate::source::file::FileSource;
@@ -97,6 +99,17 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         resolv_conf: resolv,
         cgroup_policy: node_config.policy,
         memory_capacity: node_config.capacity.memory,
+        crash_backoff: (
+            config
+                .crash_loop_back_off
+                .initial_container_restart_period
+                .0,
+            config.crash_loop_back_off.max_container_restart_period.0,
+        ),
+        pull_backoff: (
+            config.image_pull_back_off.initial_period.0,
+            config.image_pull_back_off.max_period.0,
+        ),
     };
     let cm = Arc::new(ContainerManager::new(
         Arc::new(Cgroupfs::new(Hierarchies::current())),
@@ -123,6 +136,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         )
     });
 
+    let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
     // Serve health and pods before the runtime answers, so operators can see the agent waiting.
     if config.healthz_port != 0 {
         let addr = SocketAddr::new(
@@ -136,6 +150,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
             status: status.clone(),
             metrics: metrics.clone(),
             recorder: recorder.clone(),
+            pleg: pleg_slot.clone(),
         };
         let server = rt
             .block_on(crate::server::serve(addr, state))
@@ -153,6 +168,23 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         return Ok(());
     }
 
+    // PLEG: relist (and containerd's event stream) → pod cache and the sync loop's PLEG channel.
+    let cache = PodCache::default();
+    let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
+    let pleg = Pleg::new(
+        cri.clone(),
+        node_name.clone(),
+        cache.clone(),
+        pleg_tx,
+        metrics.clone(),
+    );
+    let _ = pleg_slot.set(pleg.clone());
+    rt.spawn(crate::pleg::events::run(
+        config.runtime_socket(),
+        pleg.clone(),
+    ));
+    rt.spawn(pleg.run());
+
     let manager = Arc::new(KubeRuntimeManager::new(
         cri,
         settings,
@@ -160,6 +192,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         status,
         recorder.clone(),
         metrics.clone(),
+        cache,
     ));
     // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
     // periodic QoS update).
@@ -176,13 +209,11 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     let queue = WorkQueue::default();
     let periods = Periods {
         resync: config.sync_frequency.0,
-        soon: Duration::from_secs(1),
         backoff: Duration::from_secs(10),
     };
     let workers = PodWorkers::new(manager.clone(), queue.clone(), periods, rt.handle().clone());
 
     let (config_tx, config_rx) = crossbeam_channel::bounded(50);
-    let (_pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
     let (_probe_tx, probe_rx) = crossbeam_channel::unbounded();
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     let pod_config = Arc::new(Mutex::new(PodConfig::new(config_tx)));

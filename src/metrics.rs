@@ -9,6 +9,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 /// Label set with one `reason` label.
@@ -40,6 +41,12 @@ pub struct Metrics {
     pub started_pods: Counter,
     /// Containers started (`kubelet_started_containers_total`).
     pub started_containers: Counter,
+    /// PLEG events dropped because the channel was full (`kubelet_pleg_discard_events`).
+    pub pleg_discard_events: Counter,
+    /// Duration of a PLEG relist, seconds (`kubelet_pleg_relist_duration_seconds`).
+    pub pleg_relist_duration: Histogram,
+    /// Interval between relists, seconds (`kubelet_pleg_relist_interval_seconds`).
+    pub pleg_relist_interval: Histogram,
     /// The agent's oom_score_adj in force (`nodelet_process_oom_score_adj`).
     pub own_oom_score_adj: Gauge,
     /// The agent's configured oomScoreAdj (`nodelet_process_oom_score_adj_wanted`); differs from
@@ -99,8 +106,29 @@ impl Metrics {
             "oom_score_adj configured for the agent process (oomScoreAdj)",
             own_oom_score_adj_wanted.clone(),
         );
+        let pleg_discard_events = Counter::default();
+        registry.register(
+            "kubelet_pleg_discard_events",
+            "The number of discard events in PLEG",
+            pleg_discard_events.clone(),
+        );
+        let pleg_relist_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        registry.register(
+            "kubelet_pleg_relist_duration_seconds",
+            "Duration in seconds for relisting pods in PLEG",
+            pleg_relist_duration.clone(),
+        );
+        let pleg_relist_interval = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "kubelet_pleg_relist_interval_seconds",
+            "Interval in seconds between relisting in PLEG",
+            pleg_relist_interval.clone(),
+        );
         Arc::new(Self {
             registry,
+            pleg_discard_events,
+            pleg_relist_duration,
+            pleg_relist_interval,
             manifest_errors,
             running_pods,
             runtime_operations,

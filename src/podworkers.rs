@@ -20,8 +20,8 @@ use tracing::{debug, warn, Instrument};
 /// When a pod wants its next sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Requeue {
-    /// The pod is in motion (starting containers, init running): sync again soon.
-    Soon,
+    /// Sync again after this delay (a container's back-off ends then).
+    After(Duration),
     /// Steady state: the next periodic sync (`syncFrequency`).
     Normal,
 }
@@ -103,8 +103,6 @@ impl WorkQueue {
 pub struct Periods {
     /// `syncFrequency`: after a successful sync of a steady pod.
     pub resync: Duration,
-    /// After a sync of a pod in motion.
-    pub soon: Duration,
     /// After a failed sync or kill (kubelet's worker back-off, 10 s).
     pub backoff: Duration,
 }
@@ -247,7 +245,7 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
             Work::Sync(pod) => {
                 debug!("syncing pod");
                 let due = match inner.syncer.sync_pod(pod).await {
-                    Ok(Requeue::Soon) => inner.periods.soon,
+                    Ok(Requeue::After(d)) => d.min(inner.periods.resync),
                     Ok(Requeue::Normal) => inner.periods.resync,
                     Err(e) => {
                         warn!(error = %e, "pod sync failed; will retry");
@@ -333,7 +331,6 @@ mod tests {
     fn workers(rec: &Arc<Recording>) -> PodWorkers<Recording> {
         let periods = Periods {
             resync: Duration::from_secs(60),
-            soon: Duration::from_secs(1),
             backoff: Duration::from_millis(10),
         };
         PodWorkers::new(

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -25,10 +26,19 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
     /// Events.
     pub recorder: Recorder,
+    /// The PLEG, once started: its relist age decides `/healthz`.
+    pub pleg: Arc<std::sync::OnceLock<Arc<crate::pleg::Pleg>>>,
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+/// `ok`, or 500 with the reason when the PLEG has not relisted within its threshold.
+async fn healthz(State(s): State<ServerState>) -> (StatusCode, String) {
+    match s.pleg.get().map(|p| p.healthy(std::time::Instant::now())) {
+        Some(Err(msg)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("[-]pleg failed: {msg}\n"),
+        ),
+        _ => (StatusCode::OK, "ok".into()),
+    }
 }
 
 async fn pods(State(s): State<ServerState>) -> impl IntoResponse {

@@ -184,7 +184,7 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(format!("sync {}", pod_uid(&pod)));
-            Ok(Requeue::Soon)
+            Ok(Requeue::After(Duration::ZERO))
         }
         async fn terminate_pod(&self, pod: Arc<Pod>, _: Option<i64>) -> Result<(), String> {
             self.0
@@ -207,7 +207,6 @@ mod tests {
         let queue = WorkQueue::default();
         let periods = Periods {
             resync: Duration::from_secs(60),
-            soon: Duration::ZERO,
             backoff: Duration::ZERO,
         };
         let workers = PodWorkers::new(

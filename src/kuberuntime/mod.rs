@@ -7,6 +7,7 @@
 //! sandboxes, the pod's log directory and its cgroups.
 
 pub mod actions;
+pub mod backoff;
 pub mod container;
 pub mod image;
 pub mod labels;
@@ -25,13 +26,16 @@ use crate::cm::ContainerManager;
 use crate::cri::{api, Cri, CriError};
 use crate::events::Recorder;
 use crate::metrics::Metrics;
+use crate::pleg::cache::PodCache;
 use crate::podworkers::{PodSyncer, Requeue};
 use crate::source::pod_ref;
 use crate::status::generate::{generate_pod_status, StartErrors};
 use crate::status::StatusManager;
-use actions::{compute_pod_actions, ToStart};
+use actions::{compute_pod_actions, PodActions, ToStart};
+use backoff::Backoff;
 use runtime_status::{get_pod_status, ContainerState, RuntimePodStatus};
 use sandbox::ResolvConf;
+use std::time::Duration;
 
 /// Smallest grace period used to stop a container, seconds (kubelet's
 /// `minimumGracePeriodInSeconds`).
@@ -54,6 +58,10 @@ pub struct Settings {
     pub cgroup_policy: CgroupPolicy,
     /// Node memory capacity, bytes (Burstable oom_score_adj).
     pub memory_capacity: i64,
+    /// Container restart back-off: (initial, max).
+    pub crash_backoff: (Duration, Duration),
+    /// Image pull back-off: (initial, max).
+    pub pull_backoff: (Duration, Duration),
 }
 
 impl Settings {
@@ -71,6 +79,8 @@ impl Settings {
             },
             cgroup_policy: CgroupPolicy::default(),
             memory_capacity: 8 << 30,
+            crash_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
+            pull_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
         }
     }
 }
@@ -105,6 +115,10 @@ pub struct KubeRuntimeManager {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     start_errors: Mutex<HashMap<String, StartErrors>>,
+    cache: PodCache,
+    last_sync: Mutex<HashMap<String, std::time::Instant>>,
+    crash_backoff: Backoff,
+    pull_backoff: Backoff,
 }
 
 fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
@@ -126,7 +140,15 @@ impl KubeRuntimeManager {
         status: StatusManager,
         recorder: Recorder,
         metrics: Arc<Metrics>,
+        cache: PodCache,
     ) -> Self {
+        let (ci, cm_) = settings.crash_backoff;
+        let (pi, pm) = settings.pull_backoff;
+        // Validated with the configuration; fall back to kubelet's values if not.
+        let kubelet = || {
+            Backoff::try_new(Duration::from_secs(10), Duration::from_secs(300))
+                .expect("10s <= 300s")
+        };
         Self {
             cri,
             settings,
@@ -135,6 +157,10 @@ impl KubeRuntimeManager {
             recorder,
             metrics,
             start_errors: Mutex::new(HashMap::new()),
+            cache,
+            last_sync: Mutex::new(HashMap::new()),
+            crash_backoff: Backoff::try_new(ci, cm_).unwrap_or_else(|_| kubelet()),
+            pull_backoff: Backoff::try_new(pi, pm).unwrap_or_else(|_| kubelet()),
         }
     }
 
@@ -229,9 +255,29 @@ impl KubeRuntimeManager {
                 message,
             }
         };
-        let image_ref = image::ensure_image(&self.cri, c, sandbox_config)
-            .await
-            .map_err(|e| fail(e.reason(), e.to_string()))?;
+        let image = c.image.clone().unwrap_or_default();
+        let pull_key = format!("{uid}/{image}");
+        if let Some(left) = self
+            .pull_backoff
+            .remaining_since_update(&pull_key, backoff::now_ns())
+        {
+            return Err(fail(
+                "ImagePullBackOff",
+                format!(
+                    "Back-off pulling image {image:?} ({}s left)",
+                    left.as_secs()
+                ),
+            ));
+        }
+        let image_ref = match image::ensure_image(&self.cri, c, sandbox_config).await {
+            Ok(r) => r,
+            Err(e) => {
+                if matches!(e, image::ImageError::Pull { .. }) {
+                    self.pull_backoff.next(&pull_key, backoff::now_ns());
+                }
+                return Err(fail(e.reason(), e.to_string()));
+            }
+        };
         let inputs = container::ContainerInputs {
             restart_count: start.restart_count,
             image_ref: &image_ref,
@@ -289,8 +335,9 @@ impl KubeRuntimeManager {
 
     async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
         let uid = crate::source::pod_uid(pod).to_owned();
-        let rt = get_pod_status(&self.cri, &uid).await?;
-        let actions = compute_pod_actions(pod, &rt);
+        let rt = self.current_status(&uid).await?;
+        let mut actions = compute_pod_actions(pod, &rt);
+        let wait = self.apply_crash_backoff(pod, &rt, &mut actions);
         let grace = grace_seconds(pod, None);
         if actions.kill_pod {
             info!(pod = %pod_ref(pod), uid, recreate_sandbox = actions.create_sandbox.is_some(), "stopping pod containers and sandbox");
@@ -394,24 +441,123 @@ impl KubeRuntimeManager {
                 .into_iter()
                 .find_map(Result::err);
         }
-        let rt = get_pod_status(&self.cri, &uid).await?;
+        let rt = self.fresh_status(&uid).await?;
+        self.remove_dead_containers(&rt).await;
         self.record_status(pod, &rt, actions.init_failed);
         if let Some(e) = first_err {
             return Err(e);
         }
-        // Without PLEG events, pods in motion (init containers running, containers just started)
-        // are looked at again soon.
-        let in_motion = actions.next_init.is_some()
-            || !actions.containers_to_start.is_empty()
-            || rt
+        // PLEG events bring the pod back when its containers change; a container in back-off
+        // is started again when its delay is over.
+        Ok(wait.map_or(Requeue::Normal, Requeue::After))
+    }
+
+    /// The pod's runtime status, from the PLEG's cache when it is newer than this pod's last
+    /// sync, else read from the runtime (kubelet's `GetNewerThan` on the pod cache).
+    async fn current_status(&self, uid: &str) -> Result<RuntimePodStatus, CriError> {
+        let since = self
+            .last_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .copied();
+        if let Some(st) = since.and_then(|t| self.cache.get_newer_than(uid, t)) {
+            return Ok((*st).clone());
+        }
+        self.fresh_status(uid).await
+    }
+
+    /// Reads the pod's status from the runtime, records it in the cache and as this pod's
+    /// last sync time.
+    async fn fresh_status(&self, uid: &str) -> Result<RuntimePodStatus, CriError> {
+        let at = std::time::Instant::now();
+        let st = get_pod_status(&self.cri, uid).await?;
+        self.cache.set(uid, st.clone(), at);
+        self.last_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned(), at);
+        Ok(st)
+    }
+
+    /// CrashLoopBackOff (kubelet's `doBackOff`): a container that exited and is due to restart
+    /// waits its back-off delay from its finish time. Waiting containers are taken out of
+    /// `actions` and shown as waiting with reason CrashLoopBackOff; returns the shortest wait.
+    fn apply_crash_backoff(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        actions: &mut PodActions,
+    ) -> Option<Duration> {
+        let uid = crate::source::pod_uid(pod);
+        let spec = pod.spec.as_ref()?;
+        let now = backoff::now_ns();
+        let mut wait: Option<Duration> = None;
+        let mut held = |name: &str| -> bool {
+            let Some(last) = rt
+                .latest(name)
+                .filter(|c| c.state() == ContainerState::Exited)
+            else {
+                return false;
+            };
+            let key = format!("{uid}/{name}");
+            match self.crash_backoff.remaining(&key, last.finished_at, now) {
+                Some(left) => {
+                    let delay = self.crash_backoff.current(&key).unwrap_or_default();
+                    let msg = format!(
+                        "back-off {}s restarting failed container={name} pod={}({uid})",
+                        delay.as_secs(),
+                        pod_ref(pod)
+                    );
+                    self.set_start_error(uid, name, Some(("CrashLoopBackOff".into(), msg)));
+                    wait = Some(wait.map_or(left, |w| w.min(left)));
+                    true
+                }
+                None => {
+                    self.crash_backoff.next(&key, last.finished_at);
+                    false
+                }
+            }
+        };
+        if let Some(init) = actions.next_init.clone() {
+            let name = &spec.init_containers.as_deref().unwrap_or(&[])[init.index].name;
+            if held(name) {
+                actions.next_init = None;
+            }
+        }
+        actions
+            .containers_to_start
+            .retain(|s| !held(&spec.containers[s.index].name));
+        wait
+    }
+
+    /// Removes exited containers beyond the newest one per container name, and sandboxes that
+    /// are not ready once a newer one exists (kubelet's container GC, one dead container kept
+    /// per (pod, container)).
+    async fn remove_dead_containers(&self, rt: &RuntimePodStatus) {
+        let mut seen_dead = std::collections::HashSet::new();
+        for c in &rt.containers {
+            if c.state() != ContainerState::Exited {
+                continue;
+            }
+            if !seen_dead.insert(c.name.clone()) {
+                if let Err(e) = self.cri.remove_container(&c.id).await {
+                    warn!(container = %c.name, id = %c.id, error = %e, "cannot remove dead container");
+                }
+            }
+        }
+        for s in rt.sandboxes.iter().skip(1).filter(|s| !s.ready) {
+            if rt
                 .containers
                 .iter()
-                .any(|c| c.is_init && c.state() == ContainerState::Running);
-        Ok(if in_motion {
-            Requeue::Soon
-        } else {
-            Requeue::Normal
-        })
+                .any(|c| c.sandbox_id == s.id && c.state() == ContainerState::Running)
+            {
+                continue;
+            }
+            if let Err(e) = self.cri.remove_pod_sandbox(&s.id).await {
+                warn!(sandbox = %s.id, error = %e, "cannot remove old sandbox");
+            }
+        }
     }
 
     async fn terminate(&self, pod: &Arc<Pod>, grace: Option<i64>) -> Result<(), SyncError> {
@@ -443,6 +589,13 @@ impl KubeRuntimeManager {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&uid);
         self.status.remove(&uid);
+        self.cache.delete(&uid);
+        self.last_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uid);
+        self.crash_backoff.forget_prefix(&format!("{uid}/"));
+        self.pull_backoff.forget_prefix(&format!("{uid}/"));
         self.metrics
             .running_pods
             .set(self.status.running_pods() as i64);

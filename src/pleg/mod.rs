@@ -1,0 +1,373 @@
+//! Pod lifecycle event generator (kubelet's `pkg/kubelet/pleg`): notices container state changes
+//! in the runtime and tells the sync loop which pods to sync.
+//!
+//! The generic PLEG relists: ListPodSandbox and ListContainers (two CRI calls however many pods
+//! run), diffed against the previous listing; only pods that changed get status calls (in
+//! parallel, at most [`STATUS_CONCURRENCY`] at once), which refresh the [`cache::PodCache`]. Events
+//! go out on a bounded channel of [`CHANNEL_CAPACITY`]; what does not fit is dropped and counted
+//! (`kubelet_pleg_discard_events`), as kubelet does.
+//!
+//! The event-driven part ([`events`]) follows containerd's own task events (start, exit, OOM,
+//! delete) and triggers a relist at once, so a container death reaches the sync loop within
+//! milliseconds instead of up to a relist period. While that stream is healthy the relist runs
+//! every [`RELIST_PERIOD_WITH_EVENTS`] as a safety net; when it breaks, every [`RELIST_PERIOD`]
+//! until it is back.
+
+pub mod cache;
+pub mod events;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tracing::{debug, warn};
+
+use crate::cri::{api, Cri, CriError};
+use crate::kuberuntime::labels;
+use crate::kuberuntime::runtime_status::get_pod_status;
+use crate::metrics::Metrics;
+use cache::PodCache;
+
+/// Capacity of the PLEG channel (kubelet's `plegChannelCapacity`); events beyond it are dropped.
+pub const CHANNEL_CAPACITY: usize = 1000;
+/// Relist period without the event stream (kubelet's `plegRelistPeriod`).
+pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// Relist period while the containerd event stream is healthy.
+pub const RELIST_PERIOD_WITH_EVENTS: Duration = Duration::from_secs(10);
+/// A relist older than this makes `/healthz` fail (kubelet's `relistThreshold`).
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+/// Most status calls in flight during one relist.
+pub const STATUS_CONCURRENCY: usize = 8;
+
+/// What happened to a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodLifecycleEventType {
+    /// A container started running.
+    ContainerStarted,
+    /// A container exited.
+    ContainerDied,
+    /// A container was removed.
+    ContainerRemoved,
+    /// A container changed state otherwise.
+    ContainerChanged,
+}
+
+/// One event about one pod (kubelet's `PodLifecycleEvent`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLifecycleEvent {
+    /// Pod UID.
+    pub uid: String,
+    /// Event type.
+    pub kind: PodLifecycleEventType,
+    /// Container (or sandbox) ID concerned.
+    pub container_id: String,
+}
+
+/// A container's (or sandbox's) state as a relist sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    Exited,
+    Created,
+    Unknown,
+}
+
+fn container_state(s: i32) -> State {
+    match api::ContainerState::try_from(s) {
+        Ok(api::ContainerState::ContainerRunning) => State::Running,
+        Ok(api::ContainerState::ContainerExited) => State::Exited,
+        Ok(api::ContainerState::ContainerCreated) => State::Created,
+        _ => State::Unknown,
+    }
+}
+
+/// One relist's view: container or sandbox ID → (pod UID, state).
+pub type Snapshot = HashMap<String, (String, StateView)>;
+
+/// A state as recorded in a [`Snapshot`] (opaque outside this module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateView(State);
+
+/// Events between two snapshots (kubelet's `generateEvents`): a container that is running now and
+/// was not → Started; was running and is exited or gone → Died; gone → Removed; any other change
+/// → Changed. Sandboxes count as containers.
+pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<PodLifecycleEvent> {
+    use PodLifecycleEventType::*;
+    let mut out = Vec::new();
+    let ids: HashSet<&String> = old.keys().chain(new.keys()).collect();
+    for id in ids {
+        let before = old.get(id).map(|(_, s)| s.0);
+        let after = new.get(id).map(|(_, s)| s.0);
+        if before == after {
+            continue;
+        }
+        let uid = new
+            .get(id)
+            .or_else(|| old.get(id))
+            .map(|(u, _)| u.clone())
+            .unwrap_or_default();
+        let ev = |kind| PodLifecycleEvent {
+            uid: uid.clone(),
+            kind,
+            container_id: id.clone(),
+        };
+        match (before, after) {
+            (_, Some(State::Running)) => out.push(ev(ContainerStarted)),
+            (Some(State::Running), Some(State::Exited)) => out.push(ev(ContainerDied)),
+            (Some(State::Running), None) => {
+                out.push(ev(ContainerDied));
+                out.push(ev(ContainerRemoved));
+            }
+            (Some(_), None) => out.push(ev(ContainerRemoved)),
+            _ => out.push(ev(ContainerChanged)),
+        }
+    }
+    out
+}
+
+/// The generic (and event-driven) PLEG.
+pub struct Pleg {
+    cri: Cri,
+    node_name: String,
+    cache: PodCache,
+    tx: crossbeam_channel::Sender<PodLifecycleEvent>,
+    metrics: Arc<Metrics>,
+    snapshot: Mutex<Snapshot>,
+    last_relist: Mutex<Option<Instant>>,
+    trigger: Notify,
+    stream_healthy: AtomicBool,
+}
+
+impl Pleg {
+    /// A PLEG for the pods of `node_name`, sending on `tx` and refreshing `cache`.
+    pub fn new(
+        cri: Cri,
+        node_name: String,
+        cache: PodCache,
+        tx: crossbeam_channel::Sender<PodLifecycleEvent>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            cri,
+            node_name,
+            cache,
+            tx,
+            metrics,
+            snapshot: Mutex::new(HashMap::new()),
+            last_relist: Mutex::new(None),
+            trigger: Notify::new(),
+            stream_healthy: AtomicBool::new(false),
+        })
+    }
+
+    /// Asks for a relist now (the event stream calls this).
+    pub fn trigger(&self) {
+        self.trigger.notify_one();
+    }
+
+    /// Marks the containerd event stream healthy or broken; the relist period follows.
+    pub fn set_stream_healthy(&self, healthy: bool) {
+        self.stream_healthy.store(healthy, Ordering::Release);
+        if !healthy {
+            self.trigger();
+        }
+    }
+
+    /// The relist period now in force.
+    pub fn period(&self) -> Duration {
+        if self.stream_healthy.load(Ordering::Acquire) {
+            RELIST_PERIOD_WITH_EVENTS
+        } else {
+            RELIST_PERIOD
+        }
+    }
+
+    /// `Ok` while the last relist is at most [`RELIST_THRESHOLD`] old (or none has been due
+    /// yet), else a message naming its age (kubelet's PLEG `Healthy`).
+    pub fn healthy(&self, now: Instant) -> Result<(), String> {
+        match *self.last_relist.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(t) if now.saturating_duration_since(t) > RELIST_THRESHOLD => Err(format!(
+                "pleg was last seen active {:.0}s ago; threshold is {:.0}s",
+                now.saturating_duration_since(t).as_secs_f64(),
+                RELIST_THRESHOLD.as_secs_f64()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Container ID → pod UID of the last relist (for mapping runtime events to pods).
+    pub fn pod_of(&self, container_id: &str) -> Option<String> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(container_id)
+            .map(|(u, _)| u.clone())
+    }
+
+    /// One relist: list, diff, refresh the cache for changed pods, send events. Returns the
+    /// events sent (or dropped).
+    ///
+    /// Errors: a failed list call (the previous snapshot is kept; the next relist retries).
+    pub async fn relist(&self) -> Result<Vec<PodLifecycleEvent>, CriError> {
+        let start = Instant::now();
+        let sel: HashMap<String, String> =
+            [(labels::NODE_NAME.to_string(), self.node_name.clone())].into();
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(sel),
+            self.cri.list_containers(HashMap::new())
+        )?;
+        let mut new: Snapshot = HashMap::with_capacity(sandboxes.len() + containers.len());
+        let mut ours = HashSet::new();
+        for s in sandboxes {
+            let Some(uid) = s.labels.get(labels::POD_UID) else {
+                continue;
+            };
+            ours.insert(uid.clone());
+            let st = if s.state == api::PodSandboxState::SandboxReady as i32 {
+                State::Running
+            } else {
+                State::Exited
+            };
+            new.insert(s.id, (uid.clone(), StateView(st)));
+        }
+        for c in containers {
+            let Some(uid) = c.labels.get(labels::POD_UID).filter(|u| ours.contains(*u)) else {
+                continue;
+            };
+            new.insert(c.id, (uid.clone(), StateView(container_state(c.state))));
+        }
+        let events = {
+            let old = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+            diff(&old, &new)
+        };
+        // Status only for pods that changed, a few at a time.
+        let changed: HashSet<String> = events.iter().map(|e| e.uid.clone()).collect();
+        let sem = Arc::new(tokio::sync::Semaphore::new(STATUS_CONCURRENCY));
+        let reads = changed.iter().map(|uid| {
+            let sem = sem.clone();
+            async move {
+                let _permit = sem.acquire().await;
+                (uid, get_pod_status(&self.cri, uid).await)
+            }
+        });
+        for (uid, st) in futures::future::join_all(reads).await {
+            match st {
+                Ok(st) => self.cache.set(uid, st, start),
+                Err(e) => warn!(uid = %uid, error = %e, "PLEG: cannot read pod status"),
+            }
+        }
+        self.cache.update_time(start);
+        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = new;
+        for ev in &events {
+            debug!(uid = %ev.uid, container = %ev.container_id, event = ?ev.kind, "PLEG event");
+            if self.tx.try_send(ev.clone()).is_err() {
+                self.metrics.pleg_discard_events.inc();
+            }
+        }
+        self.metrics
+            .pleg_relist_duration
+            .observe(start.elapsed().as_secs_f64());
+        let mut last = self.last_relist.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(prev) = *last {
+            self.metrics
+                .pleg_relist_interval
+                .observe(start.saturating_duration_since(prev).as_secs_f64());
+        }
+        *last = Some(start);
+        Ok(events)
+    }
+
+    /// Relists every [`Pleg::period`], and at once when triggered, until the task is dropped.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.relist().await {
+                warn!(error = %e, "PLEG relist failed");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.period()) => {}
+                _ = self.trigger.notified() => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PodLifecycleEventType::*;
+
+    fn snap(entries: &[(&str, &str, State)]) -> Snapshot {
+        entries
+            .iter()
+            .map(|(id, uid, s)| (id.to_string(), (uid.to_string(), StateView(*s))))
+            .collect()
+    }
+
+    fn kinds(mut evs: Vec<PodLifecycleEvent>) -> Vec<(String, PodLifecycleEventType)> {
+        evs.sort_by(|a, b| {
+            (&a.container_id, format!("{:?}", a.kind))
+                .cmp(&(&b.container_id, format!("{:?}", b.kind)))
+        });
+        evs.into_iter().map(|e| (e.container_id, e.kind)).collect()
+    }
+
+    #[test]
+    fn diff_emits_kubelets_events() {
+        let old = snap(&[
+            ("a", "u", State::Running),
+            ("b", "u", State::Running),
+            ("c", "u", State::Exited),
+            ("d", "u", State::Running),
+            ("e", "u", State::Created),
+        ]);
+        let new = snap(&[
+            ("a", "u", State::Running),
+            ("b", "u", State::Exited),
+            ("d2", "u", State::Running),
+            ("e", "u", State::Exited),
+            ("f", "u", State::Created),
+        ]);
+        assert_eq!(
+            kinds(diff(&old, &new)),
+            vec![
+                ("b".to_string(), ContainerDied),
+                ("c".to_string(), ContainerRemoved),
+                ("d".to_string(), ContainerDied),
+                ("d".to_string(), ContainerRemoved),
+                ("d2".to_string(), ContainerStarted),
+                ("e".to_string(), ContainerChanged),
+                ("f".to_string(), ContainerChanged),
+            ]
+        );
+        assert!(diff(&new, &new).is_empty(), "no change, no event");
+    }
+
+    #[test]
+    fn health_fails_after_the_threshold_and_names_the_age() {
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let cri = rt.block_on(async {
+            Cri::new(
+                std::path::Path::new("/nonexistent.sock"),
+                std::path::Path::new("/nonexistent.sock"),
+                Duration::from_secs(1),
+                Metrics::new(),
+            )
+        });
+        let p = Pleg::new(cri, "n".into(), PodCache::default(), tx, Metrics::new());
+        let t0 = Instant::now();
+        assert!(p.healthy(t0).is_ok(), "no relist due yet");
+        *p.last_relist.lock().unwrap() = Some(t0);
+        assert!(p.healthy(t0 + Duration::from_secs(179)).is_ok());
+        let e = p.healthy(t0 + Duration::from_secs(200)).unwrap_err();
+        assert!(e.contains("200s"), "{e}");
+        assert_eq!(p.period(), RELIST_PERIOD);
+        p.set_stream_healthy(true);
+        assert_eq!(p.period(), RELIST_PERIOD_WITH_EVENTS);
+    }
+}
