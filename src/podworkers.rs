@@ -228,6 +228,9 @@ impl<S: PodSyncer> PodWorkers<S> {
 }
 
 async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Worker>) {
+    // A sync the pod asked for at a given time (a back-off ending): the worker's own timer, so
+    // the restart is on time rather than on the next 1 s tick.
+    let mut wake: Option<(tokio::time::Instant, Arc<Pod>)> = None;
     loop {
         let work = loop {
             let next = w
@@ -236,16 +239,26 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
                 .unwrap_or_else(|e| e.into_inner())
                 .pending
                 .take();
-            match next {
-                Some(work) => break work,
-                None => w.notify.notified().await,
+            match (next, wake.clone()) {
+                (Some(work), _) => break work,
+                (None, None) => w.notify.notified().await,
+                (None, Some((at, pod))) => {
+                    tokio::select! {
+                        _ = w.notify.notified() => {}
+                        _ = tokio::time::sleep_until(at) => break Work::Sync(pod),
+                    }
+                }
             }
         };
         match work {
             Work::Sync(pod) => {
                 debug!("syncing pod");
-                let due = match inner.syncer.sync_pod(pod).await {
-                    Ok(Requeue::After(d)) => d.min(inner.periods.resync),
+                wake = None;
+                let due = match inner.syncer.sync_pod(pod.clone()).await {
+                    Ok(Requeue::After(d)) => {
+                        wake = Some((tokio::time::Instant::now() + d, pod));
+                        d.min(inner.periods.resync)
+                    }
                     Ok(Requeue::Normal) => inner.periods.resync,
                     Err(e) => {
                         warn!(error = %e, "pod sync failed; will retry");
@@ -255,6 +268,7 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
                 inner.queue.enqueue(&uid, Instant::now() + due);
             }
             Work::Kill(pod, grace) => {
+                wake = None;
                 inner.queue.forget(&uid);
                 if let Err(e) = inner.syncer.terminate_pod(pod.clone(), grace).await {
                     warn!(error = %e, "killing pod failed; will retry");

@@ -150,10 +150,18 @@ pub async fn get_pod_status(cri: &Cri, uid: &str) -> CriResult<RuntimePodStatus>
             }
         }
     }
+    // A container removed between the list and its status call is simply gone.
     let statuses =
-        futures::future::try_join_all(containers.iter().map(|c| cri.container_status(&c.id)))
-            .await?;
+        futures::future::join_all(containers.iter().map(|c| cri.container_status(&c.id))).await;
+    let mut kept = Vec::with_capacity(containers.len());
     for (c, st) in containers.into_iter().zip(statuses) {
+        match st {
+            Err(e) if e.code == tonic::Code::NotFound => continue,
+            Err(e) => return Err(e),
+            Ok(st) => kept.push((c, st)),
+        }
+    }
+    for (c, st) in kept {
         let st = st.unwrap_or_default();
         out.containers.push(RuntimeContainer {
             sandbox_id: c.pod_sandbox_id,

@@ -38,6 +38,13 @@ pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 pub const RELIST_PERIOD_WITH_EVENTS: Duration = Duration::from_secs(10);
 /// A relist older than this makes `/healthz` fail (kubelet's `relistThreshold`).
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+/// Delays after an event-triggered relist at which the PLEG relists again, to catch a CRI state
+/// that lags containerd's task event.
+pub const FOLLOW_UPS: [Duration; 3] = [
+    Duration::from_millis(20),
+    Duration::from_millis(100),
+    Duration::from_millis(400),
+];
 /// Most status calls in flight during one relist.
 pub const STATUS_CONCURRENCY: usize = 8;
 
@@ -280,14 +287,31 @@ impl Pleg {
     }
 
     /// Relists every [`Pleg::period`], and at once when triggered, until the task is dropped.
+    ///
+    /// containerd publishes a task event before its CRI plugin has applied it to the container's
+    /// CRI state, so a relist right after the event may still see the old state: each trigger
+    /// also schedules follow-up relists [`FOLLOW_UPS`] later.
     pub async fn run(self: Arc<Self>) {
+        let mut follow_ups: Vec<tokio::time::Instant> = Vec::new();
         loop {
             if let Err(e) = self.relist().await {
                 warn!(error = %e, "PLEG relist failed");
             }
+            let now = tokio::time::Instant::now();
+            follow_ups.retain(|t| *t > now);
+            let next = follow_ups
+                .iter()
+                .min()
+                .copied()
+                .unwrap_or(now + self.period())
+                .min(now + self.period());
             tokio::select! {
-                _ = tokio::time::sleep(self.period()) => {}
-                _ = self.trigger.notified() => {}
+                _ = tokio::time::sleep_until(next) => {}
+                _ = self.trigger.notified() => {
+                    let now = tokio::time::Instant::now();
+                    follow_ups.retain(|t| *t > now + Duration::from_millis(5));
+                    follow_ups.extend(FOLLOW_UPS.iter().map(|d| now + *d));
+                }
             }
         }
     }
