@@ -49,6 +49,16 @@ impl PodCache {
         fresh.then(|| status.clone())
     }
 
+    /// The latest status of `uid`, however old.
+    pub fn latest(&self, uid: &str) -> Option<Arc<RuntimePodStatus>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pods
+            .get(uid)
+            .map(|(s, _)| s.clone())
+    }
+
     /// Forgets a pod.
     pub fn delete(&self, uid: &str) {
         self.0

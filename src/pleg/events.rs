@@ -3,16 +3,20 @@
 //! containerd 1.6 does not implement CRI `GetContainerEvents`, but its Events service streams
 //! task events on the same socket. nodelet subscribes to `/tasks/` topics in the `k8s.io`
 //! namespace and triggers a relist on each, so the change goes through the same diff, cache and
-//! channel as a periodic relist. The stream marks the PLEG healthy while it runs; when it breaks
+//! channel as a periodic relist. A task exit is also reported at once
+//! ([`Pleg::container_exited`]): containerd 1.6's CRI plugin shows the container as exited only
+//! after it has deleted the task, some 50 ms later. The stream marks the PLEG healthy while it runs; when it breaks
 //! the PLEG falls back to the 1 s relist and the stream is reconnected every second.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use containerd_client::events::TaskExit;
 use containerd_client::services::v1::events_client::EventsClient;
 use containerd_client::services::v1::SubscribeRequest;
 use hyper_util::rt::TokioIo;
+use prost::Message;
 use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
@@ -64,6 +68,20 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
     info!("following containerd task events; PLEG relist is the safety net");
     while let Some(envelope) = stream.message().await? {
         debug!(topic = %envelope.topic, "containerd event");
+        if envelope.topic == "/tasks/exit" {
+            if let Some(exit) = envelope
+                .event
+                .and_then(|any| TaskExit::decode(any.value.as_slice()).ok())
+            {
+                // The task itself, not an exec'd process in it.
+                if exit.id == exit.container_id || exit.id.is_empty() {
+                    let at = exit
+                        .exited_at
+                        .map_or(0, |t| t.seconds * 1_000_000_000 + i64::from(t.nanos));
+                    pleg.container_exited(&exit.container_id, exit.exit_status as i32, at);
+                }
+            }
+        }
         pleg.trigger();
     }
     Ok(())

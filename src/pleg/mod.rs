@@ -40,10 +40,14 @@ pub const RELIST_PERIOD_WITH_EVENTS: Duration = Duration::from_secs(10);
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Delays after an event-triggered relist at which the PLEG relists again, to catch a CRI state
 /// that lags containerd's task event.
-pub const FOLLOW_UPS: [Duration; 3] = [
+pub const FOLLOW_UPS: [Duration; 7] = [
+    Duration::from_millis(5),
+    Duration::from_millis(10),
     Duration::from_millis(20),
-    Duration::from_millis(100),
-    Duration::from_millis(400),
+    Duration::from_millis(40),
+    Duration::from_millis(80),
+    Duration::from_millis(160),
+    Duration::from_millis(320),
 ];
 /// Most status calls in flight during one relist.
 pub const STATUS_CONCURRENCY: usize = 8;
@@ -201,6 +205,39 @@ impl Pleg {
                 RELIST_THRESHOLD.as_secs_f64()
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// A container that the last relist saw running has exited (from containerd's task exit
+    /// event, ahead of the CRI state): its pod's cached status gets the exit, and a
+    /// ContainerDied event goes out now. The snapshot is left alone, so the relist that later
+    /// sees the CRI state reports the death again with the runtime's own reason (OOMKilled...),
+    /// and the pod is synced once more with it.
+    pub fn container_exited(&self, container_id: &str, exit_code: i32, exited_at_ns: i64) {
+        let uid = {
+            let snap = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+            match snap.get(container_id) {
+                Some((uid, StateView(State::Running))) => uid.clone(),
+                _ => return,
+            }
+        };
+        if let Some(st) = self.cache.latest(&uid) {
+            let mut st = (*st).clone();
+            if let Some(c) = st.containers.iter_mut().find(|c| c.id == container_id) {
+                c.state = Some(crate::kuberuntime::runtime_status::ContainerState::Exited);
+                c.exit_code = exit_code;
+                c.finished_at = exited_at_ns;
+                self.cache.set(&uid, st, Instant::now());
+            }
+        }
+        debug!(uid = %uid, container = %container_id, exit_code, "PLEG event from containerd task exit");
+        let ev = PodLifecycleEvent {
+            uid,
+            kind: PodLifecycleEventType::ContainerDied,
+            container_id: container_id.to_owned(),
+        };
+        if self.tx.try_send(ev).is_err() {
+            self.metrics.pleg_discard_events.inc();
         }
     }
 
