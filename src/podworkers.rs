@@ -418,6 +418,51 @@ mod tests {
         assert_eq!(w.len(), 2);
     }
 
+    /// Asks to be synced again 30 ms later, once.
+    #[derive(Default)]
+    struct Later(Mutex<u32>);
+
+    impl PodSyncer for Later {
+        async fn sync_pod(&self, _: Arc<Pod>) -> Result<Requeue, String> {
+            let mut n = self.0.lock().unwrap();
+            *n += 1;
+            Ok(if *n == 1 {
+                Requeue::After(Duration::from_millis(30))
+            } else {
+                Requeue::Normal
+            })
+        }
+        async fn terminate_pod(&self, _: Arc<Pod>, _: Option<i64>) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_requested_resync_comes_from_the_workers_own_timer() {
+        let rec = Arc::new(Later::default());
+        let periods = Periods {
+            resync: Duration::from_secs(60),
+            backoff: Duration::from_secs(10),
+        };
+        let w = PodWorkers::new(
+            rec.clone(),
+            WorkQueue::default(),
+            periods,
+            tokio::runtime::Handle::current(),
+        );
+        w.update_pod(pod("u", "v1"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(*rec.0.lock().unwrap(), 1);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            2,
+            "synced again when the delay ended, with no tick"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(*rec.0.lock().unwrap(), 2, "and not again");
+    }
+
     #[test]
     fn work_queue_returns_due_pods_once() {
         let q = WorkQueue::default();

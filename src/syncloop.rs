@@ -184,7 +184,7 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(format!("sync {}", pod_uid(&pod)));
-            Ok(Requeue::After(Duration::ZERO))
+            Ok(Requeue::Normal)
         }
         async fn terminate_pod(&self, pod: Arc<Pod>, _: Option<i64>) -> Result<(), String> {
             self.0
@@ -206,7 +206,7 @@ mod tests {
         let rec = Arc::new(Rec::default());
         let queue = WorkQueue::default();
         let periods = Periods {
-            resync: Duration::from_secs(60),
+            resync: Duration::ZERO,
             backoff: Duration::ZERO,
         };
         let workers = PodWorkers::new(

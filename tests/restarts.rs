@@ -36,7 +36,10 @@ fn crash_loop_back_off_delays_double() {
     let deadline = Instant::now() + Duration::from_secs(40);
     while seen.values().filter(|(_, f)| *f > 0).count() < 5 && Instant::now() < deadline {
         for c in n.runtime.containers(&uid) {
-            let st = n.runtime.container_status(&c.id);
+            // The dead-container clean-up may remove it between the list and this call.
+            let Some(st) = n.runtime.try_container_status(&c.id) else {
+                continue;
+            };
             if st.state == api::ContainerState::ContainerExited as i32 {
                 seen.insert(c.metadata.unwrap().attempt, (st.started_at, st.finished_at));
             }

@@ -120,7 +120,7 @@ impl Backoff {
 pub fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| ns(d))
+        .map_or(0, ns)
 }
 
 #[cfg(test)]

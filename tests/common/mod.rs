@@ -75,6 +75,14 @@ impl Runtime {
             .unwrap()
     }
 
+    /// Status of a container that may be removed meanwhile (None then).
+    pub fn try_container_status(&self, id: &str) -> Option<api::ContainerStatus> {
+        self.rt
+            .block_on(self.cri.container_status(id))
+            .ok()
+            .flatten()
+    }
+
     /// The host PID of a running container's process (from the verbose status info).
     pub fn container_pid(&self, id: &str) -> Option<u32> {
         // The verbose `info` field of containerd carries the pid.
