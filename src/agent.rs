@@ -111,10 +111,10 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
             config.image_pull_back_off.max_period.0,
         ),
     };
-    let cm = Arc::new(ContainerManager::new(
-        Arc::new(Cgroupfs::new(Hierarchies::current())),
-        node_config,
-    ));
+    let cm = Arc::new(
+        ContainerManager::new(Arc::new(Cgroupfs::new(Hierarchies::current())), node_config)
+            .with_metrics(metrics.clone()),
+    );
     cm.start()?;
     apply_own_oom_score_adj(config.oom_score_adj, &metrics);
     info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
@@ -138,14 +138,13 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
 
     let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
     // Serve health and pods before the runtime answers, so operators can see the agent waiting.
-    if config.healthz_port != 0 {
-        let addr = SocketAddr::new(
-            config
-                .healthz_bind_address
-                .parse()
-                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
-            config.healthz_port,
-        );
+    // The healthz listener, and the read-only port when configured; both serve every endpoint.
+    let listeners = [
+        (config.healthz_bind_address.as_str(), config.healthz_port),
+        (config.address.as_str(), config.read_only_port),
+    ];
+    for (ip, port) in listeners.into_iter().filter(|(_, port)| *port != 0) {
+        let addr = SocketAddr::new(ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])), port);
         let state = crate::server::ServerState {
             status: status.clone(),
             metrics: metrics.clone(),
@@ -244,14 +243,16 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         .unwrap_or_else(|e| e.into_inner())
         .readiness();
     let housekeeper = housekeeper(manager, workers.clone(), rt.handle().clone());
-    let sync_loop = SyncLoop::new(
+    let mut sync_loop = SyncLoop::new(
         workers,
         queue,
-        sources_ready,
+        sources_ready.clone(),
         housekeeper,
         recorder,
         config.max_pods as usize,
     );
+    sync_loop.on_iteration = watchdog();
+    notify_ready_when(sources_ready);
     let channels = Channels {
         config: config_rx,
         pleg: pleg_rx,
@@ -290,6 +291,40 @@ fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::J
         .name(name.into())
         .spawn(f)
         .expect("spawning a thread at start-up")
+}
+
+/// systemd: READY=1 once the runtime answers (the caller has waited for it) and every pod
+/// source has delivered its first set of pods, so the first sync has been dispatched.
+fn notify_ready_when(sources: crate::source::SourcesReady) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    spawn_thread("sd-notify", move || {
+        while !sources.all_ready() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        match sd_notify::notify(&[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status("running"),
+        ]) {
+            Ok(()) => info!("notified systemd: READY=1"),
+            Err(e) => warn!(error = %e, "cannot notify systemd"),
+        }
+    });
+}
+
+/// systemd watchdog: WATCHDOG=1 from the sync loop (at most every half `WatchdogSec`), so a
+/// wedged loop stops the pings and systemd restarts the agent; pods keep running.
+fn watchdog() -> Option<Box<dyn Fn() + Send>> {
+    let every = sd_notify::watchdog_enabled()? / 2;
+    let last = Mutex::new(std::time::Instant::now() - every);
+    Some(Box::new(move || {
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() >= every {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+            *last = std::time::Instant::now();
+        }
+    }))
 }
 
 /// Waits until the runtime answers `Version`, logging while it does not. Returns true when a stop

@@ -176,6 +176,11 @@ pub struct KubeletConfiguration {
     pub healthz_bind_address: String,
     /// Port of that listener (default 10248); 0 disables it.
     pub healthz_port: u16,
+    /// Port of the read-only server (`/pods`, `/metrics`, `/healthz`); 0 (default) disables it.
+    pub read_only_port: u16,
+    /// Address of the read-only server. nodelet's default is 127.0.0.1 (kubelet's is 0.0.0.0):
+    /// nothing listens on all interfaces unless the configuration asks.
+    pub address: String,
     /// Directory of container logs (default `/var/log/pods`).
     pub pod_logs_dir: String,
     /// Resolver configuration handed to pods with DNS policy Default (default `/etc/resolv.conf`).
@@ -224,6 +229,8 @@ impl Default for KubeletConfiguration {
             cgroups_per_qos: true,
             healthz_bind_address: "127.0.0.1".into(),
             healthz_port: 10248,
+            read_only_port: 0,
+            address: "127.0.0.1".into(),
             pod_logs_dir: "/var/log/pods".into(),
             resolv_conf: "/etc/resolv.conf".into(),
             max_pods: 110,
@@ -297,6 +304,8 @@ const KNOWN_FIELDS: &[&str] = &[
     "healthzBindAddress",
     "healthzPort",
     "podLogsDir",
+    "readOnlyPort",
+    "address",
     "resolvConf",
     "maxPods",
     "kubeReserved",
@@ -461,6 +470,9 @@ impl KubeletConfiguration {
                 &self.healthz_bind_address,
                 "must be an IP address",
             ));
+        }
+        if self.address.parse::<IpAddr>().is_err() {
+            return Err(invalid("address", &self.address, "must be an IP address"));
         }
         if !self.pod_logs_dir.starts_with('/') {
             return Err(invalid(

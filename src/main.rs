@@ -51,6 +51,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Validate the configuration and print it as YAML with every default filled in.
+    /// Exit 0 when valid, 2 (with the field and value named) when not.
+    CheckConfig,
     /// Print, as YAML, what nodelet would do with each manifest on this node (QoS class, pod
     /// cgroup path and values, container resources and oom_score_adj) without touching the
     /// runtime or the cgroup tree. Exit 2 when a manifest is refused.
@@ -158,6 +161,18 @@ fn main() -> ExitCode {
     };
     if !loaded.unknown_fields.is_empty() {
         tracing::warn!(fields = ?loaded.unknown_fields, file = %config_path.display(), "configuration fields not supported by nodelet are ignored");
+    }
+    if let Some(Command::CheckConfig) = cli.command {
+        match serde_yaml::to_string(&loaded.config) {
+            Ok(y) => {
+                print!("{y}");
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                eprintln!("nodelet: {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
     if let Some(Command::Plan {
         node_memory,

@@ -1,9 +1,11 @@
-//! Prometheus metrics served at `GET /metrics` (text format, via `prometheus-client`).
+//! Prometheus metrics served at `GET /metrics` (OpenMetrics text, via `prometheus-client`).
 //!
 //! Names follow kubelet's where kubelet has the metric (`kubelet_running_pods`,
 //! `kubelet_runtime_operations_total`, ...); nodelet's own metrics are prefixed `nodelet_`.
 
 use std::sync::Arc;
+
+use prometheus_client::registry::Metric;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -26,6 +28,31 @@ pub struct OperationLabel {
     pub operation_type: String,
 }
 
+/// Label set with one `container_state` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerStateLabel {
+    /// `running`, `exited`, `created` or `unknown`.
+    pub container_state: String,
+}
+
+/// Label set with one `eviction_signal` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabel {
+    /// e.g. `memory.available`.
+    pub eviction_signal: String,
+}
+
+/// Label set with one `condition` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabel {
+    /// `MemoryPressure`, `DiskPressure` or `PIDPressure`.
+    pub condition: String,
+}
+
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.0005, 2.0, 16)
+}
+
 /// All metrics of the agent.
 pub struct Metrics {
     registry: Registry,
@@ -33,14 +60,28 @@ pub struct Metrics {
     pub manifest_errors: Family<ReasonLabel, Counter>,
     /// Pods with a running sandbox (`kubelet_running_pods`).
     pub running_pods: Gauge,
+    /// Containers by state (`kubelet_running_containers{container_state}`).
+    pub running_containers: Family<ContainerStateLabel, Gauge>,
     /// CRI calls, by operation (`kubelet_runtime_operations_total`).
     pub runtime_operations: Family<OperationLabel, Counter>,
     /// Failed CRI calls, by operation (`kubelet_runtime_operations_errors_total`).
     pub runtime_errors: Family<OperationLabel, Counter>,
+    /// CRI call durations, seconds (`kubelet_runtime_operations_duration_seconds`).
+    pub runtime_duration: Family<OperationLabel, Histogram>,
     /// Pods started (`kubelet_started_pods_total`).
     pub started_pods: Counter,
     /// Containers started (`kubelet_started_containers_total`).
     pub started_containers: Counter,
+    /// Pod first seen → all containers running, seconds (`kubelet_pod_start_duration_seconds`).
+    pub pod_start_duration: Histogram,
+    /// Pod worker sync/kill durations, seconds (`kubelet_pod_worker_duration_seconds`).
+    pub pod_worker_duration: Family<OperationLabel, Histogram>,
+    /// Cgroup manager operation durations, seconds (`kubelet_cgroup_manager_duration_seconds`).
+    pub cgroup_manager_duration: Family<OperationLabel, Histogram>,
+    /// Pods evicted, by signal (`kubelet_evictions`).
+    pub evictions: Family<SignalLabel, Counter>,
+    /// Node pressure conditions, 1 when true (`nodelet_node_condition`).
+    pub node_condition: Family<ConditionLabel, Gauge>,
     /// PLEG events dropped because the channel was full (`kubelet_pleg_discard_events`).
     pub pleg_discard_events: Counter,
     /// Duration of a PLEG relist, seconds (`kubelet_pleg_relist_duration_seconds`).
@@ -52,92 +93,95 @@ pub struct Metrics {
     /// The agent's configured oomScoreAdj (`nodelet_process_oom_score_adj_wanted`); differs from
     /// the one in force where the kernel refused it.
     pub own_oom_score_adj_wanted: Gauge,
+    /// Resident memory of the agent, bytes (`process_resident_memory_bytes`).
+    pub process_rss: Gauge,
+    /// CPU time of the agent, seconds (`process_cpu_seconds_total`, as a gauge of the total).
+    pub process_cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Open file descriptors of the agent (`process_open_fds`).
+    pub process_open_fds: Gauge,
+}
+
+fn reg<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, m: M) -> M {
+    registry.register(name, help, m.clone());
+    m
 }
 
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Arc<Self> {
-        let mut registry = Registry::default();
-        let manifest_errors = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "nodelet_static_pod_manifest_errors",
-            "Static pod manifests refused, by reason",
-            manifest_errors.clone(),
-        );
-        let running_pods = Gauge::default();
-        registry.register(
-            "kubelet_running_pods",
-            "Number of pods that have a running pod sandbox",
-            running_pods.clone(),
-        );
-        let runtime_operations = Family::<OperationLabel, Counter>::default();
-        registry.register(
-            "kubelet_runtime_operations",
-            "Cumulative number of runtime operations by operation type",
-            runtime_operations.clone(),
-        );
-        let runtime_errors = Family::<OperationLabel, Counter>::default();
-        registry.register(
-            "kubelet_runtime_operations_errors",
-            "Cumulative number of runtime operation errors by operation type",
-            runtime_errors.clone(),
-        );
-        let started_pods = Counter::default();
-        registry.register(
-            "kubelet_started_pods",
-            "Cumulative number of pods started",
-            started_pods.clone(),
-        );
-        let started_containers = Counter::default();
-        registry.register(
-            "kubelet_started_containers",
-            "Cumulative number of containers started",
-            started_containers.clone(),
-        );
-        let own_oom_score_adj = Gauge::default();
-        registry.register(
-            "nodelet_process_oom_score_adj",
-            "oom_score_adj of the agent process in force",
-            own_oom_score_adj.clone(),
-        );
-        let own_oom_score_adj_wanted = Gauge::default();
-        registry.register(
-            "nodelet_process_oom_score_adj_wanted",
-            "oom_score_adj configured for the agent process (oomScoreAdj)",
-            own_oom_score_adj_wanted.clone(),
-        );
-        let pleg_discard_events = Counter::default();
-        registry.register(
-            "kubelet_pleg_discard_events",
-            "The number of discard events in PLEG",
-            pleg_discard_events.clone(),
-        );
-        let pleg_relist_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
-        registry.register(
-            "kubelet_pleg_relist_duration_seconds",
-            "Duration in seconds for relisting pods in PLEG",
-            pleg_relist_duration.clone(),
-        );
-        let pleg_relist_interval = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        registry.register(
-            "kubelet_pleg_relist_interval_seconds",
-            "Interval in seconds between relisting in PLEG",
-            pleg_relist_interval.clone(),
-        );
-        Arc::new(Self {
-            registry,
-            pleg_discard_events,
-            pleg_relist_duration,
-            pleg_relist_interval,
-            manifest_errors,
-            running_pods,
-            runtime_operations,
-            runtime_errors,
-            started_pods,
-            started_containers,
-            own_oom_score_adj,
-            own_oom_score_adj_wanted,
-        })
+        let mut r = Registry::default();
+        let hist = || Histogram::new(latency_buckets());
+        let m = Self {
+            manifest_errors: reg(&mut r, "nodelet_static_pod_manifest_errors", "Static pod manifests refused, by reason", Family::default()),
+            running_pods: reg(&mut r, "kubelet_running_pods", "Number of pods that have a running pod sandbox", Gauge::default()),
+            running_containers: reg(&mut r, "kubelet_running_containers", "Number of containers currently running", Family::default()),
+            runtime_operations: reg(&mut r, "kubelet_runtime_operations", "Cumulative number of runtime operations by operation type", Family::default()),
+            runtime_errors: reg(&mut r, "kubelet_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type", Family::default()),
+            runtime_duration: reg(
+                &mut r,
+                "kubelet_runtime_operations_duration_seconds",
+                "Duration in seconds of runtime operations by operation type",
+                Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            ),
+            started_pods: reg(&mut r, "kubelet_started_pods", "Cumulative number of pods started", Counter::default()),
+            started_containers: reg(&mut r, "kubelet_started_containers", "Cumulative number of containers started", Counter::default()),
+            pod_start_duration: reg(
+                &mut r,
+                "kubelet_pod_start_duration_seconds",
+                "Duration in seconds from the agent first seeing a pod to all its containers running",
+                Histogram::new(exponential_buckets(0.05, 2.0, 14)),
+            ),
+            pod_worker_duration: reg(
+                &mut r,
+                "kubelet_pod_worker_duration_seconds",
+                "Duration in seconds to sync a single pod, by operation type",
+                Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            ),
+            cgroup_manager_duration: reg(
+                &mut r,
+                "kubelet_cgroup_manager_duration_seconds",
+                "Duration in seconds for cgroup manager operations, by operation type",
+                Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            ),
+            evictions: reg(&mut r, "kubelet_evictions", "Cumulative number of pod evictions by eviction signal", Family::default()),
+            node_condition: reg(&mut r, "nodelet_node_condition", "Node pressure conditions, 1 when the condition is true", Family::default()),
+            pleg_discard_events: reg(&mut r, "kubelet_pleg_discard_events", "The number of discard events in PLEG", Counter::default()),
+            pleg_relist_duration: reg(&mut r, "kubelet_pleg_relist_duration_seconds", "Duration in seconds for relisting pods in PLEG", hist()),
+            pleg_relist_interval: reg(&mut r, "kubelet_pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG", hist()),
+            own_oom_score_adj: reg(&mut r, "nodelet_process_oom_score_adj", "oom_score_adj of the agent process in force", Gauge::default()),
+            own_oom_score_adj_wanted: reg(
+                &mut r,
+                "nodelet_process_oom_score_adj_wanted",
+                "oom_score_adj configured for the agent process (oomScoreAdj)",
+                Gauge::default(),
+            ),
+            process_rss: reg(&mut r, "process_resident_memory_bytes", "Resident memory size in bytes", Gauge::default()),
+            process_cpu_seconds: reg(&mut r, "process_cpu_seconds", "Total user and system CPU time spent in seconds", Gauge::default()),
+            process_open_fds: reg(&mut r, "process_open_fds", "Number of open file descriptors", Gauge::default()),
+            registry: r,
+        };
+        // Zero samples from the start, so rate() and alerts work before the first eviction.
+        for s in [
+            "memory.available",
+            "allocatableMemory.available",
+            "nodefs.available",
+            "nodefs.inodesFree",
+            "imagefs.available",
+            "imagefs.inodesFree",
+            "pid.available",
+        ] {
+            m.evictions.get_or_create(&SignalLabel {
+                eviction_signal: s.into(),
+            });
+        }
+        for c in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+            m.node_condition
+                .get_or_create(&ConditionLabel {
+                    condition: c.into(),
+                })
+                .set(0);
+        }
+        Arc::new(m)
     }
 
     /// Counts one refused manifest.
@@ -149,19 +193,45 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts one CRI call, and its failure when `ok` is false.
-    pub fn runtime_operation(&self, operation: &str, ok: bool) {
+    /// Counts one CRI call of `seconds`, and its failure when `ok` is false.
+    pub fn runtime_operation(&self, operation: &str, ok: bool, seconds: f64) {
         let label = OperationLabel {
             operation_type: operation.to_owned(),
         };
         self.runtime_operations.get_or_create(&label).inc();
+        self.runtime_duration.get_or_create(&label).observe(seconds);
         if !ok {
             self.runtime_errors.get_or_create(&label).inc();
         }
     }
 
-    /// The metrics in Prometheus text exposition format.
+    /// Observes one labelled duration in `family`.
+    pub fn observe(family: &Family<OperationLabel, Histogram>, operation: &str, seconds: f64) {
+        family
+            .get_or_create(&OperationLabel {
+                operation_type: operation.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    fn refresh_process(&self) {
+        if let Ok(me) = procfs::process::Process::myself() {
+            if let Ok(stat) = me.stat() {
+                let tps = procfs::ticks_per_second() as f64;
+                self.process_rss
+                    .set(stat.rss as i64 * procfs::page_size() as i64);
+                self.process_cpu_seconds
+                    .set((stat.utime + stat.stime) as f64 / tps);
+            }
+            if let Ok(n) = me.fd_count() {
+                self.process_open_fds.set(n as i64);
+            }
+        }
+    }
+
+    /// The metrics in OpenMetrics text format, process metrics refreshed.
     pub fn encode(&self) -> String {
+        self.refresh_process();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -178,7 +248,7 @@ mod tests {
         let m = Metrics::new();
         m.manifest_error("DecodeError");
         m.manifest_error("DecodeError");
-        m.runtime_operation("run_podsandbox", false);
+        m.runtime_operation("run_podsandbox", false, 0.07);
         let text = m.encode();
         assert!(
             text.contains("nodelet_static_pod_manifest_errors_total{reason=\"DecodeError\"} 2"),

@@ -175,6 +175,7 @@ pub struct ContainerManager {
     cgroups: Arc<dyn CgroupManager>,
     cfg: NodeConfig,
     pods: Mutex<HashMap<String, Arc<Pod>>>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl ContainerManager {
@@ -184,7 +185,27 @@ impl ContainerManager {
             cgroups,
             cfg,
             pods: Mutex::new(HashMap::new()),
+            metrics: None,
         }
+    }
+
+    /// Times cgroup operations in `kubelet_cgroup_manager_duration_seconds`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn timed<T>(&self, operation: &str, f: impl FnOnce() -> T) -> T {
+        let t = std::time::Instant::now();
+        let r = f();
+        if let Some(m) = &self.metrics {
+            crate::metrics::Metrics::observe(
+                &m.cgroup_manager_duration,
+                operation,
+                t.elapsed().as_secs_f64(),
+            );
+        }
+        r
     }
 
     /// The naming layout.
@@ -265,7 +286,7 @@ impl ContainerManager {
             (QosClass::BestEffort, besteffort),
         ] {
             if let Some(name) = l.qos_cgroup(qos) {
-                self.cgroups.create(&l.spell(&name), &cfg)?;
+                self.timed("update", || self.cgroups.create(&l.spell(&name), &cfg))?;
             }
         }
         Ok(())
@@ -288,10 +309,12 @@ impl ContainerManager {
             .unwrap_or_else(|e| e.into_inner())
             .insert(uid, pod.clone());
         self.update_qos()?;
-        self.cgroups.create(
-            &parent,
-            &resources::pod_resource_config(pod, &self.cfg.policy),
-        )?;
+        self.timed("create", || {
+            self.cgroups.create(
+                &parent,
+                &resources::pod_resource_config(pod, &self.cfg.policy),
+            )
+        })?;
         Ok(parent)
     }
 
@@ -305,7 +328,7 @@ impl ContainerManager {
             return;
         }
         for cg in self.cfg.layout.pod_cgroup_candidates(uid) {
-            if let Err(e) = self.cgroups.destroy(&cg) {
+            if let Err(e) = self.timed("destroy", || self.cgroups.destroy(&cg)) {
                 warn!(uid, cgroup = %cg, error = %e, "cannot remove pod cgroup");
             }
         }

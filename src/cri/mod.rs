@@ -92,10 +92,12 @@ impl Cri {
 
     fn record<T>(
         &self,
+        started: std::time::Instant,
         operation: &'static str,
         r: Result<tonic::Response<T>, tonic::Status>,
     ) -> CriResult<T> {
-        self.metrics.runtime_operation(operation, r.is_ok());
+        self.metrics
+            .runtime_operation(operation, r.is_ok(), started.elapsed().as_secs_f64());
         r.map(tonic::Response::into_inner).map_err(|s| CriError {
             operation,
             code: s.code(),
@@ -105,6 +107,7 @@ impl Cri {
 
     /// `Version`: runtime name and version.
     pub async fn version(&self) -> CriResult<cri::VersionResponse> {
+        let started = std::time::Instant::now();
         let r = self
             .runtime
             .clone()
@@ -115,11 +118,12 @@ impl Cri {
                 Some(self.timeout),
             ))
             .await;
-        self.record("version", r)
+        self.record(started, "version", r)
     }
 
     /// `RunPodSandbox`: returns the sandbox ID.
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String> {
+        let started = std::time::Instant::now();
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
             runtime_handler: String::new(),
@@ -129,11 +133,13 @@ impl Cri {
             .clone()
             .run_pod_sandbox(self.request(req, Some(self.timeout)))
             .await;
-        self.record("run_podsandbox", r).map(|r| r.pod_sandbox_id)
+        self.record(started, "run_podsandbox", r)
+            .map(|r| r.pod_sandbox_id)
     }
 
     /// `StopPodSandbox`.
     pub async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
+        let started = std::time::Instant::now();
         let req = cri::StopPodSandboxRequest {
             pod_sandbox_id: id.into(),
         };
@@ -142,11 +148,12 @@ impl Cri {
             .clone()
             .stop_pod_sandbox(self.request(req, Some(self.timeout)))
             .await;
-        self.record("stop_podsandbox", r).map(drop)
+        self.record(started, "stop_podsandbox", r).map(drop)
     }
 
     /// `RemovePodSandbox` (removes its containers too).
     pub async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
+        let started = std::time::Instant::now();
         let req = cri::RemovePodSandboxRequest {
             pod_sandbox_id: id.into(),
         };
@@ -155,11 +162,12 @@ impl Cri {
             .clone()
             .remove_pod_sandbox(self.request(req, Some(self.timeout)))
             .await;
-        self.record("remove_podsandbox", r).map(drop)
+        self.record(started, "remove_podsandbox", r).map(drop)
     }
 
     /// `PodSandboxStatus` (without verbose info).
     pub async fn pod_sandbox_status(&self, id: &str) -> CriResult<Option<cri::PodSandboxStatus>> {
+        let started = std::time::Instant::now();
         let req = cri::PodSandboxStatusRequest {
             pod_sandbox_id: id.into(),
             verbose: false,
@@ -169,7 +177,8 @@ impl Cri {
             .clone()
             .pod_sandbox_status(self.request(req, Some(self.timeout)))
             .await;
-        self.record("podsandbox_status", r).map(|r| r.status)
+        self.record(started, "podsandbox_status", r)
+            .map(|r| r.status)
     }
 
     /// `ListPodSandbox`, optionally filtered by labels.
@@ -177,6 +186,7 @@ impl Cri {
         &self,
         labels: HashMap<String, String>,
     ) -> CriResult<Vec<cri::PodSandbox>> {
+        let started = std::time::Instant::now();
         let filter = cri::PodSandboxFilter {
             label_selector: labels,
             ..Default::default()
@@ -191,7 +201,7 @@ impl Cri {
                 Some(self.timeout),
             ))
             .await;
-        self.record("list_podsandbox", r).map(|r| r.items)
+        self.record(started, "list_podsandbox", r).map(|r| r.items)
     }
 
     /// `CreateContainer` in `sandbox_id`: returns the container ID.
@@ -201,6 +211,7 @@ impl Cri {
         config: cri::ContainerConfig,
         sandbox_config: cri::PodSandboxConfig,
     ) -> CriResult<String> {
+        let started = std::time::Instant::now();
         let req = cri::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.into(),
             config: Some(config),
@@ -211,11 +222,13 @@ impl Cri {
             .clone()
             .create_container(self.request(req, Some(self.timeout)))
             .await;
-        self.record("create_container", r).map(|r| r.container_id)
+        self.record(started, "create_container", r)
+            .map(|r| r.container_id)
     }
 
     /// `StartContainer`.
     pub async fn start_container(&self, id: &str) -> CriResult<()> {
+        let started = std::time::Instant::now();
         let req = cri::StartContainerRequest {
             container_id: id.into(),
         };
@@ -224,12 +237,13 @@ impl Cri {
             .clone()
             .start_container(self.request(req, Some(self.timeout)))
             .await;
-        self.record("start_container", r).map(drop)
+        self.record(started, "start_container", r).map(drop)
     }
 
     /// `StopContainer` with a grace period in seconds (SIGTERM, then SIGKILL after `grace`).
     /// The call's deadline is `runtimeRequestTimeout + grace`, as kubelet's.
     pub async fn stop_container(&self, id: &str, grace_seconds: i64) -> CriResult<()> {
+        let started = std::time::Instant::now();
         let req = cri::StopContainerRequest {
             container_id: id.into(),
             timeout: grace_seconds,
@@ -240,11 +254,12 @@ impl Cri {
             .clone()
             .stop_container(self.request(req, Some(deadline)))
             .await;
-        self.record("stop_container", r).map(drop)
+        self.record(started, "stop_container", r).map(drop)
     }
 
     /// `RemoveContainer`.
     pub async fn remove_container(&self, id: &str) -> CriResult<()> {
+        let started = std::time::Instant::now();
         let req = cri::RemoveContainerRequest {
             container_id: id.into(),
         };
@@ -253,7 +268,7 @@ impl Cri {
             .clone()
             .remove_container(self.request(req, Some(self.timeout)))
             .await;
-        self.record("remove_container", r).map(drop)
+        self.record(started, "remove_container", r).map(drop)
     }
 
     /// `ListContainers`, optionally filtered by labels.
@@ -261,6 +276,7 @@ impl Cri {
         &self,
         labels: HashMap<String, String>,
     ) -> CriResult<Vec<cri::Container>> {
+        let started = std::time::Instant::now();
         let filter = cri::ContainerFilter {
             label_selector: labels,
             ..Default::default()
@@ -275,11 +291,13 @@ impl Cri {
                 Some(self.timeout),
             ))
             .await;
-        self.record("list_containers", r).map(|r| r.containers)
+        self.record(started, "list_containers", r)
+            .map(|r| r.containers)
     }
 
     /// `ContainerStatus` (without verbose info).
     pub async fn container_status(&self, id: &str) -> CriResult<Option<cri::ContainerStatus>> {
+        let started = std::time::Instant::now();
         let req = cri::ContainerStatusRequest {
             container_id: id.into(),
             verbose: false,
@@ -289,11 +307,13 @@ impl Cri {
             .clone()
             .container_status(self.request(req, Some(self.timeout)))
             .await;
-        self.record("container_status", r).map(|r| r.status)
+        self.record(started, "container_status", r)
+            .map(|r| r.status)
     }
 
     /// `ImageStatus`: the image if present.
     pub async fn image_status(&self, image: &str) -> CriResult<Option<cri::Image>> {
+        let started = std::time::Instant::now();
         let req = cri::ImageStatusRequest {
             image: Some(cri::ImageSpec {
                 image: image.into(),
@@ -306,7 +326,7 @@ impl Cri {
             .clone()
             .image_status(self.request(req, Some(self.timeout)))
             .await;
-        self.record("image_status", r).map(|r| r.image)
+        self.record(started, "image_status", r).map(|r| r.image)
     }
 
     /// `PullImage`: returns the image reference. No deadline (kubelet pulls without one).
@@ -315,6 +335,7 @@ impl Cri {
         image: &str,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> CriResult<String> {
+        let started = std::time::Instant::now();
         let req = cri::PullImageRequest {
             image: Some(cri::ImageSpec {
                 image: image.into(),
@@ -324,6 +345,6 @@ impl Cri {
             sandbox_config,
         };
         let r = self.image.clone().pull_image(self.request(req, None)).await;
-        self.record("pull_image", r).map(|r| r.image_ref)
+        self.record(started, "pull_image", r).map(|r| r.image_ref)
     }
 }

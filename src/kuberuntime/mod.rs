@@ -119,6 +119,8 @@ pub struct KubeRuntimeManager {
     last_sync: Mutex<HashMap<String, std::time::Instant>>,
     crash_backoff: Backoff,
     pull_backoff: Backoff,
+    /// Pods whose start duration has been observed.
+    started: Mutex<std::collections::HashSet<String>>,
 }
 
 fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
@@ -161,6 +163,7 @@ impl KubeRuntimeManager {
             last_sync: Mutex::new(HashMap::new()),
             crash_backoff: Backoff::try_new(ci, cm_).unwrap_or_else(|_| kubelet()),
             pull_backoff: Backoff::try_new(pi, pm).unwrap_or_else(|_| kubelet()),
+            started: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -197,10 +200,79 @@ impl KubeRuntimeManager {
             .cloned()
             .unwrap_or_default();
         let st = generate_pod_status(pod, rt, &errors, &self.settings.node_ip, init_failed);
+        let all_running = st
+            .container_statuses
+            .iter()
+            .flatten()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        if all_running && st.phase.as_deref() == Some("Running") {
+            self.observe_pod_start(pod, uid);
+        }
         self.status.set(pod.clone(), st);
+        self.refresh_status_metrics();
+    }
+
+    /// `kubelet_pod_start_duration_seconds`: from `config.seen` to all containers running, once
+    /// per pod.
+    fn observe_pod_start(&self, pod: &Pod, uid: &str) {
+        if !self
+            .started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned())
+        {
+            return;
+        }
+        let seen = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::source::CONFIG_SEEN_ANNOTATION));
+        if let Some(t) = seen.and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok()) {
+            let secs = k8s_openapi::jiff::Timestamp::now()
+                .duration_since(t)
+                .as_secs_f64();
+            if secs >= 0.0 {
+                self.metrics.pod_start_duration.observe(secs);
+            }
+        }
+    }
+
+    /// Running pods and containers by state, from the statuses.
+    fn refresh_status_metrics(&self) {
         self.metrics
             .running_pods
             .set(self.status.running_pods() as i64);
+        let mut counts: HashMap<&'static str, i64> =
+            [("running", 0), ("exited", 0), ("created", 0)].into();
+        for p in self.status.pods() {
+            for c in p.status.iter().flat_map(|s| {
+                s.container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(s.init_container_statuses.iter().flatten())
+            }) {
+                let state = c.state.as_ref();
+                let k = if state.is_some_and(|s| s.running.is_some()) {
+                    "running"
+                } else if state.is_some_and(|s| s.terminated.is_some()) {
+                    "exited"
+                } else if c.container_id.is_some() {
+                    "created"
+                } else {
+                    continue;
+                };
+                *counts.entry(k).or_default() += 1;
+            }
+        }
+        for (k, v) in counts {
+            self.metrics
+                .running_containers
+                .get_or_create(&crate::metrics::ContainerStateLabel {
+                    container_state: k.into(),
+                })
+                .set(v);
+        }
     }
 
     async fn stop_containers(
@@ -590,15 +662,17 @@ impl KubeRuntimeManager {
             .remove(&uid);
         self.status.remove(&uid);
         self.cache.delete(&uid);
+        self.started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uid);
         self.last_sync
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&uid);
         self.crash_backoff.forget_prefix(&format!("{uid}/"));
         self.pull_backoff.forget_prefix(&format!("{uid}/"));
-        self.metrics
-            .running_pods
-            .set(self.status.running_pods() as i64);
+        self.refresh_status_metrics();
         self.recorder.normal(
             pod_ref(pod),
             "Killing",
@@ -657,10 +731,24 @@ impl KubeRuntimeManager {
 
 impl PodSyncer for KubeRuntimeManager {
     async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
-        self.sync(&pod).await.map_err(|e| e.to_string())
+        let t = std::time::Instant::now();
+        let r = self.sync(&pod).await.map_err(|e| e.to_string());
+        Metrics::observe(
+            &self.metrics.pod_worker_duration,
+            "sync",
+            t.elapsed().as_secs_f64(),
+        );
+        r
     }
 
     async fn terminate_pod(&self, pod: Arc<Pod>, grace: Option<i64>) -> Result<(), String> {
-        self.terminate(&pod, grace).await.map_err(|e| e.to_string())
+        let t = std::time::Instant::now();
+        let r = self.terminate(&pod, grace).await.map_err(|e| e.to_string());
+        Metrics::observe(
+            &self.metrics.pod_worker_duration,
+            "kill",
+            t.elapsed().as_secs_f64(),
+        );
+        r
     }
 }

@@ -131,6 +131,10 @@ pub struct Nodelet {
     pub child: Option<Child>,
     pub runtime: Runtime,
     extra_config: String,
+    /// Extra command-line arguments.
+    pub extra_args: Vec<String>,
+    /// Extra environment variables of the process.
+    pub extra_env: Vec<(String, String)>,
 }
 
 fn free_port() -> u16 {
@@ -167,6 +171,8 @@ impl Nodelet {
             child: None,
             runtime: Runtime::new(),
             extra_config: extra.to_string(),
+            extra_args: Vec::new(),
+            extra_env: Vec::new(),
         };
         s.write_config();
         s
@@ -218,6 +224,8 @@ impl Nodelet {
             ])
             .arg(self.dir.path().join("root"))
             .args(["-v", "2"])
+            .args(&self.extra_args)
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(log)
