@@ -183,6 +183,18 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         pleg.clone(),
     ));
     rt.spawn(pleg.run());
+    // Container log rotation (containerLogMaxSize / containerLogMaxFiles).
+    let log_policy = crate::kuberuntime::logs::LogPolicy {
+        max_size: crate::quantity::parse_value(&config.container_log_max_size)
+            .map_or(10 << 20, |v| v as u64),
+        max_files: config.container_log_max_files as usize,
+    };
+    rt.spawn(crate::kuberuntime::logs::run(
+        cri.clone(),
+        node_name.clone(),
+        log_policy,
+        config.container_log_monitor_interval.0,
+    ));
 
     let manager = Arc::new(KubeRuntimeManager::new(
         cri,

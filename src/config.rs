@@ -207,6 +207,12 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota_period: GoDuration,
     /// oom_score_adj of the agent itself (default -999; -1000..=1000).
     pub oom_score_adj: i32,
+    /// Rotate a container's log when it is larger than this (a quantity, default `10Mi`).
+    pub container_log_max_size: String,
+    /// Most log files kept per container, the current one included (default 5, at least 2).
+    pub container_log_max_files: u32,
+    /// How often container logs are checked for rotation (default 10s).
+    pub container_log_monitor_interval: GoDuration,
     /// Container restart back-off (CrashLoopBackOff).
     pub crash_loop_back_off: CrashLoopBackOff,
     /// Image pull back-off (ImagePullBackOff); a nodelet field, kubelet hard-codes 10s..300s.
@@ -242,6 +248,9 @@ impl Default for KubeletConfiguration {
             cpu_cfs_quota: true,
             cpu_cfs_quota_period: GoDuration(Duration::from_millis(100)),
             oom_score_adj: -999,
+            container_log_max_size: "10Mi".into(),
+            container_log_max_files: 5,
+            container_log_monitor_interval: GoDuration(Duration::from_secs(10)),
             crash_loop_back_off: CrashLoopBackOff::default(),
             image_pull_back_off: ImagePullBackOff::default(),
         }
@@ -317,6 +326,9 @@ const KNOWN_FIELDS: &[&str] = &[
     "cpuCFSQuotaPeriod",
     "oomScoreAdj",
     "crashLoopBackOff",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "containerLogMonitorInterval",
     "imagePullBackOff",
 ];
 
@@ -557,6 +569,27 @@ impl KubeletConfiguration {
                     "the initial period must be at least 100ms and at most the max period",
                 ));
             }
+        }
+        if !crate::quantity::parse_value(&self.container_log_max_size).is_ok_and(|v| v > 0) {
+            return Err(invalid(
+                "containerLogMaxSize",
+                &self.container_log_max_size,
+                "must be a positive quantity such as 10Mi",
+            ));
+        }
+        if self.container_log_max_files < 2 {
+            return Err(invalid(
+                "containerLogMaxFiles",
+                &self.container_log_max_files.to_string(),
+                "must be at least 2",
+            ));
+        }
+        if self.container_log_monitor_interval.0 < Duration::from_millis(100) {
+            return Err(invalid(
+                "containerLogMonitorInterval",
+                &format_go_duration(self.container_log_monitor_interval.0),
+                "must be at least 100ms",
+            ));
         }
         if self.pod_pids_limit < -1 {
             return Err(invalid(

@@ -170,9 +170,11 @@ impl Metrics {
             "imagefs.inodesFree",
             "pid.available",
         ] {
-            m.evictions.get_or_create(&SignalLabel {
-                eviction_signal: s.into(),
-            });
+            m.evictions
+                .get_or_create(&SignalLabel {
+                    eviction_signal: s.into(),
+                })
+                .inc_by(0);
         }
         for c in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
             m.node_condition

@@ -307,3 +307,43 @@ fn json_logs_carry_pod_namespace_and_uid_on_pod_start() {
     assert_eq!(span["uid"].as_str(), Some(uid.as_str()), "{line}");
     assert_eq!(line["container"].as_str(), Some("c"), "{line}");
 }
+
+#[test]
+fn container_logs_are_rotated_by_size_and_count() {
+    let mut n = Nodelet::with_config(
+        "logrotate",
+        "containerLogMaxSize: 2Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 300ms\n",
+    );
+    n.start();
+    let chatty = "apiVersion: v1\nkind: Pod\nmetadata: {name: chatty}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, \"trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo line $i $(head -c 1500 /dev/zero | tr '\\\\0' x); sleep 0.2 & wait; done\"]}\n";
+    n.write_manifest("c.yaml", chatty);
+    let uid = n.uid("chatty");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let log = n
+        .logs()
+        .join(format!("default_chatty-{}_{uid}/c/0.log", n.node));
+    let rotated = |l: &std::path::Path| nodelet::kuberuntime::logs::rotated_files(l);
+    wait_until(Duration::from_secs(20), "two rotations", || {
+        rotated(&log).len() >= 2
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        rotated(&log).len() <= 2,
+        "at most containerLogMaxFiles (3) files with the current one: {:?}",
+        rotated(&log)
+    );
+    // The runtime reopened the log: the current file keeps growing with new lines.
+    let before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    wait_until(
+        Duration::from_secs(5),
+        "current log written after reopen",
+        || {
+            std::fs::read_to_string(&log).is_ok_and(|t| t.contains(" stdout F line "))
+                && std::fs::metadata(&log).is_ok_and(|m| m.len() != before)
+        },
+    );
+    let newest = rotated(&log).last().cloned().unwrap();
+    assert!(std::fs::read_to_string(newest)
+        .unwrap()
+        .contains(" stdout F line "));
+}

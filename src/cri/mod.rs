@@ -311,6 +311,20 @@ impl Cri {
             .map(|r| r.status)
     }
 
+    /// `ReopenContainerLog`: the runtime reopens the container's log file (after a rotation).
+    pub async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
+        let started = std::time::Instant::now();
+        let req = cri::ReopenContainerLogRequest {
+            container_id: id.into(),
+        };
+        let r = self
+            .runtime
+            .clone()
+            .reopen_container_log(self.request(req, Some(self.timeout)))
+            .await;
+        self.record(started, "reopen_container_log", r).map(drop)
+    }
+
     /// `ImageStatus`: the image if present.
     pub async fn image_status(&self, image: &str) -> CriResult<Option<cri::Image>> {
         let started = std::time::Instant::now();

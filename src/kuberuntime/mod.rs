@@ -11,6 +11,7 @@ pub mod backoff;
 pub mod container;
 pub mod image;
 pub mod labels;
+pub mod logs;
 pub mod runtime_status;
 pub mod sandbox;
 

@@ -1,0 +1,145 @@
+//! Container log rotation (kubelet's `pkg/kubelet/logs/container_log_manager.go`).
+//!
+//! Every `containerLogMonitorInterval` each running container's log (the CRI `log_path`) is
+//! checked. One larger than `containerLogMaxSize` is renamed to `<log>.<UTC timestamp>`, the
+//! runtime reopens the log (CRI ReopenContainerLog), and the oldest rotated files are removed so
+//! that at most `containerLogMaxFiles` files remain, the current one included. kubelet also
+//! gzips older rotated files; nodelet keeps them plain.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::cri::{api, Cri};
+
+/// Rotation policy.
+#[derive(Debug, Clone, Copy)]
+pub struct LogPolicy {
+    /// Rotate above this size, bytes.
+    pub max_size: u64,
+    /// Files kept per container, the current one included (≥ 2).
+    pub max_files: usize,
+}
+
+/// Rotated files of `log`, oldest first (names `<log>.<timestamp>` sort by time).
+pub fn rotated_files(log: &Path) -> Vec<PathBuf> {
+    let Some(dir) = log.parent() else {
+        return Vec::new();
+    };
+    let Some(base) = log.file_name().map(|n| format!("{}.", n.to_string_lossy())) else {
+        return Vec::new();
+    };
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&base))
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Removes the oldest rotated files beyond `max_files - 1`.
+pub fn prune(log: &Path, max_files: usize) {
+    let rotated = rotated_files(log);
+    let excess = rotated.len().saturating_sub(max_files.saturating_sub(1));
+    for old in rotated.into_iter().take(excess) {
+        let _ = std::fs::remove_file(old);
+    }
+}
+
+/// Renames `log` to `<log>.<timestamp>`; returns the new name.
+pub fn rename_current(log: &Path) -> std::io::Result<PathBuf> {
+    let stamp = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y%m%d-%H%M%S%.6f")
+        .to_string();
+    let rotated = PathBuf::from(format!("{}.{stamp}", log.display()));
+    std::fs::rename(log, &rotated)?;
+    Ok(rotated)
+}
+
+/// One pass over the running containers of this node's pods.
+pub async fn rotate_once(cri: &Cri, node_name: &str, policy: LogPolicy) {
+    let sel = [(super::labels::NODE_NAME.to_string(), node_name.to_string())].into();
+    let listed = tokio::try_join!(
+        cri.list_pod_sandbox(sel),
+        cri.list_containers(Default::default())
+    );
+    let (sandboxes, containers) = match listed {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(error = %e, "log rotation: cannot list containers");
+            return;
+        }
+    };
+    let ours: std::collections::HashSet<String> = sandboxes.into_iter().map(|s| s.id).collect();
+    let running = containers.into_iter().filter(|c| {
+        c.state == api::ContainerState::ContainerRunning as i32 && ours.contains(&c.pod_sandbox_id)
+    });
+    for c in running {
+        let Ok(Some(st)) = cri.container_status(&c.id).await else {
+            continue;
+        };
+        if st.log_path.is_empty() {
+            continue;
+        }
+        let log = PathBuf::from(&st.log_path);
+        let Ok(meta) = std::fs::metadata(&log) else {
+            continue;
+        };
+        if meta.len() <= policy.max_size {
+            continue;
+        }
+        match rename_current(&log) {
+            Ok(rotated) => {
+                if let Err(e) = cri.reopen_container_log(&c.id).await {
+                    // The runtime keeps writing to the renamed file; put it back.
+                    warn!(container = %c.id, error = %e, "cannot reopen container log; undoing the rotation");
+                    let _ = std::fs::rename(&rotated, &log);
+                    continue;
+                }
+                prune(&log, policy.max_files);
+                info!(container = %c.id, log = %log.display(), bytes = meta.len(), "rotated container log");
+            }
+            Err(e) => warn!(log = %log.display(), error = %e, "cannot rotate container log"),
+        }
+    }
+}
+
+/// Rotates every `interval` until the task is dropped.
+pub async fn run(cri: Cri, node_name: String, policy: LogPolicy, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    loop {
+        tick.tick().await;
+        rotate_once(&cri, &node_name, policy).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rename_and_prune_keep_max_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log");
+        for i in 0..5 {
+            std::fs::write(&log, format!("generation {i}")).unwrap();
+            rename_current(&log).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::fs::write(&log, "current").unwrap();
+        assert_eq!(rotated_files(&log).len(), 5);
+        prune(&log, 3);
+        let left = rotated_files(&log);
+        assert_eq!(left.len(), 2, "3 files in all with the current one");
+        assert_eq!(
+            std::fs::read_to_string(&left[1]).unwrap(),
+            "generation 4",
+            "the newest are kept"
+        );
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "current");
+    }
+}
