@@ -9,7 +9,7 @@
 //! - [`kuberuntime`]: pod spec → CRI calls (sandbox, images, containers, labels, actions).
 //! - [`cri`]: the CRI client.
 //! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
-//! - [`status`]: pod phase, conditions and container states.
+//! - [`status`]: pod phase, conditions and container states; [`gc`]: dead containers.
 //! - [`cm`] and [`qos`]: pod cgroups and QoS classes.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
@@ -22,6 +22,7 @@ pub mod cm;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod gc;
 pub mod hash;
 pub mod kuberuntime;
 pub mod metrics;

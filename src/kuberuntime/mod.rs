@@ -515,7 +515,7 @@ impl KubeRuntimeManager {
                 .find_map(Result::err);
         }
         let rt = self.fresh_status(&uid).await?;
-        self.remove_dead_containers(&rt).await;
+        crate::gc::remove_dead_containers(&self.cri, &rt).await;
         self.record_status(pod, &rt, actions.init_failed);
         if let Some(e) = first_err {
             return Err(e);
@@ -602,35 +602,6 @@ impl KubeRuntimeManager {
             .containers_to_start
             .retain(|s| !held(&spec.containers[s.index].name));
         wait
-    }
-
-    /// Removes exited containers beyond the newest one per container name, and sandboxes that
-    /// are not ready once a newer one exists (kubelet's container GC, one dead container kept
-    /// per (pod, container)).
-    async fn remove_dead_containers(&self, rt: &RuntimePodStatus) {
-        let mut seen_dead = std::collections::HashSet::new();
-        for c in &rt.containers {
-            if c.state() != ContainerState::Exited {
-                continue;
-            }
-            if !seen_dead.insert(c.name.clone()) {
-                if let Err(e) = self.cri.remove_container(&c.id).await {
-                    warn!(container = %c.name, id = %c.id, error = %e, "cannot remove dead container");
-                }
-            }
-        }
-        for s in rt.sandboxes.iter().skip(1).filter(|s| !s.ready) {
-            if rt
-                .containers
-                .iter()
-                .any(|c| c.sandbox_id == s.id && c.state() == ContainerState::Running)
-            {
-                continue;
-            }
-            if let Err(e) = self.cri.remove_pod_sandbox(&s.id).await {
-                warn!(sandbox = %s.id, error = %e, "cannot remove old sandbox");
-            }
-        }
     }
 
     async fn terminate(&self, pod: &Arc<Pod>, grace: Option<i64>) -> Result<(), SyncError> {
