@@ -24,6 +24,9 @@ install -d /etc/nodelet/manifests /run/nodelet /var/log/nodelet
 if [[ ! -f /etc/nodelet/nodelet.yaml ]]; then
     install -m 0644 "$REPO/config/nodelet.yaml" /etc/nodelet/nodelet.yaml
     echo "nodelet: wrote /etc/nodelet/nodelet.yaml"
+elif ! cmp -s "$REPO/config/nodelet.yaml" /etc/nodelet/nodelet.yaml; then
+    echo "nodelet: keeping your /etc/nodelet/nodelet.yaml; it differs from config/nodelet.yaml" \
+        "(diff them to see new fields; 'nodelet check-config' shows the effective values)"
 fi
 for m in "$REPO"/config/manifests/*.yaml; do
     dest=/etc/nodelet/manifests/$(basename "$m")

@@ -154,7 +154,6 @@ fn main() -> ExitCode {
     let loaded = match KubeletConfiguration::load(&config_path) {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!(error = %e, "invalid configuration; nothing started");
             eprintln!("nodelet: {e}");
             return ExitCode::from(2);
         }

@@ -95,8 +95,8 @@ pub struct Metrics {
     pub own_oom_score_adj_wanted: Gauge,
     /// Resident memory of the agent, bytes (`process_resident_memory_bytes`).
     pub process_rss: Gauge,
-    /// CPU time of the agent, seconds (`process_cpu_seconds_total`, as a gauge of the total).
-    pub process_cpu_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// CPU time of the agent, seconds (`process_cpu_seconds_total`).
+    pub process_cpu_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Open file descriptors of the agent (`process_open_fds`).
     pub process_open_fds: Gauge,
 }
@@ -156,7 +156,7 @@ impl Metrics {
                 Gauge::default(),
             ),
             process_rss: reg(&mut r, "process_resident_memory_bytes", "Resident memory size in bytes", Gauge::default()),
-            process_cpu_seconds: reg(&mut r, "process_cpu_seconds", "Total user and system CPU time spent in seconds", Gauge::default()),
+            process_cpu_seconds: reg(&mut r, "process_cpu_seconds", "Total user and system CPU time spent in seconds", Counter::default()),
             process_open_fds: reg(&mut r, "process_open_fds", "Number of open file descriptors", Gauge::default()),
             registry: r,
         };
@@ -222,8 +222,12 @@ impl Metrics {
                 let tps = procfs::ticks_per_second() as f64;
                 self.process_rss
                     .set(stat.rss as i64 * procfs::page_size() as i64);
-                self.process_cpu_seconds
-                    .set((stat.utime + stat.stime) as f64 / tps);
+                // A counter: add what the kernel counted since the last scrape.
+                let total = (stat.utime + stat.stime) as f64 / tps;
+                let delta = total - self.process_cpu_seconds.get();
+                if delta > 0.0 {
+                    self.process_cpu_seconds.inc_by(delta);
+                }
             }
             if let Ok(n) = me.fd_count() {
                 self.process_open_fds.set(n as i64);

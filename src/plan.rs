@@ -95,6 +95,10 @@ pub fn plan(
     settings.node_name = node_name.to_owned();
     settings.cgroup_policy = policy;
     settings.memory_capacity = capacity.memory;
+    let mut errors = Vec::new();
+    if let Err(e) = cm.validate_reservations() {
+        errors.push(e.to_string());
+    }
     let mut out = NodePlan {
         node: node_name.to_owned(),
         capacity: capacity.into(),
@@ -105,7 +109,6 @@ pub fn plan(
         }),
         pods: Vec::new(),
     };
-    let mut errors = Vec::new();
     for path in manifests {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,

@@ -142,7 +142,7 @@ fn metrics_parse_and_hold_kubelets_metrics_with_two_pods() {
     let rss = sample(&scrape, "process_resident_memory_bytes", None).unwrap();
     assert!(rss > 1e6 && rss < 200e6, "RSS {rss}");
     assert!(sample(&scrape, "process_open_fds", None).unwrap() > 3.0);
-    assert!(sample(&scrape, "process_cpu_seconds", None).unwrap() > 0.0);
+    assert!(sample(&scrape, "process_cpu_seconds_total", None).unwrap() > 0.0);
 }
 
 #[test]

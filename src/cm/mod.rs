@@ -102,6 +102,16 @@ pub enum CmError {
     /// `cgroupRoot` does not exist (kubelet refuses to start then too).
     #[error("cgroupRoot {0:?} does not exist in the cpu and memory hierarchies; create it or fix the configuration")]
     RootMissing(String),
+    /// systemReserved + kubeReserved exceed the node's capacity.
+    #[error("resource {resource} has a reservation of {reserved} (systemReserved + kubeReserved) but a capacity of {capacity}; expected capacity >= reservation")]
+    OverReserved {
+        /// `cpu` (millicores), `memory` (bytes) or `pid`.
+        resource: &'static str,
+        /// Reserved amount.
+        reserved: i64,
+        /// Capacity.
+        capacity: i64,
+    },
     /// A cgroup could not be written.
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
@@ -248,6 +258,7 @@ impl ContainerManager {
     ///
     /// Errors: [`CmError::RootMissing`], or the failed cgroup write.
     pub fn start(&self) -> Result<(), CmError> {
+        self.validate_reservations()?;
         let l = &self.cfg.layout;
         let root = l.spell(&CgroupName::new(&l.root, &[]));
         if !self.cgroups.exists(&root) {
@@ -260,6 +271,31 @@ impl ContainerManager {
         self.cgroups.create(&kubepods, &self.kubepods_config())?;
         info!(cgroup = %kubepods, allocatable = ?self.allocatable(), "node allocatable cgroup ready");
         self.update_qos()
+    }
+
+    /// Refuses reservations above capacity (kubelet's `validateNodeAllocatable`).
+    ///
+    /// Errors: [`CmError::OverReserved`] naming the resource.
+    pub fn validate_reservations(&self) -> Result<(), CmError> {
+        let (c, s, k) = (
+            self.cfg.capacity,
+            self.cfg.system_reserved,
+            self.cfg.kube_reserved,
+        );
+        for (resource, cap, reserved) in [
+            ("cpu", c.cpu_milli, s.cpu_milli + k.cpu_milli),
+            ("memory", c.memory, s.memory + k.memory),
+            ("pid", c.pids, s.pids + k.pids),
+        ] {
+            if reserved > 0 && cap > 0 && reserved > cap {
+                return Err(CmError::OverReserved {
+                    resource,
+                    reserved,
+                    capacity: cap,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Rewrites the QoS cgroups from the pods known now (kubelet's `UpdateCgroups`).
@@ -499,6 +535,25 @@ mod tests {
             .join("cpu/root/kubepods/burstable/podu1")
             .exists());
         assert_eq!(read("cpu/root/kubepods/burstable/cpu.shares"), "2");
+        // Reservations above capacity are a start-up error.
+        let over = ContainerManager::new(
+            cm.cgroups.clone(),
+            NodeConfig {
+                system_reserved: NodeResources {
+                    cpu_milli: 0,
+                    memory: 100 << 30,
+                    pids: 0,
+                },
+                ..cm.cfg.clone()
+            },
+        );
+        assert!(matches!(
+            over.start(),
+            Err(CmError::OverReserved {
+                resource: "memory",
+                ..
+            })
+        ));
         // A missing root is a start-up error.
         let missing = ContainerManager::new(
             Arc::new(cgroupfs::Cgroupfs::new(cgroupfs::Hierarchies {

@@ -122,6 +122,8 @@ pub struct KubeRuntimeManager {
     pull_backoff: Backoff,
     /// Pods whose start duration has been observed.
     started: Mutex<std::collections::HashSet<String>>,
+    /// When this agent started, nanoseconds since the epoch.
+    agent_start_ns: i64,
 }
 
 fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
@@ -165,6 +167,7 @@ impl KubeRuntimeManager {
             crash_backoff: Backoff::try_new(ci, cm_).unwrap_or_else(|_| kubelet()),
             pull_backoff: Backoff::try_new(pi, pm).unwrap_or_else(|_| kubelet()),
             started: Mutex::new(std::collections::HashSet::new()),
+            agent_start_ns: backoff::now_ns(),
         }
     }
 
@@ -206,7 +209,12 @@ impl KubeRuntimeManager {
             .iter()
             .flatten()
             .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
-        if all_running && st.phase.as_deref() == Some("Running") {
+        // Only pods this agent started: an adopted pod's start was measured by its predecessor.
+        let started_here = rt
+            .sandboxes
+            .first()
+            .is_some_and(|s| s.created_at >= self.agent_start_ns);
+        if all_running && started_here && st.phase.as_deref() == Some("Running") {
             self.observe_pod_start(pod, uid);
         }
         self.status.set(pod.clone(), st);
@@ -577,10 +585,17 @@ impl KubeRuntimeManager {
             match self.crash_backoff.remaining(&key, last.finished_at, now) {
                 Some(left) => {
                     let delay = self.crash_backoff.current(&key).unwrap_or_default();
+                    // kubelet's wording and pod spelling (`name_namespace(uid)`).
                     let msg = format!(
-                        "back-off {}s restarting failed container={name} pod={}({uid})",
+                        "back-off {}s restarting failed container={name} pod={}_{}({uid})",
                         delay.as_secs(),
-                        pod_ref(pod)
+                        pod.metadata.name.as_deref().unwrap_or(""),
+                        pod.metadata.namespace.as_deref().unwrap_or("")
+                    );
+                    self.recorder.warning(
+                        pod_ref(pod),
+                        "BackOff",
+                        format!("Back-off restarting failed container {name}: {msg}"),
                     );
                     self.set_start_error(uid, name, Some(("CrashLoopBackOff".into(), msg)));
                     wait = Some(wait.map_or(left, |w| w.min(left)));
