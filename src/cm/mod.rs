@@ -340,10 +340,16 @@ impl ContainerManager {
         if !l.per_qos {
             return Ok(parent);
         }
-        self.pods
+        // Same pod object as last time and its cgroup is there: nothing to write (kubelet's
+        // EnsureExists); a new or changed pod rewrites the QoS cgroups and its own.
+        let previous = self
+            .pods
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(uid, pod.clone());
+        if previous.is_some_and(|p| Arc::ptr_eq(&p, pod)) && self.cgroups.exists(&parent) {
+            return Ok(parent);
+        }
         self.update_qos()?;
         self.timed("create", || {
             self.cgroups.create(

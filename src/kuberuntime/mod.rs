@@ -252,35 +252,13 @@ impl KubeRuntimeManager {
         self.metrics
             .running_pods
             .set(self.status.running_pods() as i64);
-        let mut counts: HashMap<&'static str, i64> =
-            [("running", 0), ("exited", 0), ("created", 0)].into();
-        for p in self.status.pods() {
-            for c in p.status.iter().flat_map(|s| {
-                s.container_statuses
-                    .iter()
-                    .flatten()
-                    .chain(s.init_container_statuses.iter().flatten())
-            }) {
-                let state = c.state.as_ref();
-                let k = if state.is_some_and(|s| s.running.is_some()) {
-                    "running"
-                } else if state.is_some_and(|s| s.terminated.is_some()) {
-                    "exited"
-                } else if c.container_id.is_some() {
-                    "created"
-                } else {
-                    continue;
-                };
-                *counts.entry(k).or_default() += 1;
-            }
-        }
-        for (k, v) in counts {
+        for (state, n) in self.status.container_state_counts() {
             self.metrics
                 .running_containers
                 .get_or_create(&crate::metrics::ContainerStateLabel {
-                    container_state: k.into(),
+                    container_state: state.into(),
                 })
-                .set(v);
+                .set(n);
         }
     }
 

@@ -62,6 +62,34 @@ impl StatusManager {
         pods
     }
 
+    /// Containers (init containers included) by state: `running`, `exited`, and `created` (a
+    /// container exists but has not run), without copying the pods.
+    pub fn container_state_counts(&self) -> [(&'static str, i64); 3] {
+        let mut counts = [("running", 0), ("exited", 0), ("created", 0)];
+        let map = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        for (_, s) in map.values() {
+            for c in s
+                .container_statuses
+                .iter()
+                .flatten()
+                .chain(s.init_container_statuses.iter().flatten())
+            {
+                let state = c.state.as_ref();
+                let i = if state.is_some_and(|s| s.running.is_some()) {
+                    0
+                } else if state.is_some_and(|s| s.terminated.is_some()) {
+                    1
+                } else if c.container_id.is_some() {
+                    2
+                } else {
+                    continue;
+                };
+                counts[i].1 += 1;
+            }
+        }
+        counts
+    }
+
     /// Number of pods whose phase is Running.
     pub fn running_pods(&self) -> usize {
         self.inner
