@@ -11,6 +11,7 @@
 //! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
 //! - [`status`]: pod phase, conditions and container states; [`gc`]: dead containers.
 //! - [`cm`] and [`qos`]: pod cgroups and QoS classes.
+//! - [`eviction`]: thresholds and ranking (in progress, not wired yet).
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
 //! - [`agent`]: wiring; [`node`]: node facts; [`hash`], [`quantity`]: shared helpers.
@@ -22,6 +23,7 @@ pub mod cm;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod eviction;
 pub mod gc;
 pub mod hash;
 pub mod kuberuntime;
