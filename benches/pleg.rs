@@ -129,7 +129,7 @@ fn main() {
         .id;
     let node = format!("plegbench{}", std::process::id());
     let dir = tempfile::tempdir().unwrap();
-    let mut settings = Settings::for_tests();
+    let mut settings = Settings::example();
     settings.node_name = node.clone();
     settings.pod_logs_dir = dir.path().to_owned();
     let b = Bench {

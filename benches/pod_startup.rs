@@ -176,7 +176,7 @@ fn main() {
     }
     // Baseline pods carry another node name, so nodelet's housekeeping leaves them alone.
     let direct_node = format!("direct{}", std::process::id());
-    let mut settings = Settings::for_tests();
+    let mut settings = Settings::example();
     settings.pod_logs_dir = logs.clone();
     settings.node_name = direct_node.clone();
 

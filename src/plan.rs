@@ -91,7 +91,7 @@ pub fn plan(
         std::sync::Arc::new(crate::cm::cgroupfs::Cgroupfs::new(Default::default())),
         node,
     );
-    let mut settings = Settings::for_tests();
+    let mut settings = Settings::example();
     settings.node_name = node_name.to_owned();
     settings.cgroup_policy = policy;
     settings.memory_capacity = capacity.memory;

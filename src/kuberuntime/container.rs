@@ -319,7 +319,7 @@ mod tests {
     fn env_resolves_field_refs_and_expands() {
         let p = pod();
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let s = Settings::for_tests();
+        let s = Settings::example();
         let env = make_env(&p, c, &s, &["10.88.0.5".into()]).unwrap();
         let get = |k: &str| {
             env.iter()
@@ -356,7 +356,7 @@ mod tests {
     #[test]
     fn container_resources_follow_kubelet() {
         let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: g, image: b, resources: {limits: {cpu: 250m, memory: 64Mi, hugepages-2Mi: 4Mi}}}, {name: b, image: b, resources: {requests: {memory: 2Gi}}}]}").unwrap();
-        let s = Settings::for_tests();
+        let s = Settings::example();
         let spec = p.spec.as_ref().unwrap();
         // The pod is Burstable (b has no limits): g's own values, Burstable oom score.
         let g = linux_resources(&s, &p, &spec.containers[0]);
@@ -378,7 +378,7 @@ mod tests {
         );
         // 1000 - 1000 * 2Gi / 8Gi.
         assert_eq!(b.oom_score_adj, 750);
-        let mut off = Settings::for_tests();
+        let mut off = Settings::example();
         off.cgroup_policy.cpu_cfs_quota = false;
         assert_eq!(linux_resources(&off, &p, &spec.containers[0]).cpu_quota, 0);
     }
@@ -387,7 +387,7 @@ mod tests {
     fn secret_refs_are_refused_with_the_variable_name() {
         let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: b, env: [{name: PW, valueFrom: {secretKeyRef: {name: s, key: k}}}]}]}").unwrap();
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let e = make_env(&p, c, &Settings::for_tests(), &[]).unwrap_err();
+        let e = make_env(&p, c, &Settings::example(), &[]).unwrap_err();
         assert!(e.to_string().contains("PW"), "{e}");
     }
 }

@@ -66,9 +66,10 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Settings for unit tests: node `node1`, IP 10.0.0.10, logs in /var/log/pods.
-    #[doc(hidden)]
-    pub fn for_tests() -> Self {
+    /// Settings with placeholder node facts (node `node1`, IP 10.0.0.10, logs in
+    /// `/var/log/pods`, resolver 10.0.0.1) and kubelet's cgroup and back-off defaults, for
+    /// `nodelet plan`, benchmarks and unit tests, where only what derives from the pod matters.
+    pub fn example() -> Self {
         Self {
             node_name: "node1".into(),
             hostname: "node1".into(),

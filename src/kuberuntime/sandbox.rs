@@ -208,7 +208,7 @@ mod tests {
     }
 
     fn settings() -> Settings {
-        Settings::for_tests()
+        Settings::example()
     }
 
     #[test]
