@@ -1,0 +1,133 @@
+//! Eviction signals observed on this node (kubelet's `makeSignalObservations`), read from cgroup
+//! and proc files so that they can be tested against a temporary directory laid out the same way.
+//!
+//! - `memory.available` = node capacity − working set of the root memory cgroup, where working
+//!   set = `memory.usage_in_bytes` − `total_inactive_file` (never below 0).
+//! - `allocatableMemory.available` = the `kubepods` limit − the working set of `kubepods`.
+//! - `pid.available` = `kernel.pid_max` − the tasks running (from `/proc/loadavg`).
+//!
+//! The filesystem signals (nodefs/imagefs) come with the rest of the manager.
+
+use std::path::Path;
+
+/// One signal's observation: what is available and out of what capacity (bytes or counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation {
+    /// Available now.
+    pub available: i64,
+    /// Capacity the percentages refer to.
+    pub capacity: i64,
+}
+
+fn read_i64(path: &Path) -> Option<i64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// `total_inactive_file` (or `inactive_file` when the total is absent) of a v1 memory cgroup.
+pub fn inactive_file(cgroup: &Path) -> Option<i64> {
+    let stat = std::fs::read_to_string(cgroup.join("memory.stat")).ok()?;
+    let get = |key: &str| {
+        stat.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    get("total_inactive_file").or_else(|| get("inactive_file"))
+}
+
+/// Working set of a v1 memory cgroup, bytes: usage − inactive_file, never below 0.
+pub fn working_set(cgroup: &Path) -> Option<i64> {
+    let usage = read_i64(&cgroup.join("memory.usage_in_bytes"))?;
+    Some((usage - inactive_file(cgroup).unwrap_or(0)).max(0))
+}
+
+/// `memory.available` for a node of `capacity` bytes, from the root memory cgroup.
+pub fn memory_available(root_memcg: &Path, capacity: i64) -> Option<Observation> {
+    Some(Observation {
+        available: capacity - working_set(root_memcg)?,
+        capacity,
+    })
+}
+
+/// `allocatableMemory.available` from the `kubepods` memory cgroup (its limit is allocatable).
+pub fn allocatable_memory_available(kubepods_memcg: &Path) -> Option<Observation> {
+    let capacity = read_i64(&kubepods_memcg.join("memory.limit_in_bytes"))?;
+    Some(Observation {
+        available: capacity - working_set(kubepods_memcg)?,
+        capacity,
+    })
+}
+
+/// `pid.available` from `kernel.pid_max` and the tasks counted in `/proc/loadavg`
+/// (`proc_root` is `/proc` outside tests).
+pub fn pid_available(proc_root: &Path) -> Option<Observation> {
+    let max = read_i64(&proc_root.join("sys/kernel/pid_max"))?;
+    let loadavg = std::fs::read_to_string(proc_root.join("loadavg")).ok()?;
+    let tasks: i64 = loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split('/')
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(Observation {
+        available: max - tasks,
+        capacity: max,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_from_a_fake_cgroupfs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("memory");
+        let kubepods = root.join("kubepods");
+        std::fs::create_dir_all(&kubepods).unwrap();
+        std::fs::write(root.join("memory.usage_in_bytes"), "3000\n").unwrap();
+        std::fs::write(
+            root.join("memory.stat"),
+            "cache 9\ninactive_file 5\ntotal_inactive_file 1000\n",
+        )
+        .unwrap();
+        std::fs::write(kubepods.join("memory.usage_in_bytes"), "700\n").unwrap();
+        std::fs::write(kubepods.join("memory.limit_in_bytes"), "2000\n").unwrap();
+        std::fs::write(kubepods.join("memory.stat"), "inactive_file 900\n").unwrap();
+        assert_eq!(working_set(&root), Some(2000));
+        assert_eq!(
+            memory_available(&root, 10_000),
+            Some(Observation {
+                available: 8000,
+                capacity: 10_000
+            })
+        );
+        // Inactive file above usage: working set 0, not negative.
+        assert_eq!(
+            allocatable_memory_available(&kubepods),
+            Some(Observation {
+                available: 2000,
+                capacity: 2000
+            })
+        );
+        let proc_root = tmp.path().join("proc");
+        std::fs::create_dir_all(proc_root.join("sys/kernel")).unwrap();
+        std::fs::write(proc_root.join("sys/kernel/pid_max"), "32768\n").unwrap();
+        std::fs::write(proc_root.join("loadavg"), "0.10 0.20 0.30 2/345 6789\n").unwrap();
+        assert_eq!(
+            pid_available(&proc_root),
+            Some(Observation {
+                available: 32768 - 345,
+                capacity: 32768
+            })
+        );
+    }
+
+    #[test]
+    fn this_node_has_memory_and_pid_signals() {
+        assert!(pid_available(Path::new("/proc")).is_some_and(|o| o.available > 0));
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if root.join("memory.usage_in_bytes").exists() {
+            assert!(working_set(root).is_some_and(|w| w > 0));
+        }
+    }
+}
