@@ -161,18 +161,10 @@ impl Metrics {
             registry: r,
         };
         // Zero samples from the start, so rate() and alerts work before the first eviction.
-        for s in [
-            "memory.available",
-            "allocatableMemory.available",
-            "nodefs.available",
-            "nodefs.inodesFree",
-            "imagefs.available",
-            "imagefs.inodesFree",
-            "pid.available",
-        ] {
+        for s in crate::eviction::threshold::SIGNALS {
             m.evictions
                 .get_or_create(&SignalLabel {
-                    eviction_signal: s.into(),
+                    eviction_signal: (*s).into(),
                 })
                 .inc_by(0);
         }
