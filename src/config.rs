@@ -217,6 +217,31 @@ pub struct KubeletConfiguration {
     pub crash_loop_back_off: CrashLoopBackOff,
     /// Image pull back-off (ImagePullBackOff); a nodelet field, kubelet hard-codes 10s..300s.
     pub image_pull_back_off: ImagePullBackOff,
+    /// Hard eviction thresholds, signal → `<` value (quantity or percentage). Absent: kubelet's
+    /// defaults (`memory.available: 100Mi`, `nodefs.available: 10%`, `nodefs.inodesFree: 5%`,
+    /// `imagefs.available: 15%`, `imagefs.inodesFree: 5%`); given: exactly the map given, as in
+    /// kubelet (omitted signals are not defaulted).
+    pub eviction_hard: BTreeMap<String, String>,
+    /// Soft eviction thresholds; each needs an `evictionSoftGracePeriod`.
+    pub eviction_soft: BTreeMap<String, String>,
+    /// How long each soft threshold must hold before it evicts (Go durations).
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// Longest grace period, seconds, given to a pod killed by a soft threshold (default 0: the
+    /// minimum grace period).
+    pub eviction_max_pod_grace_period: i32,
+    /// How long a pressure condition stays after its signal recovers (default 5m).
+    pub eviction_pressure_transition_period: GoDuration,
+    /// Amount reclaimed beyond a threshold once it is met, signal → quantity or percentage.
+    pub eviction_minimum_reclaim: BTreeMap<String, String>,
+    /// Period of the eviction manager's own check (kubelet hard-codes 10s); a nodelet field.
+    pub eviction_monitoring_period: GoDuration,
+    /// Wake the eviction manager from kernel memory threshold notifications (cgroup v1
+    /// `cgroup.event_control`) instead of waiting for the periodic check. kubelet's field, but
+    /// nodelet's default is true (kubelet's is false).
+    pub kernel_memcg_notification: bool,
+    /// Count every static pod as critical (never evicted), as kubelet does. nodelet's field,
+    /// default false: only pods with priority ≥ 2000000000 and mirror pods are critical.
+    pub static_pods_are_critical: bool,
 }
 
 impl Default for KubeletConfiguration {
@@ -253,6 +278,15 @@ impl Default for KubeletConfiguration {
             container_log_monitor_interval: GoDuration(Duration::from_secs(10)),
             crash_loop_back_off: CrashLoopBackOff::default(),
             image_pull_back_off: ImagePullBackOff::default(),
+            eviction_hard: crate::eviction::threshold::default_hard(),
+            eviction_soft: BTreeMap::new(),
+            eviction_soft_grace_period: BTreeMap::new(),
+            eviction_max_pod_grace_period: 0,
+            eviction_pressure_transition_period: GoDuration(Duration::from_secs(300)),
+            eviction_minimum_reclaim: BTreeMap::new(),
+            eviction_monitoring_period: GoDuration(Duration::from_secs(10)),
+            kernel_memcg_notification: true,
+            static_pods_are_critical: false,
         }
     }
 }
@@ -601,7 +635,44 @@ impl KubeletConfiguration {
         if self.max_pods == 0 {
             return Err(invalid("maxPods", "0", "must be at least 1"));
         }
+        if let Err(e) = self.eviction_thresholds() {
+            return Err(invalid(
+                e.field,
+                &format!("{}={}", e.signal, e.value),
+                &e.reason,
+            ));
+        }
+        if self.eviction_max_pod_grace_period < 0 {
+            return Err(invalid(
+                "evictionMaxPodGracePeriod",
+                &self.eviction_max_pod_grace_period.to_string(),
+                "must not be negative",
+            ));
+        }
+        if self.eviction_monitoring_period.0 < Duration::from_millis(100) {
+            return Err(invalid(
+                "evictionMonitoringPeriod",
+                &format_go_duration(self.eviction_monitoring_period.0),
+                "must be at least 100ms",
+            ));
+        }
         Ok(())
+    }
+
+    /// The eviction thresholds of `evictionHard`, `evictionSoft`, `evictionSoftGracePeriod` and
+    /// `evictionMinimumReclaim` (kubelet's `ParseThresholdConfig`).
+    ///
+    /// Errors: the first malformed entry, see [`crate::eviction::threshold::parse_thresholds`].
+    pub fn eviction_thresholds(
+        &self,
+    ) -> Result<Vec<crate::eviction::threshold::Threshold>, crate::eviction::threshold::ThresholdError>
+    {
+        crate::eviction::threshold::parse_thresholds(
+            &self.eviction_hard,
+            &self.eviction_soft,
+            &self.eviction_soft_grace_period,
+            &self.eviction_minimum_reclaim,
+        )
     }
 
     /// Path of the CRI runtime socket.
@@ -709,6 +780,9 @@ mod tests {
         assert_eq!(c.cgroup_driver, "cgroupfs");
         assert!(c.cgroups_per_qos);
         assert_eq!(c.pod_logs_dir, "/var/log/pods");
+        assert_eq!(c.eviction_thresholds().unwrap().len(), 5);
+        assert_eq!(c.eviction_pressure_transition_period.0, Duration::from_secs(300));
+        assert!(!c.static_pods_are_critical);
         assert_eq!(
             c.runtime_socket(),
             PathBuf::from("/run/containerd/containerd.sock")
@@ -767,6 +841,36 @@ mod tests {
                 "crashLoopBackOff: {initialContainerRestartPeriod: 10m}",
                 "crashLoopBackOff",
                 "10m0s..5m0s",
+            ),
+            (
+                "evictionHard: {memory.available: '0'}",
+                "evictionHard",
+                "memory.available=0",
+            ),
+            (
+                "evictionHard: {memory.free: 1Gi}",
+                "evictionHard",
+                "memory.free=1Gi",
+            ),
+            (
+                "evictionSoft: {memory.available: 1Gi}",
+                "evictionSoftGracePeriod",
+                "memory.available=",
+            ),
+            (
+                "evictionMinimumReclaim: {nodefs.available: much}",
+                "evictionMinimumReclaim",
+                "nodefs.available=much",
+            ),
+            (
+                "evictionMaxPodGracePeriod: -1",
+                "evictionMaxPodGracePeriod",
+                "-1",
+            ),
+            (
+                "evictionMonitoringPeriod: 1ms",
+                "evictionMonitoringPeriod",
+                "1ms",
             ),
         ];
         for (line, field, value) in cases {

@@ -82,6 +82,9 @@ pub struct Metrics {
     pub evictions: Family<SignalLabel, Counter>,
     /// Node pressure conditions, 1 when true (`nodelet_node_condition`).
     pub node_condition: Family<ConditionLabel, Gauge>,
+    /// From a kernel memory threshold notification to the eviction kill issued, seconds
+    /// (`nodelet_eviction_reaction_seconds`).
+    pub eviction_reaction: Histogram,
     /// PLEG events dropped because the channel was full (`kubelet_pleg_discard_events`).
     pub pleg_discard_events: Counter,
     /// Duration of a PLEG relist, seconds (`kubelet_pleg_relist_duration_seconds`).
@@ -145,6 +148,7 @@ impl Metrics {
             ),
             evictions: reg(&mut r, "kubelet_evictions", "Cumulative number of pod evictions by eviction signal", Family::default()),
             node_condition: reg(&mut r, "nodelet_node_condition", "Node pressure conditions, 1 when the condition is true", Family::default()),
+            eviction_reaction: reg(&mut r, "nodelet_eviction_reaction_seconds", "Seconds from a kernel memory threshold notification to the eviction kill issued", hist()),
             pleg_discard_events: reg(&mut r, "kubelet_pleg_discard_events", "The number of discard events in PLEG", Counter::default()),
             pleg_relist_duration: reg(&mut r, "kubelet_pleg_relist_duration_seconds", "Duration in seconds for relisting pods in PLEG", hist()),
             pleg_relist_interval: reg(&mut r, "kubelet_pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG", hist()),
@@ -168,7 +172,7 @@ impl Metrics {
                 })
                 .inc_by(0);
         }
-        for c in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        for c in crate::eviction::CONDITIONS {
             m.node_condition
                 .get_or_create(&ConditionLabel {
                     condition: c.into(),

@@ -1,13 +1,270 @@
-//! Eviction manager (kubelet's `pkg/kubelet/eviction`), in progress. Built and tested so far:
-//! threshold parsing with kubelet's rules ([`threshold`]), the memory and pid signals
-//! ([`signals`]), thresholds and node conditions over time with grace and transition periods
-//! ([`state`]), the ranking of pods under pressure ([`rank`]) and the cgroup v1 memory threshold
-//! notifier, eventfd + epoll ([`notifier`]). The manager loop that ties them to the pod workers
-//! (kill, Failed/Evicted status), the disk signals and admission are not built yet; nothing here
-//! is wired into the agent.
+//! Eviction manager (kubelet's `pkg/kubelet/eviction`): reclaims memory, disk and pids by failing
+//! pods before the kernel has to.
+//!
+//! - [`threshold`]: `evictionHard` / `evictionSoft` parsing with kubelet's rules.
+//! - [`signals`]: the signals, read from cgroup files, `/proc` and `statvfs`.
+//! - [`state`]: thresholds and node conditions over time (grace, transition, minimum reclaim).
+//! - [`rank`]: where eviction ranks pods.
+//! - [`notifier`]: kernel memory threshold notifications (cgroup v1 eventfd + epoll; PSI on v2).
+//! - [`manager`]: the loop that ties them together and kills one pod per pass.
+//! - [`admission`]: pods refused while the node is under pressure.
+//!
+//! This module also holds what the rest of the agent shares with the manager: [`EvictedPods`]
+//! (pods that stay Failed/Evicted until their manifest changes) and [`NodePressure`] (conditions,
+//! signals and recent evictions, served on `/node`).
 
+pub mod admission;
+pub mod manager;
 pub mod notifier;
 pub mod rank;
 pub mod signals;
 pub mod state;
 pub mod threshold;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use serde::Serialize;
+
+/// The reason on a pod failed by eviction or refused at admission (kubelet's `Evicted`).
+pub const REASON: &str = "Evicted";
+
+/// The node conditions eviction drives, in the order they are reported.
+pub const CONDITIONS: [&str; 3] = ["MemoryPressure", "DiskPressure", "PIDPressure"];
+
+/// How many recent evictions [`NodePressure`] keeps.
+const RECENT_EVICTIONS: usize = 32;
+
+#[derive(Debug, Clone)]
+struct Evicted {
+    config_hash: Option<String>,
+    message: String,
+}
+
+/// Pods failed by eviction or refused at admission, by UID, with the manifest hash
+/// (`kubernetes.io/config.hash`) they were failed with. Such a pod is not started again until its
+/// manifest changes (a new hash) or is removed. Cheap to clone; shared by the sync loop, the pod
+/// workers and the eviction manager.
+#[derive(Clone, Default)]
+pub struct EvictedPods(Arc<Mutex<HashMap<String, Evicted>>>);
+
+fn config_hash(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(crate::source::CONFIG_HASH_ANNOTATION)
+        .cloned()
+}
+
+impl EvictedPods {
+    /// Marks the pod failed with `message` (its status becomes Failed/Evicted).
+    pub fn mark(&self, pod: &Pod, message: String) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            crate::source::pod_uid(pod).to_owned(),
+            Evicted {
+                config_hash: config_hash(pod),
+                message,
+            },
+        );
+    }
+
+    /// The message the pod was failed with, when it was and its manifest is unchanged. A pod
+    /// whose manifest changed is forgotten here (it may run again) and gets `None`.
+    pub fn message(&self, pod: &Pod) -> Option<String> {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let uid = crate::source::pod_uid(pod);
+        let e = m.get(uid)?;
+        if e.config_hash == config_hash(pod) {
+            return Some(e.message.clone());
+        }
+        m.remove(uid);
+        None
+    }
+
+    /// True when the UID is marked, whatever its manifest.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(uid)
+    }
+
+    /// Forgets the pod (its manifest was removed).
+    pub fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+    }
+}
+
+/// The status of a pod failed by eviction (kubelet's eviction `PodStatus`): phase Failed, reason
+/// Evicted, the message.
+pub fn evicted_status(message: &str) -> PodStatus {
+    PodStatus {
+        phase: Some("Failed".into()),
+        reason: Some(REASON.into()),
+        message: Some(message.to_owned()),
+        ..Default::default()
+    }
+}
+
+/// One signal as last observed, for `/node`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalView {
+    /// Available, bytes (memory, disk), inodes or pids.
+    pub available: i64,
+    /// Capacity the percentages refer to, same unit.
+    pub capacity: i64,
+}
+
+/// One eviction, for `/node` and the benchmarks.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionRecord {
+    /// `<namespace>/<name>`.
+    pub pod: String,
+    /// Pod UID.
+    pub uid: String,
+    /// The signal whose threshold was met.
+    pub signal: String,
+    /// The status message.
+    pub message: String,
+    /// Grace period of the kill, seconds.
+    pub grace_seconds: i64,
+    /// When the kernel notification that started this pass arrived (Unix time, nanoseconds);
+    /// absent when the pass was the periodic check.
+    pub notified_at_unix_nanos: Option<i64>,
+    /// When the kill was handed to the pod worker (Unix time, nanoseconds).
+    pub kill_issued_at_unix_nanos: i64,
+}
+
+/// What `/node` shows: node conditions, the latest signals and recent evictions.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PressureView {
+    /// `MemoryPressure`, `DiskPressure`, `PIDPressure` → true while in force.
+    pub conditions: BTreeMap<String, bool>,
+    /// Signal name → latest observation.
+    pub signals: BTreeMap<String, SignalView>,
+    /// Thresholds configured, `signal<value` (hard) or `signal<value for grace` (soft).
+    pub thresholds: Vec<String>,
+    /// The latest evictions, oldest first.
+    pub evictions: VecDeque<EvictionRecord>,
+}
+
+/// Node pressure as the eviction manager last saw it. Cheap to clone; read by admission and the
+/// server, written by the manager.
+#[derive(Clone, Default)]
+pub struct NodePressure(Arc<RwLock<PressureView>>);
+
+impl NodePressure {
+    /// True while `condition` (`MemoryPressure`...) is in force.
+    pub fn has(&self, condition: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .conditions
+            .get(condition)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// A copy of the whole view.
+    pub fn view(&self) -> PressureView {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the conditions and signals (the manager, after each pass).
+    pub fn update(
+        &self,
+        conditions: BTreeMap<String, bool>,
+        signals: BTreeMap<String, SignalView>,
+    ) {
+        let mut v = self.0.write().unwrap_or_else(|e| e.into_inner());
+        v.conditions = conditions;
+        v.signals = signals;
+    }
+
+    /// Sets the configured thresholds shown.
+    pub fn set_thresholds(&self, thresholds: Vec<String>) {
+        self.0.write().unwrap_or_else(|e| e.into_inner()).thresholds = thresholds;
+    }
+
+    /// Records an eviction, keeping the latest few.
+    pub fn record(&self, r: EvictionRecord) {
+        let mut v = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if v.evictions.len() == RECENT_EVICTIONS {
+            v.evictions.pop_front();
+        }
+        v.evictions.push_back(r);
+    }
+}
+
+/// True for a pod eviction never picks: priority ≥ 2000000000 (priorityClassName
+/// `system-node-critical` or `system-cluster-critical`, or `spec.priority`), a mirror pod, or —
+/// with `static_pods_are_critical` (kubelet's rule, `IsCriticalPod`) — any static pod.
+pub fn is_critical(pod: &Pod, static_pods_are_critical: bool) -> bool {
+    let annotations = pod.metadata.annotations.as_ref();
+    let has = |k: &str| annotations.is_some_and(|a| a.contains_key(k));
+    crate::qos::pod_priority(pod) >= crate::qos::SYSTEM_CRITICAL_PRIORITY
+        || has(crate::source::CONFIG_MIRROR_ANNOTATION)
+        || (static_pods_are_critical
+            && annotations
+                .and_then(|a| a.get(crate::source::CONFIG_SOURCE_ANNOTATION))
+                .is_some_and(|s| s != "api"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, hash: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p.metadata.annotations = Some(
+            [(
+                crate::source::CONFIG_HASH_ANNOTATION.to_string(),
+                hash.to_string(),
+            )]
+            .into(),
+        );
+        p
+    }
+
+    #[test]
+    fn an_evicted_pod_stays_evicted_until_its_manifest_changes() {
+        let e = EvictedPods::default();
+        e.mark(&pod("u", "h1"), "The node was low on resource: memory.".into());
+        assert!(e.message(&pod("u", "h1")).is_some());
+        assert!(e.message(&pod("other", "h1")).is_none());
+        assert!(e.message(&pod("u", "h2")).is_none(), "a new manifest runs");
+        assert!(!e.contains("u"));
+        let s = evicted_status("m");
+        assert_eq!(
+            (s.phase.as_deref(), s.reason.as_deref()),
+            (Some("Failed"), Some("Evicted"))
+        );
+    }
+
+    #[test]
+    fn critical_pods_by_priority_mirror_or_the_static_rule() {
+        let mut p = pod("u", "h");
+        p.metadata.annotations.as_mut().unwrap().insert(
+            crate::source::CONFIG_SOURCE_ANNOTATION.into(),
+            "file".into(),
+        );
+        assert!(!is_critical(&p, false));
+        assert!(is_critical(&p, true), "kubelet's rule: every static pod");
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            priority_class_name: Some("system-cluster-critical".into()),
+            ..Default::default()
+        });
+        assert!(is_critical(&p, false));
+        let mut m = pod("m", "h");
+        m.metadata.annotations.as_mut().unwrap().insert(
+            crate::source::CONFIG_MIRROR_ANNOTATION.into(),
+            "h".into(),
+        );
+        assert!(is_critical(&m, false));
+    }
+}

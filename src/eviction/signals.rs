@@ -6,7 +6,9 @@
 //! - `allocatableMemory.available` = the `kubepods` limit − the working set of `kubepods`.
 //! - `pid.available` = `kernel.pid_max` − the tasks running (from `/proc/loadavg`).
 //!
-//! The filesystem signals (nodefs/imagefs) come with the rest of the manager.
+//! - `nodefs.available` / `nodefs.inodesFree`: `statvfs` of the filesystem holding the agent's
+//!   root directory and pod logs; `imagefs.*` the same for the runtime's image filesystem (the
+//!   one CRI `ImageFsInfo` names, or nodefs when it is the same or unknown).
 
 use std::path::Path;
 
@@ -74,6 +76,23 @@ pub fn pid_available(proc_root: &Path) -> Option<Observation> {
     })
 }
 
+/// `<prefix>.available` (bytes available to unprivileged users) and `<prefix>.inodesFree` of the
+/// filesystem holding `path`, via `statvfs`.
+pub fn filesystem(path: &Path) -> Option<(Observation, Observation)> {
+    let st = nix::sys::statvfs::statvfs(path).ok()?;
+    let frsize = st.fragment_size() as i64;
+    Some((
+        Observation {
+            available: st.blocks_available() as i64 * frsize,
+            capacity: st.blocks() as i64 * frsize,
+        },
+        Observation {
+            available: st.files_free() as i64,
+            capacity: st.files() as i64,
+        },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,8 +142,12 @@ mod tests {
     }
 
     #[test]
-    fn this_node_has_memory_and_pid_signals() {
+    fn this_node_has_memory_pid_and_filesystem_signals() {
         assert!(pid_available(Path::new("/proc")).is_some_and(|o| o.available > 0));
+        let (bytes, inodes) = filesystem(Path::new("/")).unwrap();
+        assert!(bytes.capacity > 0 && (0..=bytes.capacity).contains(&bytes.available));
+        assert!(inodes.available <= inodes.capacity);
+        assert!(filesystem(Path::new("/no/such/dir")).is_none());
         let root = Path::new("/sys/fs/cgroup/memory");
         if root.join("memory.usage_in_bytes").exists() {
             assert!(working_set(root).is_some_and(|w| w > 0));

@@ -6,7 +6,9 @@
 //! for its grace period; an observation where it is not met starts it over. A node condition
 //! (MemoryPressure for memory signals, DiskPressure for nodefs/imagefs, PIDPressure for
 //! pid.available) holds while a threshold of its signal is met and for
-//! `evictionPressureTransitionPeriod` after the last time it was.
+//! `evictionPressureTransitionPeriod` after the last time it was. A threshold that was met stays
+//! met until the signal is back above the threshold plus its `evictionMinimumReclaim` (kubelet's
+//! `thresholdsNotYetResolved`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -29,6 +31,7 @@ pub struct PressureState {
     thresholds: Vec<Threshold>,
     transition: Duration,
     first_met: HashMap<usize, Instant>,
+    unresolved: BTreeSet<usize>,
     condition_last_seen: HashMap<&'static str, Instant>,
 }
 
@@ -48,6 +51,7 @@ impl PressureState {
             thresholds,
             transition,
             first_met: HashMap::new(),
+            unresolved: BTreeSet::new(),
             condition_last_seen: HashMap::new(),
         }
     }
@@ -60,13 +64,17 @@ impl PressureState {
     ) -> Decision {
         let mut act_on = Vec::new();
         for (i, t) in self.thresholds.iter().enumerate() {
-            let met = observations
-                .get(&t.signal)
-                .is_some_and(|o| is_met(t, o.available, o.capacity));
+            let was_met = self.unresolved.contains(&i);
+            let met = observations.get(&t.signal).is_some_and(|o| {
+                is_met(t, o.available, o.capacity)
+                    || (was_met && o.available < reclaim_target(t, o.capacity))
+            });
             if !met {
                 self.first_met.remove(&i);
+                self.unresolved.remove(&i);
                 continue;
             }
+            self.unresolved.insert(i);
             let since = *self.first_met.entry(i).or_insert(now);
             self.condition_last_seen
                 .insert(condition_of(&t.signal), now);
@@ -84,6 +92,12 @@ impl PressureState {
             .collect();
         Decision { act_on, conditions }
     }
+}
+
+/// The available amount at which a met threshold is resolved: the threshold plus its minimum
+/// reclaim (kubelet's `thresholdsMet` with `enforceMinReclaim`).
+pub fn reclaim_target(t: &Threshold, capacity: i64) -> i64 {
+    t.value.amount(capacity) + t.min_reclaim.map_or(0, |m| m.amount(capacity))
 }
 
 #[cfg(test)]
@@ -148,6 +162,20 @@ mod tests {
         );
         assert!(s.observe(s_(71 + 300), &obs(900)).conditions.is_empty());
         assert_eq!(condition_of("nodefs.inodesFree"), "DiskPressure");
+    }
+
+    #[test]
+    fn a_met_threshold_stays_met_until_minimum_reclaim_is_reached() {
+        let mut th = t("memory.available", 100, 0);
+        th.min_reclaim = Some(ThresholdValue::Quantity(200));
+        let mut s = PressureState::new(vec![th], Duration::ZERO);
+        let t0 = Instant::now();
+        assert!(s.observe(t0, &obs(250)).act_on.is_empty(), "never met yet");
+        assert_eq!(s.observe(t0, &obs(99)).act_on.len(), 1);
+        assert_eq!(s.observe(t0, &obs(150)).act_on.len(), 1, "above 100, below 300");
+        assert_eq!(s.observe(t0, &obs(299)).act_on.len(), 1);
+        assert!(s.observe(t0, &obs(300)).act_on.is_empty(), "resolved at 100 + 200");
+        assert!(s.observe(t0, &obs(250)).act_on.is_empty(), "needs to be met afresh");
         assert_eq!(condition_of("pid.available"), "PIDPressure");
     }
 }

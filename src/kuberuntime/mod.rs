@@ -127,14 +127,18 @@ pub struct KubeRuntimeManager {
     agent_start_ns: i64,
 }
 
+/// The grace period a pod's containers are stopped with, seconds: an override as given (hard
+/// eviction passes 1), else the pod's own raised to [`MIN_GRACE_PERIOD_SECONDS`] (kubelet's
+/// `killContainer` applies the minimum before the override).
 fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
-    over.or_else(|| {
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-    })
-    .unwrap_or(crate::source::manifest::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
-    .max(MIN_GRACE_PERIOD_SECONDS)
+    if let Some(g) = over {
+        return g.max(0);
+    }
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(crate::source::manifest::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
+        .max(MIN_GRACE_PERIOD_SECONDS)
 }
 
 impl KubeRuntimeManager {

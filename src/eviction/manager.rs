@@ -1,0 +1,490 @@
+//! The eviction manager loop (kubelet's `managerImpl.synchronize`): on every kernel notification
+//! and every `evictionMonitoringPeriod`, observe the signals, decide which thresholds act and
+//! which node conditions hold, and, when a threshold acts, fail the first pod in rank order —
+//! at most one pod per pass — then wait for it to be cleaned up before the next pass.
+//!
+//! What the manager reads and does on the node is behind [`EvictionNode`], so that the decisions
+//! are tested with a fake node and an injected clock; the agent's implementation reads cgroup
+//! files and kills through the pod workers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{select, tick, Receiver};
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{info, warn};
+
+use super::rank::{rank, PodUsage};
+use super::signals::Observation;
+use super::state::PressureState;
+use super::threshold::{Threshold, ThresholdValue};
+use super::{is_critical, EvictionRecord, NodePressure, SignalView, CONDITIONS};
+use crate::metrics::{ConditionLabel, Metrics, SignalLabel};
+
+/// Grace period of a hard eviction, seconds (kubelet ≥ v1.31; older releases passed 0).
+pub const HARD_EVICTION_GRACE_SECONDS: i64 = 1;
+
+/// The resource a signal reclaims, as named in messages and used for ranking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resource {
+    /// Bytes of memory (working set against memory requests).
+    Memory,
+    /// Bytes of ephemeral storage (logs and writable layers against ephemeral-storage requests).
+    EphemeralStorage,
+    /// Inodes (ranked by ephemeral storage, as kubelet does for inode signals).
+    Inodes,
+    /// Process IDs (ranked by the pod's process count).
+    Pids,
+}
+
+impl Resource {
+    /// The resource of a signal.
+    pub fn of(signal: &str) -> Self {
+        match signal {
+            "memory.available" | "allocatableMemory.available" => Self::Memory,
+            "nodefs.inodesFree" | "imagefs.inodesFree" => Self::Inodes,
+            "pid.available" => Self::Pids,
+            _ => Self::EphemeralStorage,
+        }
+    }
+
+    /// kubelet's name in eviction messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::EphemeralStorage => "ephemeral-storage",
+            Self::Inodes => "inodes",
+            Self::Pids => "pids",
+        }
+    }
+}
+
+/// What the manager reads and does on the node.
+pub trait EvictionNode: Send {
+    /// Observes every signal it can, by signal name.
+    fn observe(&mut self) -> HashMap<String, Observation>;
+    /// Pods that are running or starting (not terminal, not already evicted).
+    fn active_pods(&self) -> Vec<Arc<Pod>>;
+    /// The pod's usage and request of `resource` (bytes, or a count for pids), `None` when it
+    /// cannot be measured (the pod is then ranked as using nothing).
+    fn pod_usage(&self, pod: &Pod, resource: Resource) -> Option<(i64, i64)>;
+    /// Fails the pod with `message` and kills it through its pod worker with `grace` seconds.
+    fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String);
+    /// True once the pod's worker has finished with it.
+    fn is_cleaned_up(&self, uid: &str) -> bool;
+    /// Re-arms kernel notifications for the thresholds (inactive_file moves); default none.
+    fn rearm(&mut self, _thresholds: &[Threshold]) {}
+}
+
+/// The manager's settings, from the configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Hard and soft thresholds.
+    pub thresholds: Vec<Threshold>,
+    /// `evictionPressureTransitionPeriod`.
+    pub transition: Duration,
+    /// `evictionMonitoringPeriod`.
+    pub monitoring_period: Duration,
+    /// `evictionMaxPodGracePeriod`, seconds.
+    pub max_pod_grace_seconds: i64,
+    /// `staticPodsAreCritical`.
+    pub static_pods_are_critical: bool,
+}
+
+/// A pod picked in one pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eviction {
+    /// The pod.
+    pub uid: String,
+    /// The threshold's signal.
+    pub signal: String,
+    /// Kill grace period, seconds.
+    pub grace: i64,
+    /// The status message.
+    pub message: String,
+}
+
+/// The manager: pressure state plus settings; see the module docs.
+pub struct Manager<N: EvictionNode> {
+    settings: Settings,
+    state: PressureState,
+    node: N,
+    pressure: NodePressure,
+    metrics: Arc<Metrics>,
+}
+
+fn format_amount(resource: Resource, v: i64) -> String {
+    match resource {
+        Resource::Memory | Resource::EphemeralStorage => format!("{}Ki", v / 1024),
+        Resource::Inodes | Resource::Pids => v.to_string(),
+    }
+}
+
+fn describe(t: &Threshold) -> String {
+    let v = match t.value {
+        ThresholdValue::Quantity(q) => format_amount(Resource::of(&t.signal), q),
+        ThresholdValue::Percentage(p) => format!("{}%", p * 100.0),
+    };
+    if t.grace_period.is_zero() {
+        format!("{}<{v}", t.signal)
+    } else {
+        format!(
+            "{}<{v} for {}",
+            t.signal,
+            crate::config::format_go_duration(t.grace_period)
+        )
+    }
+}
+
+/// Memory signals first, then the rest in configuration order (kubelet's `byEvictionPriority`).
+fn signal_order(signal: &str) -> u8 {
+    match Resource::of(signal) {
+        Resource::Memory => 0,
+        _ => 1,
+    }
+}
+
+impl<N: EvictionNode> Manager<N> {
+    /// A manager over `node`, publishing to `pressure` and `metrics`.
+    pub fn new(
+        settings: Settings,
+        node: N,
+        pressure: NodePressure,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        pressure.set_thresholds(settings.thresholds.iter().map(describe).collect());
+        Self {
+            state: PressureState::new(settings.thresholds.clone(), settings.transition),
+            settings,
+            node,
+            pressure,
+            metrics,
+        }
+    }
+
+    /// The node (for tests).
+    pub fn node(&self) -> &N {
+        &self.node
+    }
+
+    /// One pass at `now`: observe, publish the conditions, and pick and kill at most one pod.
+    /// `notified_at` is the wall time of the kernel notification that started the pass.
+    /// Returns the eviction made, if any.
+    pub fn synchronize(
+        &mut self,
+        now: Instant,
+        notified_at: Option<SystemTime>,
+    ) -> Option<Eviction> {
+        let observations = self.node.observe();
+        let decision = self.state.observe(now, &observations);
+        let conditions: BTreeMap<String, bool> = CONDITIONS
+            .iter()
+            .map(|c| (c.to_string(), decision.conditions.contains(c)))
+            .collect();
+        for (c, on) in &conditions {
+            self.metrics
+                .node_condition
+                .get_or_create(&ConditionLabel {
+                    condition: c.clone(),
+                })
+                .set(i64::from(*on));
+        }
+        let signals = observations
+            .iter()
+            .map(|(k, o)| {
+                (
+                    k.clone(),
+                    SignalView {
+                        available: o.available,
+                        capacity: o.capacity,
+                    },
+                )
+            })
+            .collect();
+        self.pressure.update(conditions, signals);
+
+        let mut act_on = decision.act_on;
+        act_on.sort_by_key(|t| signal_order(&t.signal));
+        let threshold = act_on.first()?;
+        let obs = observations.get(&threshold.signal)?;
+        let resource = Resource::of(&threshold.signal);
+        let pods = self.node.active_pods();
+        let by_uid: HashMap<&str, &Arc<Pod>> = pods
+            .iter()
+            .map(|p| (crate::source::pod_uid(p), p))
+            .collect();
+        let usages: Vec<PodUsage> = pods
+            .iter()
+            .map(|p| {
+                let (usage, request) = self.node.pod_usage(p, resource).unwrap_or((0, 0));
+                PodUsage {
+                    uid: crate::source::pod_uid(p).to_owned(),
+                    priority: crate::qos::pod_priority(p),
+                    usage,
+                    request,
+                    critical: is_critical(p, self.settings.static_pods_are_critical),
+                }
+            })
+            .collect();
+        let Some(victim) = rank(&usages).into_iter().next() else {
+            warn!(
+                signal = %threshold.signal,
+                available = obs.available,
+                "eviction threshold met, but no pod may be evicted (none running, or all critical)"
+            );
+            return None;
+        };
+        let pod = by_uid.get(victim.uid.as_str()).copied()?.clone();
+        let hard = threshold.grace_period.is_zero();
+        let grace = if hard {
+            HARD_EVICTION_GRACE_SECONDS
+        } else {
+            let own = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(crate::source::manifest::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+            self.settings.max_pod_grace_seconds.min(own)
+        };
+        let message = format!(
+            "The node was low on resource: {r}. Threshold quantity: {t}, available: {a}. Pod was using {u}, request is {q}. ",
+            r = resource.name(),
+            t = format_amount(resource, threshold.value.amount(obs.capacity)),
+            a = format_amount(resource, obs.available),
+            u = format_amount(resource, victim.usage),
+            q = format_amount(resource, victim.request),
+        );
+        info!(
+            pod = pod.metadata.name.as_deref().unwrap_or(""),
+            namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
+            uid = %victim.uid,
+            signal = %threshold.signal,
+            available = obs.available,
+            usage = victim.usage,
+            grace,
+            hard,
+            "evicting pod"
+        );
+        self.node.kill(pod.clone(), grace, message.clone());
+        let issued = SystemTime::now();
+        let nanos = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64)
+        };
+        self.metrics
+            .evictions
+            .get_or_create(&SignalLabel {
+                eviction_signal: threshold.signal.clone(),
+            })
+            .inc();
+        if let Some(n) = notified_at {
+            if let Ok(d) = issued.duration_since(n) {
+                self.metrics.eviction_reaction.observe(d.as_secs_f64());
+            }
+        }
+        self.pressure.record(EvictionRecord {
+            pod: crate::source::pod_ref(&pod).to_string(),
+            uid: victim.uid.clone(),
+            signal: threshold.signal.clone(),
+            message: message.clone(),
+            grace_seconds: grace,
+            notified_at_unix_nanos: notified_at.map(nanos),
+            kill_issued_at_unix_nanos: nanos(issued),
+        });
+        Some(Eviction {
+            uid: victim.uid,
+            signal: threshold.signal.clone(),
+            grace,
+            message,
+        })
+    }
+
+    /// Waits until the evicted pod is cleaned up, at most max(10 s, grace × 1.5) (kubelet's
+    /// `podCleanupTimeout` rule), polling every 50 ms; returns false on timeout.
+    fn wait_for_cleanup(&self, e: &Eviction) -> bool {
+        let limit = Duration::from_secs(10).max(Duration::from_millis(e.grace as u64 * 1500));
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if self.node.is_cleaned_up(&e.uid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        warn!(uid = %e.uid, "evicted pod not cleaned up in time; continuing");
+        false
+    }
+
+    /// Runs until `stop` fires or closes: a pass on every notification (`wake` carries its wall
+    /// time) and every monitoring period, and re-arms the notifications every period.
+    pub fn run(mut self, wake: Receiver<SystemTime>, stop: Receiver<()>) {
+        let period = tick(self.settings.monitoring_period);
+        self.node.rearm(&self.settings.thresholds);
+        loop {
+            let notified = select! {
+                recv(wake) -> t => match t { Ok(t) => Some(t), Err(_) => None },
+                recv(period) -> _ => {
+                    self.node.rearm(&self.settings.thresholds);
+                    None
+                },
+                recv(stop) -> _ => return,
+            };
+            if let Some(e) = self.synchronize(Instant::now(), notified) {
+                self.wait_for_cleanup(&e);
+                // Wake-ups that arrived while the pod was going are answered by the next pass.
+                let pending = wake.try_iter().last();
+                if let Some(t) = pending {
+                    if let Some(e) = self.synchronize(Instant::now(), Some(t)) {
+                        self.wait_for_cleanup(&e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[derive(Default)]
+    struct FakeNode {
+        available: i64,
+        pods: Vec<(Arc<Pod>, i64, i64)>,
+        killed: Vec<(String, i64, String)>,
+    }
+
+    impl EvictionNode for FakeNode {
+        fn observe(&mut self) -> HashMap<String, Observation> {
+            [(
+                "memory.available".to_string(),
+                Observation {
+                    available: self.available,
+                    capacity: 1 << 30,
+                },
+            )]
+            .into()
+        }
+        fn active_pods(&self) -> Vec<Arc<Pod>> {
+            let killed: HashSet<&str> = self.killed.iter().map(|k| k.0.as_str()).collect();
+            self.pods
+                .iter()
+                .filter(|p| !killed.contains(crate::source::pod_uid(&p.0)))
+                .map(|p| p.0.clone())
+                .collect()
+        }
+        fn pod_usage(&self, pod: &Pod, _: Resource) -> Option<(i64, i64)> {
+            self.pods
+                .iter()
+                .find(|p| p.0.metadata.uid == pod.metadata.uid)
+                .map(|p| (p.1, p.2))
+        }
+        fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String) {
+            self.killed
+                .push((crate::source::pod_uid(&pod).to_owned(), grace, message));
+        }
+        fn is_cleaned_up(&self, _: &str) -> bool {
+            true
+        }
+    }
+
+    fn pod(uid: &str, grace: i64, class: Option<&str>) -> Arc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p.metadata.name = Some(uid.into());
+        p.metadata.namespace = Some("default".into());
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            termination_grace_period_seconds: Some(grace),
+            priority_class_name: class.map(Into::into),
+            ..Default::default()
+        });
+        Arc::new(p)
+    }
+
+    fn manager(thresholds: Vec<Threshold>, node: FakeNode) -> Manager<FakeNode> {
+        Manager::new(
+            Settings {
+                thresholds,
+                transition: Duration::from_secs(300),
+                monitoring_period: Duration::from_secs(10),
+                max_pod_grace_seconds: 20,
+                static_pods_are_critical: false,
+            },
+            node,
+            NodePressure::default(),
+            Metrics::new(),
+        )
+    }
+
+    fn threshold(mib: i64, grace_s: u64) -> Threshold {
+        Threshold {
+            signal: "memory.available".into(),
+            value: ThresholdValue::Quantity(mib << 20),
+            grace_period: Duration::from_secs(grace_s),
+            min_reclaim: None,
+        }
+    }
+
+    #[test]
+    fn hard_threshold_evicts_one_pod_per_pass_in_rank_order_never_the_critical_one() {
+        let node = FakeNode {
+            available: 50 << 20,
+            pods: vec![
+                (pod("guaranteed", 30, None), 60 << 20, 64 << 20),
+                (pod("besteffort", 30, None), 300 << 20, 0),
+                (pod("critical", 30, Some("system-node-critical")), 900 << 20, 0),
+            ],
+            ..Default::default()
+        };
+        let mut m = manager(vec![threshold(100, 0)], node);
+        let t0 = Instant::now();
+        let e = m.synchronize(t0, None).unwrap();
+        assert_eq!((e.uid.as_str(), e.grace), ("besteffort", 1));
+        assert_eq!(
+            e.message,
+            "The node was low on resource: memory. Threshold quantity: 102400Ki, available: 51200Ki. Pod was using 307200Ki, request is 0Ki. "
+        );
+        assert!(m.pressure.has("MemoryPressure"));
+        assert_eq!(m.node().killed.len(), 1, "one pod per pass");
+        let e = m.synchronize(t0, None).unwrap();
+        assert_eq!(e.uid, "guaranteed");
+        assert!(m.synchronize(t0, None).is_none(), "the critical pod stays");
+        assert_eq!(m.pressure.view().evictions.len(), 2);
+    }
+
+    #[test]
+    fn soft_threshold_waits_for_its_grace_and_uses_the_capped_pod_grace() {
+        let node = FakeNode {
+            available: 150 << 20,
+            pods: vec![(pod("a", 60, None), 10 << 20, 0)],
+            ..Default::default()
+        };
+        let mut m = manager(vec![threshold(100, 0), threshold(200, 30)], node);
+        let t0 = Instant::now();
+        assert!(m.synchronize(t0, None).is_none());
+        assert!(m
+            .synchronize(t0 + Duration::from_secs(29), None)
+            .is_none());
+        let e = m.synchronize(t0 + Duration::from_secs(30), None).unwrap();
+        assert_eq!(e.grace, 20, "min(evictionMaxPodGracePeriod 20, pod's 60)");
+    }
+
+    #[test]
+    fn no_pressure_no_eviction_and_conditions_clear_after_the_transition_period() {
+        let node = FakeNode {
+            available: 50 << 20,
+            ..Default::default()
+        };
+        let mut m = manager(vec![threshold(100, 0)], node);
+        let t0 = Instant::now();
+        assert!(m.synchronize(t0, None).is_none(), "nothing to evict");
+        assert!(m.pressure.has("MemoryPressure"));
+        m.node.available = 500 << 20;
+        m.synchronize(t0 + Duration::from_secs(299), None);
+        assert!(m.pressure.has("MemoryPressure"));
+        m.synchronize(t0 + Duration::from_secs(300), None);
+        assert!(!m.pressure.has("MemoryPressure"));
+        assert!(!m.pressure.has("DiskPressure"));
+    }
+}
