@@ -127,6 +127,8 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         .map_err(AgentError::Runtime)?;
     let recorder = Recorder::default();
     let status = StatusManager::default();
+    let pressure = crate::eviction::NodePressure::default();
+    let evicted = crate::eviction::EvictedPods::default();
     let cri = rt.block_on(async {
         Cri::new(
             &config.runtime_socket(),
@@ -150,6 +152,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
             metrics: metrics.clone(),
             recorder: recorder.clone(),
             pleg: pleg_slot.clone(),
+            pressure: pressure.clone(),
         };
         let server = rt
             .block_on(crate::server::serve(addr, state))
@@ -159,7 +162,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
                 error!(error = %e, "HTTP server stopped");
             }
         });
-        info!(%addr, "serving /healthz /pods /metrics /events");
+        info!(%addr, "serving /healthz /pods /node /metrics /events");
     }
 
     let stop = rt.block_on(async { wait_for_runtime(&cri).await });
@@ -196,15 +199,24 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         config.container_log_monitor_interval.0,
     ));
 
-    let manager = Arc::new(KubeRuntimeManager::new(
-        cri,
-        settings,
-        cm.clone(),
-        status,
-        recorder.clone(),
-        metrics.clone(),
-        cache,
-    ));
+    // imagefs: the filesystem CRI names for images, when the runtime says.
+    let imagefs = rt
+        .block_on(cri.image_fs_mountpoints())
+        .ok()
+        .and_then(|m| m.into_iter().next())
+        .map(PathBuf::from);
+    let manager = Arc::new(
+        KubeRuntimeManager::new(
+            cri,
+            settings,
+            cm.clone(),
+            status.clone(),
+            recorder.clone(),
+            metrics.clone(),
+            cache,
+        )
+        .with_evicted(evicted.clone()),
+    );
     // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
     // periodic QoS update).
     let qos_cm = cm.clone();
@@ -254,7 +266,36 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .readiness();
-    let housekeeper = housekeeper(manager, workers.clone(), rt.handle().clone());
+    let housekeeper = housekeeper(manager.clone(), workers.clone(), rt.handle().clone());
+    threads.extend(start_eviction_manager(
+        &config,
+        crate::eviction::provider::AgentNode {
+            paths: crate::eviction::provider::Paths {
+                hierarchies: Hierarchies::current(),
+                layout: cm.layout().clone(),
+                memory_capacity: cm.memory_capacity(),
+                proc_root: PathBuf::from("/proc"),
+                nodefs: flags.root_dir.clone(),
+                imagefs,
+                pod_logs_dir: PathBuf::from(&config.pod_logs_dir),
+            },
+            status: status.clone(),
+            evicted: evicted.clone(),
+            workers: workers.clone(),
+            recorder: recorder.clone(),
+            notifier: None,
+        },
+        pressure.clone(),
+        metrics.clone(),
+        stop_rx.clone(),
+    ));
+    let admission = crate::eviction::admission::Admission {
+        pressure,
+        evicted,
+        status,
+        recorder: recorder.clone(),
+        static_pods_are_critical: config.static_pods_are_critical,
+    };
     let mut sync_loop = SyncLoop::new(
         workers,
         queue,
@@ -262,7 +303,8 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         housekeeper,
         recorder,
         config.max_pods as usize,
-    );
+    )
+    .with_admission(admission);
     sync_loop.on_iteration = watchdog();
     notify_ready_when(sources_ready);
     let channels = Channels {
@@ -281,6 +323,47 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     }
     rt.shutdown_timeout(Duration::from_secs(2));
     Ok(())
+}
+
+/// Starts the eviction manager on a thread of its own, with the kernel memory threshold notifier
+/// (its own thread, waiting in epoll) when `kernelMemcgNotification` is on.
+fn start_eviction_manager(
+    config: &KubeletConfiguration,
+    mut node: crate::eviction::provider::AgentNode,
+    pressure: crate::eviction::NodePressure,
+    metrics: Arc<Metrics>,
+    stop: crossbeam_channel::Receiver<()>,
+) -> Option<std::thread::JoinHandle<()>> {
+    use crate::eviction::manager::{Manager, Settings};
+    // Validated with the configuration.
+    let thresholds = config.eviction_thresholds().unwrap_or_default();
+    let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
+    if config.kernel_memcg_notification {
+        match crate::eviction::notifier::MemcgNotifier::new() {
+            Ok(n) => {
+                n.clone().spawn(wake_tx);
+                node.notifier = Some(n);
+            }
+            Err(e) => warn!(error = %e, "no kernel memory notifications; the periodic check remains"),
+        }
+    }
+    let settings = Settings {
+        thresholds,
+        transition: config.eviction_pressure_transition_period.0,
+        monitoring_period: config.eviction_monitoring_period.0,
+        max_pod_grace_seconds: i64::from(config.eviction_max_pod_grace_period),
+        static_pods_are_critical: config.static_pods_are_critical,
+    };
+    info!(
+        thresholds = ?settings.thresholds.iter().map(|t| t.signal.as_str()).collect::<Vec<_>>(),
+        notifications = node.notifier.is_some(),
+        period = ?settings.monitoring_period,
+        "starting eviction manager"
+    );
+    let manager = Manager::new(settings, node, pressure, metrics);
+    Some(spawn_thread("eviction-manager", move || {
+        manager.run(wake_rx, stop)
+    }))
 }
 
 /// Sets the agent's own oom_score_adj (`oomScoreAdj`, kubelet's `ApplyOOMScoreAdj` on itself).

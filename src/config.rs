@@ -331,40 +331,17 @@ impl Default for ImagePullBackOff {
     }
 }
 
-/// Field names nodelet reads; any other top-level key draws a warning.
-const KNOWN_FIELDS: &[&str] = &[
-    "apiVersion",
-    "kind",
-    "staticPodPath",
-    "fileCheckFrequency",
-    "syncFrequency",
-    "containerRuntimeEndpoint",
-    "imageServiceEndpoint",
-    "runtimeRequestTimeout",
-    "cgroupRoot",
-    "cgroupDriver",
-    "cgroupsPerQOS",
-    "healthzBindAddress",
-    "healthzPort",
-    "podLogsDir",
-    "readOnlyPort",
-    "address",
-    "resolvConf",
-    "maxPods",
-    "kubeReserved",
-    "systemReserved",
-    "enforceNodeAllocatable",
-    "qosReserved",
-    "podPidsLimit",
-    "cpuCFSQuota",
-    "cpuCFSQuotaPeriod",
-    "oomScoreAdj",
-    "crashLoopBackOff",
-    "containerLogMaxSize",
-    "containerLogMaxFiles",
-    "containerLogMonitorInterval",
-    "imagePullBackOff",
-];
+/// Field names nodelet reads (the keys the configuration serializes to); any other top-level
+/// key draws a warning.
+fn known_fields() -> std::collections::BTreeSet<String> {
+    match serde_yaml::to_value(KubeletConfiguration::default()) {
+        Ok(serde_yaml::Value::Mapping(m)) => m
+            .into_iter()
+            .filter_map(|(k, _)| k.as_str().map(str::to_owned))
+            .collect(),
+        _ => Default::default(),
+    }
+}
 
 /// A loaded configuration and the warnings found while loading it.
 #[derive(Debug, Clone)]
@@ -408,9 +385,10 @@ impl KubeletConfiguration {
                 ))
             }
         };
+        let known = known_fields();
         let unknown_fields: Vec<String> = map
             .keys()
-            .filter(|k| !KNOWN_FIELDS.contains(&k.as_str()))
+            .filter(|k| !known.contains(k.as_str()))
             .cloned()
             .collect();
         let config: KubeletConfiguration = if map.is_empty() {

@@ -1,5 +1,6 @@
 //! The agent's HTTP endpoints on `healthzBindAddress:healthzPort` (kubelet's healthz listener and
-//! read-only server): `GET /healthz`, `GET /pods` (a v1 PodList with status), `GET /metrics`
+//! read-only server): `GET /healthz`, `GET /pods` (a v1 PodList with status), `GET /node` (node
+//! pressure conditions, eviction signals and recent evictions), `GET /metrics`
 //! (OpenMetrics text, which Prometheus scrapes natively) and `GET /events` (in memory: the last
 //! 1000 since the agent started).
 
@@ -28,6 +29,8 @@ pub struct ServerState {
     pub recorder: Recorder,
     /// The PLEG, once started: its relist age decides `/healthz`.
     pub pleg: Arc<std::sync::OnceLock<Arc<crate::pleg::Pleg>>>,
+    /// Node pressure from the eviction manager (`/node`).
+    pub pressure: crate::eviction::NodePressure,
 }
 
 /// `ok`, or 500 with the reason when the PLEG has not relisted within its threshold.
@@ -61,6 +64,42 @@ async fn metrics(State(s): State<ServerState>) -> impl IntoResponse {
     )
 }
 
+/// kubelet's reasons on the node conditions (`nodestatus.MemoryPressureCondition` and friends).
+fn condition_reason(condition: &str, on: bool) -> &'static str {
+    match (condition, on) {
+        ("MemoryPressure", true) => "KubeletHasInsufficientMemory",
+        ("MemoryPressure", false) => "KubeletHasSufficientMemory",
+        ("DiskPressure", true) => "KubeletHasDiskPressure",
+        ("DiskPressure", false) => "KubeletHasNoDiskPressure",
+        ("PIDPressure", true) => "KubeletHasInsufficientPID",
+        _ => "KubeletHasSufficientPID",
+    }
+}
+
+/// `GET /node`: the node's pressure conditions (as `status.conditions` entries of a v1 Node),
+/// the latest eviction signals, the thresholds in force and the recent evictions.
+async fn node(State(s): State<ServerState>) -> impl IntoResponse {
+    let v = s.pressure.view();
+    let conditions: Vec<serde_json::Value> = v
+        .conditions
+        .iter()
+        .map(|(c, on)| {
+            serde_json::json!({
+                "type": c,
+                "status": if *on { "True" } else { "False" },
+                "reason": condition_reason(c, *on),
+            })
+        })
+        .collect();
+    Json(serde_json::json!({
+        "kind": "NodePressure",
+        "conditions": conditions,
+        "signals": v.signals,
+        "thresholds": v.thresholds,
+        "evictions": v.evictions,
+    }))
+}
+
 async fn events(State(s): State<ServerState>) -> impl IntoResponse {
     Json(serde_json::json!({ "kind": "EventList", "items": s.recorder.list() }))
 }
@@ -70,6 +109,7 @@ pub fn router(state: ServerState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/pods", get(pods))
+        .route("/node", get(node))
         .route("/metrics", get(metrics))
         .route("/events", get(events))
         .with_state(state)

@@ -52,6 +52,10 @@ pub struct SyncLoop<S: PodSyncer> {
     housekeeper: Housekeeper,
     recorder: Recorder,
     max_pods: usize,
+    /// Pods failed by eviction or refused at admission; not synced while their manifest stays.
+    evicted: crate::eviction::EvictedPods,
+    /// Eviction admission (kubelet's eviction `PodAdmitHandler`); none: every pod is admitted.
+    pub admission: Option<crate::eviction::admission::Admission>,
     /// Called after every iteration (the systemd watchdog hook, later); cheap.
     pub on_iteration: Option<Box<dyn Fn() + Send>>,
 }
@@ -74,8 +78,22 @@ impl<S: PodSyncer> SyncLoop<S> {
             housekeeper,
             recorder,
             max_pods,
+            evicted: Default::default(),
+            admission: None,
             on_iteration: None,
         }
+    }
+
+    /// Uses `admission` and its registry of evicted pods.
+    pub fn with_admission(mut self, admission: crate::eviction::admission::Admission) -> Self {
+        self.evicted = admission.evicted.clone();
+        self.admission = Some(admission);
+        self
+    }
+
+    /// The pod if it is desired and not failed by eviction.
+    fn runnable(&self, uid: &str) -> Option<&Arc<Pod>> {
+        self.pods.get(uid).filter(|_| !self.evicted.contains(uid))
     }
 
     /// Handles one batch of pod updates (kubelet's `HandlePodAdditions` / `Updates` / `Removes`).
@@ -100,18 +118,31 @@ impl<S: PodSyncer> SyncLoop<S> {
             }
             info!(pod = name, namespace, uid, source = update.source, op = ?update.op, "pod config changed");
             if update.op == PodOp::Remove {
+                self.evicted.forget(&uid);
                 let pod = self.pods.remove(&uid).unwrap_or(pod);
                 self.workers.update_pod(pod, UpdateType::Kill(None));
-            } else {
-                self.pods.insert(uid, pod.clone());
-                self.workers.update_pod(pod, UpdateType::Sync);
+                continue;
             }
+            // An evicted pod stays Failed until its manifest changes; a changed one is admitted
+            // afresh, like a new pod.
+            let was_evicted = self.evicted.contains(&uid);
+            if was_evicted && self.evicted.message(&pod).is_some() {
+                debug!(pod = name, namespace, uid, "pod was evicted and its manifest is unchanged; not starting it");
+                self.pods.insert(uid, pod);
+                continue;
+            }
+            let fresh = was_evicted || !self.pods.contains_key(&uid);
+            self.pods.insert(uid, pod.clone());
+            if fresh && !self.admission.as_ref().is_none_or(|a| a.admit(&pod)) {
+                continue;
+            }
+            self.workers.update_pod(pod, UpdateType::Sync);
         }
     }
 
     /// A PLEG event: sync its pod if it is desired.
     pub fn handle_pleg(&mut self, ev: PodLifecycleEvent) {
-        if let Some(pod) = self.pods.get(&ev.uid) {
+        if let Some(pod) = self.runnable(&ev.uid) {
             debug!(uid = %ev.uid, event = ?ev.kind, "PLEG event");
             self.workers.update_pod(pod.clone(), UpdateType::Sync);
         }
@@ -122,8 +153,7 @@ impl<S: PodSyncer> SyncLoop<S> {
     pub fn handle_probe(&mut self, r: ProbeResult) {
         let restart = !r.success && matches!(r.kind, ProbeKind::Liveness | ProbeKind::Startup);
         if let Some(pod) = self
-            .pods
-            .get(&r.uid)
+            .runnable(&r.uid)
             .filter(|_| restart || r.kind == ProbeKind::Readiness)
         {
             debug!(uid = %r.uid, container = %r.container, kind = ?r.kind, success = r.success, "probe result");
@@ -134,7 +164,7 @@ impl<S: PodSyncer> SyncLoop<S> {
     /// The sync tick: sync every desired pod whose work-queue entry is due at `now`.
     pub fn handle_sync_tick(&mut self, now: Instant) {
         for uid in self.queue.take_due(now) {
-            if let Some(pod) = self.pods.get(&uid) {
+            if let Some(pod) = self.runnable(&uid) {
                 self.workers.update_pod(pod.clone(), UpdateType::Sync);
             }
         }

@@ -103,7 +103,8 @@ impl Hierarchies {
         self.v1.is_empty() && self.unified.is_some()
     }
 
-    fn v1_mount(&self, controller: &str) -> Option<&Path> {
+    /// The mount point of the v1 hierarchy holding `controller`.
+    pub fn v1_mount(&self, controller: &str) -> Option<&Path> {
         self.v1
             .iter()
             .find(|(c, _)| c.iter().any(|x| x == controller))

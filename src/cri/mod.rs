@@ -361,4 +361,22 @@ impl Cri {
         let r = self.image.clone().pull_image(self.request(req, None)).await;
         self.record(started, "pull_image", r).map(|r| r.image_ref)
     }
+
+    /// `ImageFsInfo`: the mount points of the filesystems holding images (the imagefs of the
+    /// eviction signals).
+    pub async fn image_fs_mountpoints(&self) -> CriResult<Vec<String>> {
+        let started = std::time::Instant::now();
+        let r = self
+            .image
+            .clone()
+            .image_fs_info(self.request(cri::ImageFsInfoRequest {}, Some(self.timeout)))
+            .await;
+        self.record(started, "image_fs_info", r).map(|r| {
+            r.image_filesystems
+                .into_iter()
+                .filter_map(|f| f.fs_id.map(|id| id.mountpoint))
+                .filter(|m| !m.is_empty())
+                .collect()
+        })
+    }
 }

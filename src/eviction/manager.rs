@@ -316,29 +316,29 @@ impl<N: EvictionNode> Manager<N> {
     }
 
     /// Runs until `stop` fires or closes: a pass on every notification (`wake` carries its wall
-    /// time) and every monitoring period, and re-arms the notifications every period.
-    pub fn run(mut self, wake: Receiver<SystemTime>, stop: Receiver<()>) {
+    /// time and key) and every monitoring period, and re-arms the notifications every period.
+    pub fn run(mut self, wake: Receiver<(SystemTime, String)>, stop: Receiver<()>) {
         let period = tick(self.settings.monitoring_period);
         self.node.rearm(&self.settings.thresholds);
+        // The first pass at once, so admission sees the conditions before the first pods come.
+        let mut notified = None;
         loop {
-            let notified = select! {
-                recv(wake) -> t => match t { Ok(t) => Some(t), Err(_) => None },
+            if let Some(e) = self.synchronize(Instant::now(), notified) {
+                self.wait_for_cleanup(&e);
+                // Wake-ups that arrived while the pod was going are answered by the next pass.
+                if let Some((at, _)) = wake.try_iter().last() {
+                    notified = Some(at);
+                    continue;
+                }
+            }
+            notified = select! {
+                recv(wake) -> t => t.ok().map(|(at, _)| at),
                 recv(period) -> _ => {
                     self.node.rearm(&self.settings.thresholds);
                     None
                 },
                 recv(stop) -> _ => return,
             };
-            if let Some(e) = self.synchronize(Instant::now(), notified) {
-                self.wait_for_cleanup(&e);
-                // Wake-ups that arrived while the pod was going are answered by the next pass.
-                let pending = wake.try_iter().last();
-                if let Some(t) = pending {
-                    if let Some(e) = self.synchronize(Instant::now(), Some(t)) {
-                        self.wait_for_cleanup(&e);
-                    }
-                }
-            }
         }
     }
 }

@@ -8,6 +8,7 @@
 //! - [`notifier`]: kernel memory threshold notifications (cgroup v1 eventfd + epoll; PSI on v2).
 //! - [`manager`]: the loop that ties them together and kills one pod per pass.
 //! - [`admission`]: pods refused while the node is under pressure.
+//! - [`provider`]: the agent's side: signals from this node, pods, kills through the pod workers.
 //!
 //! This module also holds what the rest of the agent shares with the manager: [`EvictedPods`]
 //! (pods that stay Failed/Evicted until their manifest changes) and [`NodePressure`] (conditions,
@@ -16,6 +17,7 @@
 pub mod admission;
 pub mod manager;
 pub mod notifier;
+pub mod provider;
 pub mod rank;
 pub mod signals;
 pub mod state;

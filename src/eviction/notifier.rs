@@ -6,7 +6,13 @@
 //! cgroup's `cgroup.event_control`, with `memory.usage_in_bytes` as the usage file. One thread
 //! waits in `epoll_wait` on every eventfd and sends the crossed threshold's key on a crossbeam
 //! channel. kubelet's threshold is `capacity - eviction threshold + inactive_file`; the caller
-//! re-arms (replaces) a threshold as inactive_file moves.
+//! re-arms a threshold as inactive_file moves by registering the same key again, which replaces
+//! (and closes) the previous eventfd.
+//!
+//! cgroup v2 has no usage threshold notification (and kubelet has no notifier there). On a v2
+//! host nodelet wakes on the kubepods cgroup's `memory.pressure` PSI trigger (`some <stall µs>
+//! <window µs>`, polled for `EPOLLPRI`) and on changes of its `memory.events` (the `high` and
+//! `max` counters; kernfs files signal `EPOLLPRI` when modified). Both go into the same epoll set.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -28,10 +34,46 @@ pub struct NotifierError {
     pub message: String,
 }
 
-struct Registration {
-    eventfd: EventFd,
-    // Kept open: the kernel watches usage through it.
-    _usage: File,
+enum Registration {
+    /// cgroup v1: the eventfd, and the usage file the kernel watches through it.
+    Threshold { eventfd: EventFd, _usage: File },
+    /// cgroup v2: a PSI trigger; nothing to read, the trigger lives while the file is open.
+    Psi(File),
+    /// cgroup v2: a kernfs file (`memory.events`) read again after each change.
+    Events(File),
+}
+
+impl Registration {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            Self::Threshold { eventfd, .. } => eventfd.as_fd(),
+            Self::Psi(f) | Self::Events(f) => f.as_fd(),
+        }
+    }
+
+    /// Acknowledges a wake-up so that the next one is reported.
+    fn reset(&self) {
+        match self {
+            Self::Threshold { eventfd, .. } => {
+                let _ = eventfd.read();
+            }
+            Self::Psi(_) => {}
+            Self::Events(f) => {
+                use std::io::{Read, Seek};
+                let mut f = f;
+                let mut buf = [0u8; 512];
+                let _ = f.seek(std::io::SeekFrom::Start(0));
+                let _ = f.read(&mut buf);
+            }
+        }
+    }
+}
+
+/// The trigger line written to a PSI file: wake when tasks stall on memory for `stall` in any
+/// `window` (kernel `Documentation/accounting/psi.rst`; windows from 500ms to 10s).
+pub fn psi_trigger(stall: Duration, window: Duration) -> String {
+    format!("some {} {}", stall.as_micros(), window.as_micros())
 }
 
 /// Registered thresholds and the epoll set that waits on them.
@@ -57,8 +99,89 @@ impl MemcgNotifier {
         }))
     }
 
+    fn add(&self, key: &str, reg: Registration, events: EpollFlags) -> Result<(), String> {
+        let mut regs = self.registrations.lock().unwrap_or_else(|e| e.into_inner());
+        // Re-arming: the previous registration under this key goes (closing its fd ends it).
+        let old: Vec<u64> = regs
+            .iter()
+            .filter(|(_, (k, _))| k == key)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in old {
+            if let Some((_, r)) = regs.remove(&t) {
+                let _ = self.epoll.delete(r.fd());
+            }
+        }
+        let token = {
+            let mut t = self.next_token.lock().unwrap_or_else(|e| e.into_inner());
+            *t += 1;
+            *t
+        };
+        self.epoll
+            .add(reg.fd(), EpollEvent::new(events, token))
+            .map_err(|e| format!("epoll_ctl: {e}"))?;
+        regs.insert(token, (key.to_owned(), reg));
+        Ok(())
+    }
+
+    /// Number of live registrations.
+    pub fn len(&self) -> usize {
+        self.registrations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// True when nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// cgroup v2: registers a PSI trigger ([`psi_trigger`]) on `pressure_file` (a cgroup's
+    /// `memory.pressure`, or `/proc/pressure/memory`), replacing any registration under `key`.
+    ///
+    /// Errors: the file cannot be opened or refuses the trigger (no PSI in this kernel).
+    pub fn register_psi(
+        &self,
+        key: &str,
+        pressure_file: &Path,
+        stall: Duration,
+        window: Duration,
+    ) -> Result<(), NotifierError> {
+        use std::io::Write;
+        let err = |message: String| NotifierError {
+            cgroup: pressure_file.to_owned(),
+            message,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(pressure_file)
+            .map_err(|e| err(format!("open: {e}")))?;
+        f.write_all(psi_trigger(stall, window).as_bytes())
+            .map_err(|e| err(format!("write trigger: {e}")))?;
+        self.add(key, Registration::Psi(f), EpollFlags::EPOLLPRI)
+            .map_err(err)
+    }
+
+    /// cgroup v2: wakes whenever `events_file` (a cgroup's `memory.events`) changes, replacing
+    /// any registration under `key`.
+    ///
+    /// Errors: the file cannot be opened or polled.
+    pub fn register_events(&self, key: &str, events_file: &Path) -> Result<(), NotifierError> {
+        let err = |message: String| NotifierError {
+            cgroup: events_file.to_owned(),
+            message,
+        };
+        let f = File::open(events_file).map_err(|e| err(format!("open: {e}")))?;
+        let reg = Registration::Events(f);
+        reg.reset();
+        self.add(key, reg, EpollFlags::EPOLLPRI).map_err(err)
+    }
+
     /// Registers a wake-up when `memory.usage_in_bytes` of the memory cgroup directory `cgroup`
-    /// crosses `threshold_bytes`; `key` names it in notifications (e.g. the signal).
+    /// crosses `threshold_bytes`; `key` names it in notifications (e.g. the signal). A previous
+    /// registration under the same key is replaced.
     ///
     /// Errors: the cgroup files cannot be opened or written (not a v1 memory cgroup).
     pub fn register(
@@ -83,28 +206,15 @@ impl MemcgNotifier {
         );
         std::fs::write(cgroup.join("cgroup.event_control"), line)
             .map_err(|e| err(format!("write cgroup.event_control: {e}")))?;
-        let token = {
-            let mut t = self.next_token.lock().unwrap_or_else(|e| e.into_inner());
-            *t += 1;
-            *t
-        };
-        self.epoll
-            .add(&eventfd, EpollEvent::new(EpollFlags::EPOLLIN, token))
-            .map_err(|e| err(format!("epoll_ctl: {e}")))?;
-        self.registrations
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                token,
-                (
-                    key.to_owned(),
-                    Registration {
-                        eventfd,
-                        _usage: usage,
-                    },
-                ),
-            );
-        Ok(())
+        self.add(
+            key,
+            Registration::Threshold {
+                eventfd,
+                _usage: usage,
+            },
+            EpollFlags::EPOLLIN,
+        )
+        .map_err(err)
     }
 
     /// Waits up to `timeout` and returns the keys of the thresholds crossed meanwhile.
@@ -120,24 +230,26 @@ impl MemcgNotifier {
             .iter()
             .filter_map(|ev| regs.get(&ev.data()))
             .map(|(key, r)| {
-                // Reset the counter so the next crossing wakes us again.
-                let _ = r.eventfd.read();
+                // Acknowledge so the next crossing wakes us again.
+                r.reset();
                 key.clone()
             })
             .collect()
     }
 
-    /// Runs the wait loop on a thread of its own, sending crossed keys on `tx` until the
-    /// receiver is dropped.
+    /// Runs the wait loop on a thread of its own, sending each wake-up's wall time and crossed
+    /// key on `tx` until the receiver is dropped.
     pub fn spawn(
         self: Arc<Self>,
-        tx: crossbeam_channel::Sender<String>,
+        tx: crossbeam_channel::Sender<(std::time::SystemTime, String)>,
     ) -> std::thread::JoinHandle<()> {
         std::thread::Builder::new()
             .name("memcg-notifier".into())
             .spawn(move || loop {
-                for key in self.wait(Duration::from_secs(1)) {
-                    if tx.send(key).is_err() {
+                let keys = self.wait(Duration::from_secs(1));
+                let at = std::time::SystemTime::now();
+                for key in keys {
+                    if tx.send((at, key)).is_err() {
                         return;
                     }
                 }
@@ -176,9 +288,59 @@ mod tests {
             ))
             .spawn()
             .unwrap();
-        let got = rx.recv_timeout(Duration::from_secs(10));
+        let got = rx.recv_timeout(Duration::from_secs(10)).map(|(_, k)| k);
         let _ = child.wait();
+        // Re-arming under the same key replaces the registration.
+        n.register("memory.available", &cg, 32 << 20).unwrap();
+        assert_eq!(n.len(), 1);
         let _ = std::fs::remove_dir(&cg);
         assert_eq!(got.as_deref(), Ok("memory.available"));
+    }
+
+    /// The cgroup v2 path, as far as this machine allows: its v2 hierarchy has no memory
+    /// controller and its kernel refuses PSI triggers (EINVAL), so the kernfs change wake-up is
+    /// tested on a v2 cgroup's `cgroup.events` (the same mechanism as `memory.events`), and the
+    /// PSI trigger's format and its refusal are checked.
+    #[test]
+    fn cgroup_v2_file_changes_wake_the_notifier_and_psi_triggers_are_formatted() {
+        assert_eq!(
+            psi_trigger(Duration::from_millis(100), Duration::from_secs(1)),
+            "some 100000 1000000"
+        );
+        let n = MemcgNotifier::new().unwrap();
+        if let Err(e) = n.register_psi(
+            "psi",
+            Path::new("/proc/pressure/memory"),
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+        ) {
+            assert_eq!(e.cgroup, Path::new("/proc/pressure/memory"), "{e}");
+        }
+        assert!(n
+            .register_events("events", Path::new("/no/such/memory.events"))
+            .is_err());
+        let unified = Path::new("/sys/fs/cgroup/unified");
+        if !unified.join("cgroup.procs").exists() {
+            eprintln!("no cgroup v2 hierarchy here");
+            return;
+        }
+        let cg = unified.join(format!("nodelet-notifier-v2-test-{}", std::process::id()));
+        std::fs::create_dir_all(&cg).unwrap();
+        n.register_events("events", &cg.join("cgroup.events")).unwrap();
+        n.register_events("events", &cg.join("cgroup.events")).unwrap();
+        assert!(n.len() <= 2, "re-registering replaces");
+        assert!(n.wait(Duration::from_millis(50)).is_empty(), "quiet until it changes");
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let _t = n.clone().spawn(tx);
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("echo $$ > {}/cgroup.procs && sleep 0.3", cg.display()))
+            .spawn()
+            .unwrap();
+        let got = rx.recv_timeout(Duration::from_secs(10)).map(|(_, k)| k);
+        let _ = child.wait();
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = std::fs::remove_dir(&cg);
+        assert_eq!(got.as_deref(), Ok("events"));
     }
 }

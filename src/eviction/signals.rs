@@ -41,6 +41,17 @@ pub fn working_set(cgroup: &Path) -> Option<i64> {
     Some((usage - inactive_file(cgroup).unwrap_or(0)).max(0))
 }
 
+/// Working set of a cgroup v2 directory, bytes: `memory.current` − `inactive_file`.
+pub fn working_set_v2(cgroup: &Path) -> Option<i64> {
+    let usage = read_i64(&cgroup.join("memory.current"))?;
+    Some((usage - inactive_file(cgroup).unwrap_or(0)).max(0))
+}
+
+/// Working set of a memory cgroup of either version, bytes.
+pub fn working_set_any(cgroup: &Path) -> Option<i64> {
+    working_set(cgroup).or_else(|| working_set_v2(cgroup))
+}
+
 /// `memory.available` for a node of `capacity` bytes, from the root memory cgroup.
 pub fn memory_available(root_memcg: &Path, capacity: i64) -> Option<Observation> {
     Some(Observation {
@@ -113,6 +124,11 @@ mod tests {
         std::fs::write(kubepods.join("memory.limit_in_bytes"), "2000\n").unwrap();
         std::fs::write(kubepods.join("memory.stat"), "inactive_file 900\n").unwrap();
         assert_eq!(working_set(&root), Some(2000));
+        let v2 = tmp.path().join("v2");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("memory.current"), "5000\n").unwrap();
+        std::fs::write(v2.join("memory.stat"), "anon 10\ninactive_file 1500\n").unwrap();
+        assert_eq!(working_set_any(&v2), Some(3500));
         assert_eq!(
             memory_available(&root, 10_000),
             Some(Observation {

@@ -125,6 +125,8 @@ pub struct KubeRuntimeManager {
     started: Mutex<std::collections::HashSet<String>>,
     /// When this agent started, nanoseconds since the epoch.
     agent_start_ns: i64,
+    /// Pods failed by eviction or admission: never started, status Failed/Evicted.
+    evicted: crate::eviction::EvictedPods,
 }
 
 /// The grace period a pod's containers are stopped with, seconds: an override as given (hard
@@ -173,7 +175,14 @@ impl KubeRuntimeManager {
             pull_backoff: Backoff::try_new(pi, pm).unwrap_or_else(|_| kubelet()),
             started: Mutex::new(std::collections::HashSet::new()),
             agent_start_ns: backoff::now_ns(),
+            evicted: Default::default(),
         }
+    }
+
+    /// Shares the registry of evicted pods with the eviction manager and the sync loop.
+    pub fn with_evicted(mut self, evicted: crate::eviction::EvictedPods) -> Self {
+        self.evicted = evicted;
+        self
     }
 
     /// The container manager.
@@ -399,6 +408,13 @@ impl KubeRuntimeManager {
 
     async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
         let uid = crate::source::pod_uid(pod).to_owned();
+        if let Some(message) = self.evicted.message(pod) {
+            // Failed by eviction (its kill is queued behind this sync) or refused at admission:
+            // nothing is started until the manifest changes.
+            self.status
+                .set(pod.clone(), crate::eviction::evicted_status(&message));
+            return Ok(Requeue::Normal);
+        }
         let rt = self.current_status(&uid).await?;
         let mut actions = compute_pod_actions(pod, &rt);
         let wait = self.apply_crash_backoff(pod, &rt, &mut actions);
@@ -630,7 +646,13 @@ impl KubeRuntimeManager {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&uid);
-        self.status.remove(&uid);
+        // An evicted pod keeps its Failed/Evicted status while its manifest stays.
+        match self.evicted.message(pod) {
+            Some(m) => self
+                .status
+                .set(pod.clone(), crate::eviction::evicted_status(&m)),
+            None => self.status.remove(&uid),
+        }
         self.cache.delete(&uid);
         self.started
             .lock()

@@ -90,6 +90,17 @@ impl StatusManager {
         counts
     }
 
+    /// Pods whose phase is not terminal (Failed, Succeeded): the pods eviction may pick.
+    pub fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|(_, s)| !matches!(s.phase.as_deref(), Some("Failed" | "Succeeded")))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
     /// Number of pods whose phase is Running.
     pub fn running_pods(&self) -> usize {
         self.inner

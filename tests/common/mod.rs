@@ -191,8 +191,15 @@ impl Nodelet {
     }
 
     fn write_config(&self) {
+        // Tests that are not about eviction keep only the memory threshold: a CI disk that is
+        // nearly full must not refuse their pods under DiskPressure.
+        let eviction = if self.extra_config.contains("evictionHard") {
+            ""
+        } else {
+            "evictionHard: {memory.available: 100Mi}\n"
+        };
         let cfg = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {}\nhealthzPort: {}\npodLogsDir: {}\n{}",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {}\nhealthzPort: {}\npodLogsDir: {}\n{eviction}{}",
             self.manifests().display(),
             cri_socket().display(),
             self.cgroup_root,

@@ -1,0 +1,330 @@
+//! The eviction manager's view of this node and its hands on it (kubelet's summary provider,
+//! `activePodsFunc`, `killPodFunc` and `podCleanedUpFunc`, plus the notifier registrations):
+//! signals from cgroup files, `/proc` and `statvfs`; pods from the status manager; kills through
+//! the pod workers.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{debug, warn};
+
+use super::manager::{EvictionNode, Resource};
+use super::notifier::MemcgNotifier;
+use super::signals::{self, Observation};
+use super::threshold::Threshold;
+use super::{EvictedPods, REASON};
+use crate::cm::cgroupfs::Hierarchies;
+use crate::cm::CgroupLayout;
+use crate::events::Recorder;
+use crate::kuberuntime::KubeRuntimeManager;
+use crate::podworkers::{PodWorkers, UpdateType};
+use crate::status::StatusManager;
+
+/// PSI trigger of the cgroup v2 notifier: 100 ms of memory stall in any 1 s window.
+const PSI_STALL: std::time::Duration = std::time::Duration::from_millis(100);
+const PSI_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Where the signals are read.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// The cgroup hierarchies.
+    pub hierarchies: Hierarchies,
+    /// The pod cgroup layout (cgroupRoot, driver, cgroupsPerQOS).
+    pub layout: CgroupLayout,
+    /// Node memory capacity, bytes.
+    pub memory_capacity: i64,
+    /// `/proc`.
+    pub proc_root: PathBuf,
+    /// A directory on nodefs (the agent's root directory).
+    pub nodefs: PathBuf,
+    /// A directory on imagefs (from CRI `ImageFsInfo`), or `None` when it is nodefs.
+    pub imagefs: Option<PathBuf>,
+    /// `podLogsDir`.
+    pub pod_logs_dir: PathBuf,
+}
+
+impl Paths {
+    /// The directory of a cgroup (cgroupfs path spelled for the driver) for the memory
+    /// controller: under the v1 memory mount, else under the v2 mount.
+    fn memory_dir(&self, spelled: &str) -> Option<PathBuf> {
+        let base = self
+            .hierarchies
+            .v1_mount("memory")
+            .map(Path::to_path_buf)
+            .or_else(|| self.hierarchies.unified.clone())?;
+        Some(base.join(spelled.trim_start_matches('/')))
+    }
+
+    /// The root memory cgroup (v1 only: the v2 root has no usage file).
+    fn root_memcg(&self) -> Option<PathBuf> {
+        self.hierarchies.v1_mount("memory").map(Path::to_path_buf)
+    }
+
+    /// The `kubepods` memory cgroup.
+    pub fn kubepods_memcg(&self) -> Option<PathBuf> {
+        self.memory_dir(&self.layout.spell(&self.layout.kubepods()))
+    }
+
+    fn pod_cgroup(&self, controller: &str, pod: &Pod) -> Option<PathBuf> {
+        if !self.layout.per_qos {
+            return None;
+        }
+        let uid = crate::source::pod_uid(pod);
+        let spelled = self
+            .layout
+            .spell(&self.layout.pod_cgroup(uid, crate::qos::pod_qos_class(pod)));
+        let base = self
+            .hierarchies
+            .v1_mount(controller)
+            .map(Path::to_path_buf)
+            .or_else(|| self.hierarchies.unified.clone())?;
+        Some(base.join(spelled.trim_start_matches('/')))
+    }
+
+    /// Every signal this node can observe now.
+    pub fn observe(&self) -> HashMap<String, Observation> {
+        let mut out = HashMap::new();
+        if let Some(o) = self
+            .root_memcg()
+            .and_then(|r| signals::memory_available(&r, self.memory_capacity))
+        {
+            out.insert("memory.available".to_string(), o);
+        }
+        if let Some(o) = self
+            .kubepods_memcg()
+            .and_then(|k| allocatable_available(&k))
+        {
+            out.insert("allocatableMemory.available".to_string(), o);
+        }
+        if let Some((bytes, inodes)) = signals::filesystem(&self.nodefs) {
+            out.insert("nodefs.available".to_string(), bytes);
+            out.insert("nodefs.inodesFree".to_string(), inodes);
+        }
+        let imagefs = self.imagefs.as_deref().unwrap_or(&self.nodefs);
+        if let Some((bytes, inodes)) = signals::filesystem(imagefs) {
+            out.insert("imagefs.available".to_string(), bytes);
+            out.insert("imagefs.inodesFree".to_string(), inodes);
+        }
+        if let Some(o) = signals::pid_available(&self.proc_root) {
+            out.insert("pid.available".to_string(), o);
+        }
+        out
+    }
+}
+
+/// `allocatableMemory.available` from a v1 (`memory.limit_in_bytes`) or v2 (`memory.max`)
+/// kubepods cgroup.
+fn allocatable_available(kubepods: &Path) -> Option<Observation> {
+    if let Some(o) = signals::allocatable_memory_available(kubepods) {
+        return Some(o);
+    }
+    let max: i64 = std::fs::read_to_string(kubepods.join("memory.max"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Observation {
+        available: max - signals::working_set_v2(kubepods)?,
+        capacity: max,
+    })
+}
+
+/// Bytes and inodes used below `dir` (a pod's log directory).
+fn disk_usage(dir: &Path) -> (i64, i64) {
+    let mut bytes = 0i64;
+    let mut inodes = 0i64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            inodes += 1;
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                bytes += m.len() as i64;
+            }
+        }
+    }
+    (bytes, inodes)
+}
+
+/// Sum of the containers' `ephemeral-storage` requests, bytes.
+fn ephemeral_request(pod: &Pod) -> i64 {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter_map(|c| {
+            let q = c.resources.as_ref()?.requests.as_ref()?.get("ephemeral-storage")?;
+            crate::quantity::parse_value(&q.0).ok()
+        })
+        .map(|v| v as i64)
+        .sum()
+}
+
+/// The agent's [`EvictionNode`].
+pub struct AgentNode {
+    /// Where signals are read.
+    pub paths: Paths,
+    /// Active pods come from here.
+    pub status: StatusManager,
+    /// Evicted pods are marked here.
+    pub evicted: EvictedPods,
+    /// Kills go here.
+    pub workers: PodWorkers<KubeRuntimeManager>,
+    /// The Evicted event goes here.
+    pub recorder: Recorder,
+    /// Kernel notifications, when `kernelMemcgNotification` is on.
+    pub notifier: Option<Arc<MemcgNotifier>>,
+}
+
+impl EvictionNode for AgentNode {
+    fn observe(&mut self) -> HashMap<String, Observation> {
+        self.paths.observe()
+    }
+
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.status
+            .active_pods()
+            .into_iter()
+            .filter(|p| !self.evicted.contains(crate::source::pod_uid(p)))
+            .collect()
+    }
+
+    fn pod_usage(&self, pod: &Pod, resource: Resource) -> Option<(i64, i64)> {
+        match resource {
+            Resource::Memory => {
+                let dir = self.paths.pod_cgroup("memory", pod)?;
+                let ws = signals::working_set_any(&dir)?;
+                Some((ws, crate::cm::resources::pod_amounts(pod).memory_request))
+            }
+            Resource::EphemeralStorage | Resource::Inodes => {
+                let m = &pod.metadata;
+                let dir = self.paths.pod_logs_dir.join(format!(
+                    "{}_{}_{}",
+                    m.namespace.as_deref().unwrap_or(""),
+                    m.name.as_deref().unwrap_or(""),
+                    m.uid.as_deref().unwrap_or("")
+                ));
+                let (bytes, inodes) = disk_usage(&dir);
+                if resource == Resource::Inodes {
+                    Some((inodes, 0))
+                } else {
+                    Some((bytes, ephemeral_request(pod)))
+                }
+            }
+            Resource::Pids => {
+                let dir = self.paths.pod_cgroup("pids", pod)?;
+                let n: i64 = std::fs::read_to_string(dir.join("pids.current"))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()?;
+                Some((n, 0))
+            }
+        }
+    }
+
+    fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String) {
+        self.evicted.mark(&pod, message.clone());
+        self.recorder
+            .warning(crate::source::pod_ref(&pod), REASON, message);
+        self.workers.update_pod(pod, UpdateType::Kill(Some(grace)));
+    }
+
+    fn is_cleaned_up(&self, uid: &str) -> bool {
+        !self.workers.is_known(uid)
+    }
+
+    fn rearm(&mut self, thresholds: &[Threshold]) {
+        let Some(n) = &self.notifier else { return };
+        for (i, t) in thresholds.iter().enumerate() {
+            let cgroup = match t.signal.as_str() {
+                "memory.available" => self.paths.root_memcg(),
+                "allocatableMemory.available" => self.paths.kubepods_memcg(),
+                _ => continue,
+            };
+            let Some(cgroup) = cgroup else { continue };
+            let key = format!("{}#{i}", t.signal);
+            if cgroup.join("cgroup.event_control").exists() {
+                // kubelet's threshold: capacity − eviction threshold + inactive_file.
+                let capacity = if t.signal == "memory.available" {
+                    Some(self.paths.memory_capacity)
+                } else {
+                    signals::allocatable_memory_available(&cgroup).map(|o| o.capacity)
+                };
+                let Some(capacity) = capacity else { continue };
+                let inactive = signals::inactive_file(&cgroup).unwrap_or(0);
+                let bytes = capacity - t.value.amount(capacity) + inactive;
+                if bytes <= 0 {
+                    continue;
+                }
+                match n.register(&key, &cgroup, bytes as u64) {
+                    Ok(()) => debug!(signal = %t.signal, threshold_bytes = bytes, "memory threshold notification armed"),
+                    Err(e) => warn!(error = %e, "cannot arm memory threshold notification; the periodic check remains"),
+                }
+            } else if cgroup.join("memory.events").exists() {
+                // cgroup v2: no usage threshold; wake on memory stall and on memory.events.
+                let r = n
+                    .register_psi(&key, &cgroup.join("memory.pressure"), PSI_STALL, PSI_WINDOW)
+                    .and_then(|()| n.register_events(&format!("{key}/events"), &cgroup.join("memory.events")));
+                if let Err(e) = r {
+                    warn!(error = %e, "cannot arm cgroup v2 memory notification; the periodic check remains");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_disk_usage_and_ephemeral_requests() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("ns_p_u/c");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("0.log"), vec![b'x'; 1000]).unwrap();
+        std::fs::write(d.join("1.log"), vec![b'x'; 24]).unwrap();
+        assert_eq!(disk_usage(&tmp.path().join("ns_p_u")), (1024, 3));
+        let pod: Pod = serde_yaml::from_str(
+            "spec: {containers: [{name: a, resources: {requests: {ephemeral-storage: 1Mi}}}, {name: b}]}",
+        )
+        .unwrap();
+        assert_eq!(ephemeral_request(&pod), 1 << 20);
+    }
+
+    /// On this machine: the signals the manager sees, with the kubepods cgroup absent (no
+    /// allocatable signal) and the memory, filesystem and pid signals present.
+    #[test]
+    fn this_node_observes_its_signals() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = Paths {
+            hierarchies: Hierarchies::current(),
+            layout: CgroupLayout {
+                root: "/nodelet-no-such-root".into(),
+                per_qos: true,
+                systemd: false,
+            },
+            memory_capacity: crate::cm::detect_capacity().memory,
+            proc_root: "/proc".into(),
+            nodefs: tmp.path().into(),
+            imagefs: None,
+            pod_logs_dir: tmp.path().into(),
+        };
+        let o = p.observe();
+        for s in ["nodefs.available", "imagefs.inodesFree", "pid.available"] {
+            assert!(o.contains_key(s), "{s}: {o:?}");
+        }
+        assert!(!o.contains_key("allocatableMemory.available"));
+        if p.root_memcg().is_some() {
+            let m = o["memory.available"];
+            assert!(m.available > 0 && m.available <= m.capacity);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Eviction on this machine's cgroup v1 memory hierarchy with a real containerd: a kubepods limit
+//! made small with systemReserved, the allocatableMemory.available signal, a BestEffort pod that
+//! allocates steadily, a Guaranteed pod beside it. Needs `scripts/env/up.sh`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{wait_until, Nodelet};
+
+const LOOP: &str = "[sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]";
+
+/// kubepods memory limit the tests give themselves, bytes.
+const KUBEPODS_LIMIT: i64 = 256 << 20;
+
+/// A BestEffort pod that grows by 4 MiB every 100 ms (a line with no end, held by `tail`).
+fn hog(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 30\n  containers:\n  - name: hog\n    image: busybox:1.36\n    command: [sh, -c, \"while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail\"]\n"
+    )
+}
+
+fn guaranteed(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: {LOOP}\n    resources: {{limits: {{cpu: 100m, memory: 32Mi}}}}\n"
+    )
+}
+
+fn mem_total() -> i64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: i64 = text
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+/// The kernel's count of OOM kills since boot (`/proc/vmstat` `oom_kill`).
+fn oom_kills() -> i64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn kubepods_file(n: &Nodelet, file: &str) -> String {
+    let p = format!("/sys/fs/cgroup/memory{}/kubepods/{file}", n.cgroup_root);
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{p}: {e}"))
+        .trim()
+        .to_string()
+}
+
+fn phase_reason_message(n: &Nodelet, name: &str) -> (String, String, String) {
+    let p = n.pod(name).unwrap_or_default();
+    let s = &p["status"];
+    let get = |k: &str| s[k].as_str().unwrap_or("").to_string();
+    (get("phase"), get("reason"), get("message"))
+}
+
+fn pressure_config(extra: &str) -> String {
+    format!(
+        "systemReserved: {{memory: \"{}\"}}\nevictionHard: {{allocatableMemory.available: 96Mi}}\n{extra}",
+        mem_total() - KUBEPODS_LIMIT
+    )
+}
+
+#[test]
+fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() {
+    let mut n = Nodelet::with_config(
+        "evict",
+        &pressure_config("evictionPressureTransitionPeriod: 4s\n"),
+    );
+    n.start();
+    let limit: i64 = kubepods_file(&n, "memory.limit_in_bytes").parse().unwrap();
+    assert!(
+        (KUBEPODS_LIMIT - 4096..=KUBEPODS_LIMIT).contains(&limit),
+        "kubepods limit {limit}"
+    );
+    n.write_manifest("g.yaml", &guaranteed("steady"));
+    let g_uid = n.uid("steady");
+    let g = n.wait_running(&g_uid, &["c"], Duration::from_secs(30))["c"].clone();
+
+    let ooms_before = oom_kills();
+    n.write_manifest("hog.yaml", &hog("hog"));
+    let hog_uid = n.uid("hog");
+    wait_until(Duration::from_secs(90), "hog evicted", || {
+        phase_reason_message(&n, "hog").1 == "Evicted"
+    });
+    let (phase, _, message) = phase_reason_message(&n, "hog");
+    assert_eq!(phase, "Failed");
+    assert!(
+        message.starts_with("The node was low on resource: memory."),
+        "{message}"
+    );
+
+    // The kernel never had to step in.
+    wait_until(Duration::from_secs(20), "hog sandbox removed", || {
+        n.runtime.sandboxes(&hog_uid).is_empty()
+    });
+    assert_eq!(oom_kills(), ooms_before, "an OOM kill happened on this machine");
+    assert_eq!(kubepods_file(&n, "memory.failcnt"), "0", "kubepods hit its limit");
+    let max_usage: i64 = kubepods_file(&n, "memory.max_usage_in_bytes").parse().unwrap();
+    assert!(max_usage < limit, "max usage {max_usage} of {limit}");
+    assert!(kubepods_file(&n, "memory.oom_control").contains("oom_kill 0"));
+
+    // The Guaranteed pod kept running, same container.
+    let st = n.runtime.container_status(&g.id);
+    assert_eq!(st.state, 1, "guaranteed container not running: {st:?}");
+
+    // The kill was started by the kernel notification, and shows on /node and in metrics.
+    let node: serde_json::Value = serde_json::from_str(&n.get("/node").unwrap()).unwrap();
+    let ev = &node["evictions"][0];
+    assert_eq!(ev["uid"], hog_uid.as_str());
+    assert_eq!(ev["signal"], "allocatableMemory.available");
+    assert_eq!(ev["graceSeconds"], 1);
+    assert!(ev["notifiedAtUnixNanos"].is_i64(), "{ev}");
+    let metrics = n.get("/metrics").unwrap();
+    assert!(
+        metrics.contains("kubelet_evictions_total{eviction_signal=\"allocatableMemory.available\"} 1"),
+        "{metrics}"
+    );
+
+    // An evicted pod stays Failed while its manifest is unchanged...
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(n.runtime.sandboxes(&hog_uid).is_empty());
+    assert_eq!(phase_reason_message(&n, "hog").1, "Evicted");
+    // ...a changed manifest is admitted afresh: refused while MemoryPressure holds (BestEffort),
+    // admitted once the transition period is over.
+    let edited = hog("hog").replace(
+        "while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail",
+        "sleep 3600",
+    );
+    if n
+        .get("/node")
+        .is_some_and(|b| b.contains("\"KubeletHasInsufficientMemory\""))
+    {
+        n.write_manifest("hog.yaml", &edited);
+        wait_until(Duration::from_secs(10), "refused at admission", || {
+            phase_reason_message(&n, "hog").2 == "The node had condition: [MemoryPressure]. "
+        });
+        assert!(n.runtime.sandboxes(&hog_uid).is_empty());
+    }
+    wait_until(Duration::from_secs(30), "MemoryPressure clears", || {
+        n.get("/node")
+            .is_some_and(|b| b.contains("\"KubeletHasSufficientMemory\""))
+    });
+    n.write_manifest("hog.yaml", &edited.replace("3600", "3601"));
+    n.wait_running(&hog_uid, &["hog"], Duration::from_secs(30));
+    assert_eq!(n.runtime.container_status(&g.id).state, 1);
+}
+
+#[test]
+fn disk_pressure_refuses_new_pods_but_not_critical_ones_and_never_evicts_those() {
+    let mut n = Nodelet::with_config(
+        "diskpressure",
+        "evictionHard: {nodefs.available: \"99.9%\"}\nevictionMonitoringPeriod: 500ms\n",
+    );
+    n.start();
+    wait_until(Duration::from_secs(10), "DiskPressure on /node", || {
+        n.get("/node")
+            .is_some_and(|b| b.contains("\"KubeletHasDiskPressure\""))
+    });
+    let metrics = n.get("/metrics").unwrap();
+    assert!(
+        metrics.contains("nodelet_node_condition{condition=\"DiskPressure\"} 1"),
+        "{metrics}"
+    );
+    n.write_manifest("p.yaml", &guaranteed("plain"));
+    n.write_manifest(
+        "c.yaml",
+        &guaranteed("critical").replace(
+            "  containers:",
+            "  priorityClassName: system-node-critical\n  containers:",
+        ),
+    );
+    let c_uid = n.uid("critical");
+    let c = n.wait_running(&c_uid, &["c"], Duration::from_secs(30))["c"].clone();
+    wait_until(Duration::from_secs(10), "plain refused", || {
+        phase_reason_message(&n, "plain").1 == "Evicted"
+    });
+    let (phase, _, message) = phase_reason_message(&n, "plain");
+    assert_eq!(phase, "Failed");
+    assert_eq!(message, "The node had condition: [DiskPressure]. ");
+    assert!(n.runtime.sandboxes(&n.uid("plain")).is_empty());
+    // Two more passes under pressure: the critical pod is never picked.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(n.log().contains("no pod may be evicted"), "{}", n.log());
+    assert_eq!(n.runtime.container_status(&c.id).state, 1);
+}
