@@ -303,4 +303,86 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), vec![0]);
         assert!(workers.is_empty());
     }
+
+    fn hashed(uid: &str, hash: &str) -> Arc<Pod> {
+        let mut p = (*pod(uid)).clone();
+        p.metadata.annotations = Some(
+            [(crate::source::CONFIG_HASH_ANNOTATION.to_string(), hash.to_string())].into(),
+        );
+        Arc::new(p)
+    }
+
+    #[tokio::test]
+    async fn evicted_pods_are_not_synced_until_their_manifest_changes_and_admission_refuses_under_pressure(
+    ) {
+        let rec = Arc::new(Rec::default());
+        let queue = WorkQueue::default();
+        let periods = Periods {
+            resync: Duration::from_secs(60),
+            backoff: Duration::ZERO,
+        };
+        let workers = PodWorkers::new(
+            rec.clone(),
+            queue.clone(),
+            periods,
+            tokio::runtime::Handle::current(),
+        );
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let cfg = crate::source::PodConfig::new(tx);
+        let admission = crate::eviction::admission::Admission {
+            pressure: Default::default(),
+            evicted: Default::default(),
+            status: Default::default(),
+            recorder: Recorder::default(),
+            static_pods_are_critical: false,
+        };
+        let mut l = SyncLoop::new(
+            workers,
+            queue,
+            cfg.readiness(),
+            Box::new(|_| {}),
+            Recorder::default(),
+            10,
+        )
+        .with_admission(admission.clone());
+        let update = |op, p| PodUpdate {
+            op,
+            source: "file",
+            pods: vec![p],
+        };
+        let settle = || tokio::time::sleep(Duration::from_millis(20));
+        l.handle_config(update(PodOp::Add, hashed("a", "h1")));
+        settle().await;
+        // Evicted: PLEG events and an unchanged manifest do not sync it.
+        admission.evicted.mark(&hashed("a", "h1"), "low on memory".into());
+        l.handle_pleg(PodLifecycleEvent {
+            uid: "a".into(),
+            kind: crate::pleg::PodLifecycleEventType::ContainerDied,
+            container_id: String::new(),
+        });
+        l.handle_config(update(PodOp::Update, hashed("a", "h1")));
+        settle().await;
+        assert_eq!(*rec.0.lock().unwrap(), vec!["sync a"]);
+        // A changed manifest under DiskPressure is refused at admission, with a Failed status.
+        admission.pressure.update(
+            [("DiskPressure".to_string(), true)].into(),
+            Default::default(),
+        );
+        l.handle_config(update(PodOp::Update, hashed("a", "h2")));
+        settle().await;
+        assert_eq!(rec.0.lock().unwrap().len(), 1);
+        let st = admission.status.get("a").unwrap();
+        assert_eq!(
+            (st.phase.as_deref(), st.message.as_deref()),
+            (Some("Failed"), Some("The node had condition: [DiskPressure]. "))
+        );
+        // Pressure gone and the manifest changed again: it runs.
+        admission.pressure.update(Default::default(), Default::default());
+        l.handle_config(update(PodOp::Update, hashed("a", "h3")));
+        settle().await;
+        l.handle_config(update(PodOp::Remove, hashed("a", "h3")));
+        settle().await;
+        assert_eq!(*rec.0.lock().unwrap(), vec!["sync a", "sync a", "kill a"]);
+        assert!(!admission.evicted.contains("a"));
+    }
 }

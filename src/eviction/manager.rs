@@ -317,7 +317,7 @@ impl<N: EvictionNode> Manager<N> {
 
     /// Runs until `stop` fires or closes: a pass on every notification (`wake` carries its wall
     /// time and key) and every monitoring period, and re-arms the notifications every period.
-    pub fn run(mut self, wake: Receiver<(SystemTime, String)>, stop: Receiver<()>) {
+    pub fn run(mut self, mut wake: Receiver<(SystemTime, String)>, stop: Receiver<()>) {
         let period = tick(self.settings.monitoring_period);
         self.node.rearm(&self.settings.thresholds);
         // The first pass at once, so admission sees the conditions before the first pods come.
@@ -332,7 +332,14 @@ impl<N: EvictionNode> Manager<N> {
                 }
             }
             notified = select! {
-                recv(wake) -> t => t.ok().map(|(at, _)| at),
+                recv(wake) -> t => match t {
+                    Ok((at, _)) => Some(at),
+                    Err(_) => {
+                        // No notifier (any more): only the period wakes us.
+                        wake = crossbeam_channel::never();
+                        continue;
+                    }
+                },
                 recv(period) -> _ => {
                     self.node.rearm(&self.settings.thresholds);
                     None
@@ -350,6 +357,7 @@ mod tests {
 
     #[derive(Default)]
     struct FakeNode {
+        passes: Arc<std::sync::atomic::AtomicUsize>,
         available: i64,
         pods: Vec<(Arc<Pod>, i64, i64)>,
         killed: Vec<(String, i64, String)>,
@@ -357,6 +365,8 @@ mod tests {
 
     impl EvictionNode for FakeNode {
         fn observe(&mut self) -> HashMap<String, Observation> {
+            self.passes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             [(
                 "memory.available".to_string(),
                 Observation {
@@ -486,5 +496,27 @@ mod tests {
         m.synchronize(t0 + Duration::from_secs(300), None);
         assert!(!m.pressure.has("MemoryPressure"));
         assert!(!m.pressure.has("DiskPressure"));
+    }
+
+    /// Without a notifier (kernelMemcgNotification: false) the wake channel is closed: the loop
+    /// must fall back to the period, not spin.
+    #[test]
+    fn a_closed_wake_channel_leaves_the_periodic_check_only() {
+        let passes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let node = FakeNode {
+            passes: passes.clone(),
+            available: 1 << 40,
+            ..Default::default()
+        };
+        let m = manager(vec![threshold(100, 0)], node);
+        let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
+        drop(wake_tx);
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
+        let t = std::thread::spawn(move || m.run(wake_rx, stop_rx));
+        std::thread::sleep(Duration::from_millis(300));
+        stop_tx.send(()).unwrap();
+        t.join().unwrap();
+        let n = passes.load(std::sync::atomic::Ordering::Relaxed);
+        assert!((1..=3).contains(&n), "{n} passes in 300 ms with a 10 s period");
     }
 }

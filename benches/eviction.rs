@@ -1,0 +1,305 @@
+//! Eviction before the OOM killer, and how fast: a BestEffort pod allocates 4 MiB every 100 ms in
+//! a kubepods cgroup limited to 256 MiB, with `allocatableMemory.available<96Mi`. Two nodelets run
+//! side by side, each with its own cgroupRoot, and the runs alternate between them:
+//! - **notify:** nodelet's default, woken by the kernel memory threshold notification;
+//! - **poll:** `kernelMemcgNotification: false` with the 10 s monitoring period, which is how
+//!   kubelet runs by default (the baseline).
+//!
+//! The crossing is timed by the bench's own eventfd on the same kubepods cgroup at the same
+//! threshold (kubelet's formula); the kill is timed by nodelet (`killIssuedAtUnixNanos` on
+//! `/node`). A run counts as "evicted before OOM" when the pod ends Failed/Evicted while the
+//! kernel's `oom_kill` counter (`/proc/vmstat`) and the kubepods `memory.failcnt` did not move.
+//! A Guaranteed pod runs beside the hog throughout and must survive.
+//!
+//! Run: `cargo bench --bench eviction` (needs scripts/env/up.sh). `RUNS=N` per side (default 20).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nodelet::eviction::notifier::MemcgNotifier;
+
+const LIMIT: i64 = 256 << 20;
+const THRESHOLD: i64 = 96 << 20;
+
+fn nanos(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
+}
+
+fn mem_total() -> i64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    text.lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse::<i64>()
+        .unwrap()
+        * 1024
+}
+
+fn oom_kills() -> i64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn hog(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 30\n  containers:\n  - name: hog\n    image: busybox:1.36\n    command: [sh, -c, \"while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail\"]\n"
+    )
+}
+
+const STEADY: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: steady}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]\n    resources: {limits: {cpu: 100m, memory: 32Mi}}\n";
+
+struct Side {
+    name: &'static str,
+    node: String,
+    port: u16,
+    cgroup_root: String,
+    manifests: std::path::PathBuf,
+    child: Child,
+    _dir: tempfile::TempDir,
+    notifier: Arc<MemcgNotifier>,
+    crossed: crossbeam_channel::Receiver<(SystemTime, String)>,
+}
+
+#[derive(Default)]
+struct Tally {
+    evicted_before_oom: usize,
+    oom: usize,
+    latencies_ms: Vec<f64>,
+    internal_ms: Vec<f64>,
+}
+
+impl Side {
+    fn start(name: &'static str, extra: &str) -> Self {
+        let sock = "/run/nodelet-env/containerd/containerd.sock";
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir_all(&manifests).unwrap();
+        let node = format!("bench-evict-{name}-{}", std::process::id());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cgroup_root = format!("/nodelet-bench-{node}");
+        let cfg = dir.path().join("config.yaml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\ncontainerRuntimeEndpoint: unix://{sock}\ncgroupRoot: {cgroup_root}\nhealthzPort: {port}\npodLogsDir: {}\nsystemReserved: {{memory: \"{}\"}}\nevictionHard: {{allocatableMemory.available: \"{THRESHOLD}\"}}\nevictionPressureTransitionPeriod: 1s\n{extra}",
+                manifests.display(),
+                dir.path().join("logs").display(),
+                mem_total() - LIMIT,
+            ),
+        )
+        .unwrap();
+        for m in nodelet::cm::cgroup_mounts() {
+            std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
+        }
+        let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+            .args(["--config", cfg.to_str().unwrap(), "--hostname-override", &node])
+            .arg("--root-dir")
+            .arg(dir.path().join("root"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz")).is_err() {
+            assert!(Instant::now() < deadline, "nodelet did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let notifier = MemcgNotifier::new().unwrap();
+        let (tx, crossed) = crossbeam_channel::unbounded();
+        notifier.clone().spawn(tx);
+        let s = Self {
+            name,
+            node,
+            port,
+            cgroup_root,
+            manifests,
+            child,
+            _dir: dir,
+            notifier,
+            crossed,
+        };
+        std::fs::write(s.manifests.join("steady.yaml"), STEADY).unwrap();
+        s.wait(Duration::from_secs(60), "steady running", |s| {
+            s.pod("steady").is_some_and(|p| p["status"]["phase"] == "Running")
+        });
+        s
+    }
+
+    fn get(&self, path: &str) -> serde_json::Value {
+        reqwest::blocking::get(format!("http://127.0.0.1:{}{path}", self.port))
+            .and_then(|r| r.json())
+            .unwrap_or_default()
+    }
+
+    fn pod(&self, name: &str) -> Option<serde_json::Value> {
+        let full = format!("{name}-{}", self.node);
+        self.get("/pods")["items"]
+            .as_array()?
+            .iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+            .cloned()
+    }
+
+    fn kubepods(&self, file: &str) -> String {
+        std::fs::read_to_string(format!(
+            "/sys/fs/cgroup/memory{}/kubepods/{file}",
+            self.cgroup_root
+        ))
+        .unwrap()
+        .trim()
+        .to_string()
+    }
+
+    fn wait(&self, timeout: Duration, what: &str, f: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !f(self) {
+            assert!(Instant::now() < deadline, "{}: timed out: {what}", self.name);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// One run: the hog starts, grows, and is evicted or OOM-killed; then it is removed.
+    fn run(&self, i: usize, tally: &mut Tally) {
+        let dir = std::path::PathBuf::from(format!(
+            "/sys/fs/cgroup/memory{}/kubepods",
+            self.cgroup_root
+        ));
+        // The crossing, by kubelet's formula, on the bench's own eventfd.
+        let inactive = nodelet::eviction::signals::inactive_file(&dir).unwrap_or(0);
+        let limit: i64 = self.kubepods("memory.limit_in_bytes").parse().unwrap();
+        self.notifier
+            .register("crossing", &dir, (limit - THRESHOLD + inactive) as u64)
+            .unwrap();
+        while self.crossed.try_recv().is_ok() {}
+        let (ooms, failcnt) = (oom_kills(), self.kubepods("memory.failcnt"));
+        let name = format!("hog{i}");
+        std::fs::write(self.manifests.join(format!("{name}.yaml")), hog(&name)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut crossed_at = None;
+        let outcome = loop {
+            if let Ok((t, _)) = self.crossed.try_recv() {
+                crossed_at.get_or_insert(t);
+            }
+            if oom_kills() != ooms {
+                break "oom";
+            }
+            let p = self.pod(&name).unwrap_or_default();
+            if p["status"]["reason"] == "Evicted" {
+                break "evicted";
+            }
+            assert!(Instant::now() < deadline, "{}: run {i} neither evicted nor OOM", self.name);
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let uid = self.pod(&name).unwrap_or_default()["metadata"]["uid"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        std::fs::remove_file(self.manifests.join(format!("{name}.yaml"))).unwrap();
+        self.wait(Duration::from_secs(30), "hog removed", |s| s.pod(&name).is_none());
+        let clean = oom_kills() == ooms && self.kubepods("memory.failcnt") == failcnt;
+        if outcome == "evicted" && clean {
+            tally.evicted_before_oom += 1;
+        } else {
+            tally.oom += 1;
+        }
+        let node = self.get("/node");
+        let rec = node["evictions"]
+            .as_array()
+            .and_then(|a| a.iter().rev().find(|e| e["uid"] == uid.as_str()).cloned());
+        if let (Some(rec), Some(crossed)) = (rec, crossed_at) {
+            let kill = rec["killIssuedAtUnixNanos"].as_i64().unwrap();
+            tally
+                .latencies_ms
+                .push((kill - nanos(crossed)) as f64 / 1e6);
+            if let Some(n) = rec["notifiedAtUnixNanos"].as_i64() {
+                tally.internal_ms.push((kill - n) as f64 / 1e6);
+            }
+        }
+        assert!(
+            self.pod("steady").is_some_and(|p| p["status"]["phase"] == "Running"),
+            "{}: the Guaranteed pod did not survive run {i}",
+            self.name
+        );
+        println!(
+            "{:6} run {i:2}: {outcome:7} clean={clean} latency={:?}",
+            self.name,
+            tally.latencies_ms.last()
+        );
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        for f in std::fs::read_dir(&self.manifests).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_file(f.path());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.get("/pods")["items"].as_array().is_some_and(|a| !a.is_empty())
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = nodelet::cm::remove_cgroup_everywhere(
+            &nodelet::cm::cgroup_mounts(),
+            &self.cgroup_root,
+        );
+    }
+}
+
+fn main() {
+    let runs: usize = std::env::var("RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    assert!(
+        std::path::Path::new("/run/nodelet-env/containerd/containerd.sock").exists(),
+        "run scripts/env/up.sh first"
+    );
+    let notify = Side::start("notify", "");
+    let poll = Side::start(
+        "poll",
+        "kernelMemcgNotification: false\nevictionMonitoringPeriod: 10s\n",
+    );
+    let (mut tn, mut tp) = (Tally::default(), Tally::default());
+    for i in 0..runs {
+        notify.run(i, &mut tn);
+        poll.run(i, &mut tp);
+    }
+    let line = |name: &str, t: &Tally| {
+        println!(
+            "{name:6}: evicted before OOM {}/{runs}, OOM {}; crossing → kill issued median {:.1} ms, p99 {:.1} ms (n={}); notification → kill median {:.1} ms, p99 {:.1} ms",
+            t.evicted_before_oom,
+            t.oom,
+            percentile(&t.latencies_ms, 0.5),
+            percentile(&t.latencies_ms, 0.99),
+            t.latencies_ms.len(),
+            percentile(&t.internal_ms, 0.5),
+            percentile(&t.internal_ms, 0.99),
+        );
+    };
+    line("notify", &tn);
+    line("poll", &tp);
+    println!(
+        "ratio notify/poll, crossing → kill median: {:.4}",
+        percentile(&tn.latencies_ms, 0.5) / percentile(&tp.latencies_ms, 0.5)
+    );
+}
