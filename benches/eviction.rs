@@ -56,7 +56,7 @@ fn percentile(v: &[f64], p: f64) -> f64 {
 
 fn hog(name: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 30\n  containers:\n  - name: hog\n    image: busybox:1.36\n    command: [sh, -c, \"while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail\"]\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: hog\n    image: busybox:1.36\n    command: [sh, -c, \"while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail\"]\n"
     )
 }
 
@@ -110,7 +110,12 @@ impl Side {
             std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
         }
         let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
-            .args(["--config", cfg.to_str().unwrap(), "--hostname-override", &node])
+            .args([
+                "--config",
+                cfg.to_str().unwrap(),
+                "--hostname-override",
+                &node,
+            ])
             .arg("--root-dir")
             .arg(dir.path().join("root"))
             .stderr(Stdio::null())
@@ -137,7 +142,8 @@ impl Side {
         };
         std::fs::write(s.manifests.join("steady.yaml"), STEADY).unwrap();
         s.wait(Duration::from_secs(60), "steady running", |s| {
-            s.pod("steady").is_some_and(|p| p["status"]["phase"] == "Running")
+            s.pod("steady")
+                .is_some_and(|p| p["status"]["phase"] == "Running")
         });
         s
     }
@@ -170,7 +176,11 @@ impl Side {
     fn wait(&self, timeout: Duration, what: &str, f: impl Fn(&Self) -> bool) {
         let deadline = Instant::now() + timeout;
         while !f(self) {
-            assert!(Instant::now() < deadline, "{}: timed out: {what}", self.name);
+            assert!(
+                Instant::now() < deadline,
+                "{}: timed out: {what}",
+                self.name
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -187,6 +197,14 @@ impl Side {
         self.notifier
             .register("crossing", &dir, (limit - THRESHOLD + inactive) as u64)
             .unwrap();
+        // A hog admitted under MemoryPressure would be refused (BestEffort): start each run on a
+        // node without pressure, as the previous run's pressure clears at a later pass.
+        self.wait(Duration::from_secs(60), "MemoryPressure cleared", |s| {
+            s.get("/node")["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["reason"] == "KubeletHasSufficientMemory")
+            })
+        });
         while self.crossed.try_recv().is_ok() {}
         let (ooms, failcnt) = (oom_kills(), self.kubepods("memory.failcnt"));
         let name = format!("hog{i}");
@@ -202,9 +220,19 @@ impl Side {
             }
             let p = self.pod(&name).unwrap_or_default();
             if p["status"]["reason"] == "Evicted" {
+                let message = p["status"]["message"].as_str().unwrap_or("");
+                assert!(
+                    message.starts_with("The node was low on resource"),
+                    "{}: run {i}: {message}",
+                    self.name
+                );
                 break "evicted";
             }
-            assert!(Instant::now() < deadline, "{}: run {i} neither evicted nor OOM", self.name);
+            assert!(
+                Instant::now() < deadline,
+                "{}: run {i} neither evicted nor OOM",
+                self.name
+            );
             std::thread::sleep(Duration::from_millis(20));
         };
         let uid = self.pod(&name).unwrap_or_default()["metadata"]["uid"]
@@ -212,7 +240,9 @@ impl Side {
             .unwrap_or("")
             .to_string();
         std::fs::remove_file(self.manifests.join(format!("{name}.yaml"))).unwrap();
-        self.wait(Duration::from_secs(30), "hog removed", |s| s.pod(&name).is_none());
+        self.wait(Duration::from_secs(30), "hog removed", |s| {
+            s.pod(&name).is_none()
+        });
         let clean = oom_kills() == ooms && self.kubepods("memory.failcnt") == failcnt;
         if outcome == "evicted" && clean {
             tally.evicted_before_oom += 1;
@@ -223,45 +253,51 @@ impl Side {
         let rec = node["evictions"]
             .as_array()
             .and_then(|a| a.iter().rev().find(|e| e["uid"] == uid.as_str()).cloned());
-        if let (Some(rec), Some(crossed)) = (rec, crossed_at) {
+        let mut latency = None;
+        if let (Some(rec), Some(crossed)) = (&rec, crossed_at) {
             let kill = rec["killIssuedAtUnixNanos"].as_i64().unwrap();
-            tally
-                .latencies_ms
-                .push((kill - nanos(crossed)) as f64 / 1e6);
+            latency = Some((kill - nanos(crossed)) as f64 / 1e6);
+            tally.latencies_ms.extend(latency);
             if let Some(n) = rec["notifiedAtUnixNanos"].as_i64() {
                 tally.internal_ms.push((kill - n) as f64 / 1e6);
             }
         }
         assert!(
-            self.pod("steady").is_some_and(|p| p["status"]["phase"] == "Running"),
+            self.pod("steady")
+                .is_some_and(|p| p["status"]["phase"] == "Running"),
             "{}: the Guaranteed pod did not survive run {i}",
             self.name
         );
         println!(
-            "{:6} run {i:2}: {outcome:7} clean={clean} latency={:?}",
+            "{:6} run {i:2}: {outcome:7} clean={clean} crossing seen={} eviction recorded={} crossing → kill ms={latency:?}",
             self.name,
-            tally.latencies_ms.last()
+            crossed_at.is_some(),
+            rec.is_some(),
         );
     }
 }
 
 impl Drop for Side {
     fn drop(&mut self) {
-        for f in std::fs::read_dir(&self.manifests).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(&self.manifests)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let _ = std::fs::remove_file(f.path());
         }
         let deadline = Instant::now() + Duration::from_secs(30);
-        while self.get("/pods")["items"].as_array().is_some_and(|a| !a.is_empty())
+        while self.get("/pods")["items"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
             && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(100));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = nodelet::cm::remove_cgroup_everywhere(
-            &nodelet::cm::cgroup_mounts(),
-            &self.cgroup_root,
-        );
+        let _ =
+            nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &self.cgroup_root);
     }
 }
 

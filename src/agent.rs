@@ -266,8 +266,8 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .readiness();
-    let housekeeper = housekeeper(manager.clone(), workers.clone(), rt.handle().clone());
-    threads.extend(start_eviction_manager(
+    let housekeeper = housekeeper(manager, workers.clone(), rt.handle().clone());
+    threads.push(start_eviction_manager(
         &config,
         crate::eviction::provider::AgentNode {
             paths: crate::eviction::provider::Paths {
@@ -333,7 +333,7 @@ fn start_eviction_manager(
     pressure: crate::eviction::NodePressure,
     metrics: Arc<Metrics>,
     stop: crossbeam_channel::Receiver<()>,
-) -> Option<std::thread::JoinHandle<()>> {
+) -> std::thread::JoinHandle<()> {
     use crate::eviction::manager::{Manager, Settings};
     // Validated with the configuration.
     let thresholds = config.eviction_thresholds().unwrap_or_default();
@@ -344,7 +344,9 @@ fn start_eviction_manager(
                 n.clone().spawn(wake_tx);
                 node.notifier = Some(n);
             }
-            Err(e) => warn!(error = %e, "no kernel memory notifications; the periodic check remains"),
+            Err(e) => {
+                warn!(error = %e, "no kernel memory notifications; the periodic check remains")
+            }
         }
     }
     let settings = Settings {
@@ -361,9 +363,7 @@ fn start_eviction_manager(
         "starting eviction manager"
     );
     let manager = Manager::new(settings, node, pressure, metrics);
-    Some(spawn_thread("eviction-manager", move || {
-        manager.run(wake_rx, stop)
-    }))
+    spawn_thread("eviction-manager", move || manager.run(wake_rx, stop))
 }
 
 /// Sets the agent's own oom_score_adj (`oomScoreAdj`, kubelet's `ApplyOOMScoreAdj` on itself).

@@ -643,8 +643,10 @@ impl KubeletConfiguration {
     /// Errors: the first malformed entry, see [`crate::eviction::threshold::parse_thresholds`].
     pub fn eviction_thresholds(
         &self,
-    ) -> Result<Vec<crate::eviction::threshold::Threshold>, crate::eviction::threshold::ThresholdError>
-    {
+    ) -> Result<
+        Vec<crate::eviction::threshold::Threshold>,
+        crate::eviction::threshold::ThresholdError,
+    > {
         crate::eviction::threshold::parse_thresholds(
             &self.eviction_hard,
             &self.eviction_soft,
@@ -759,7 +761,10 @@ mod tests {
         assert!(c.cgroups_per_qos);
         assert_eq!(c.pod_logs_dir, "/var/log/pods");
         assert_eq!(c.eviction_thresholds().unwrap().len(), 5);
-        assert_eq!(c.eviction_pressure_transition_period.0, Duration::from_secs(300));
+        assert_eq!(
+            c.eviction_pressure_transition_period.0,
+            Duration::from_secs(300)
+        );
         assert!(!c.static_pods_are_critical);
         assert_eq!(
             c.runtime_socket(),

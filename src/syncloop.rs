@@ -127,7 +127,12 @@ impl<S: PodSyncer> SyncLoop<S> {
             // afresh, like a new pod.
             let was_evicted = self.evicted.contains(&uid);
             if was_evicted && self.evicted.message(&pod).is_some() {
-                debug!(pod = name, namespace, uid, "pod was evicted and its manifest is unchanged; not starting it");
+                debug!(
+                    pod = name,
+                    namespace,
+                    uid,
+                    "pod was evicted and its manifest is unchanged; not starting it"
+                );
                 self.pods.insert(uid, pod);
                 continue;
             }
@@ -307,7 +312,11 @@ mod tests {
     fn hashed(uid: &str, hash: &str) -> Arc<Pod> {
         let mut p = (*pod(uid)).clone();
         p.metadata.annotations = Some(
-            [(crate::source::CONFIG_HASH_ANNOTATION.to_string(), hash.to_string())].into(),
+            [(
+                crate::source::CONFIG_HASH_ANNOTATION.to_string(),
+                hash.to_string(),
+            )]
+            .into(),
         );
         Arc::new(p)
     }
@@ -354,7 +363,9 @@ mod tests {
         l.handle_config(update(PodOp::Add, hashed("a", "h1")));
         settle().await;
         // Evicted: PLEG events and an unchanged manifest do not sync it.
-        admission.evicted.mark(&hashed("a", "h1"), "low on memory".into());
+        admission
+            .evicted
+            .mark(&hashed("a", "h1"), "low on memory".into());
         l.handle_pleg(PodLifecycleEvent {
             uid: "a".into(),
             kind: crate::pleg::PodLifecycleEventType::ContainerDied,
@@ -374,10 +385,15 @@ mod tests {
         let st = admission.status.get("a").unwrap();
         assert_eq!(
             (st.phase.as_deref(), st.message.as_deref()),
-            (Some("Failed"), Some("The node had condition: [DiskPressure]. "))
+            (
+                Some("Failed"),
+                Some("The node had condition: [DiskPressure]. ")
+            )
         );
         // Pressure gone and the manifest changed again: it runs.
-        admission.pressure.update(Default::default(), Default::default());
+        admission
+            .pressure
+            .update(Default::default(), Default::default());
         l.handle_config(update(PodOp::Update, hashed("a", "h3")));
         settle().await;
         l.handle_config(update(PodOp::Remove, hashed("a", "h3")));

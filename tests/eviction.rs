@@ -102,9 +102,19 @@ fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() 
     wait_until(Duration::from_secs(20), "hog sandbox removed", || {
         n.runtime.sandboxes(&hog_uid).is_empty()
     });
-    assert_eq!(oom_kills(), ooms_before, "an OOM kill happened on this machine");
-    assert_eq!(kubepods_file(&n, "memory.failcnt"), "0", "kubepods hit its limit");
-    let max_usage: i64 = kubepods_file(&n, "memory.max_usage_in_bytes").parse().unwrap();
+    assert_eq!(
+        oom_kills(),
+        ooms_before,
+        "an OOM kill happened on this machine"
+    );
+    assert_eq!(
+        kubepods_file(&n, "memory.failcnt"),
+        "0",
+        "kubepods hit its limit"
+    );
+    let max_usage: i64 = kubepods_file(&n, "memory.max_usage_in_bytes")
+        .parse()
+        .unwrap();
     assert!(max_usage < limit, "max usage {max_usage} of {limit}");
     assert!(kubepods_file(&n, "memory.oom_control").contains("oom_kill 0"));
 
@@ -121,7 +131,8 @@ fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() 
     assert!(ev["notifiedAtUnixNanos"].is_i64(), "{ev}");
     let metrics = n.get("/metrics").unwrap();
     assert!(
-        metrics.contains("kubelet_evictions_total{eviction_signal=\"allocatableMemory.available\"} 1"),
+        metrics
+            .contains("kubelet_evictions_total{eviction_signal=\"allocatableMemory.available\"} 1"),
         "{metrics}"
     );
 
@@ -135,8 +146,7 @@ fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() 
         "while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail",
         "sleep 3600",
     );
-    if n
-        .get("/node")
+    if n.get("/node")
         .is_some_and(|b| b.contains("\"KubeletHasInsufficientMemory\""))
     {
         n.write_manifest("hog.yaml", &edited);

@@ -36,7 +36,8 @@ pub fn refusal(pod: &Pod, conditions: &[&str], static_pods_are_critical: bool) -
                         None | Some("") => t.operator.as_deref() == Some("Exists"),
                         Some(k) => k == MEMORY_PRESSURE_TAINT,
                     };
-                    let effect_ok = matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
+                    let effect_ok =
+                        matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
                     key_ok && effect_ok
                 })
             });

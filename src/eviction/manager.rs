@@ -147,12 +147,7 @@ fn signal_order(signal: &str) -> u8 {
 
 impl<N: EvictionNode> Manager<N> {
     /// A manager over `node`, publishing to `pressure` and `metrics`.
-    pub fn new(
-        settings: Settings,
-        node: N,
-        pressure: NodePressure,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    pub fn new(settings: Settings, node: N, pressure: NodePressure, metrics: Arc<Metrics>) -> Self {
         pressure.set_thresholds(settings.thresholds.iter().map(describe).collect());
         Self {
             state: PressureState::new(settings.thresholds.clone(), settings.transition),
@@ -301,18 +296,23 @@ impl<N: EvictionNode> Manager<N> {
     }
 
     /// Waits until the evicted pod is cleaned up, at most max(10 s, grace × 1.5) (kubelet's
-    /// `podCleanupTimeout` rule), polling every 50 ms; returns false on timeout.
-    fn wait_for_cleanup(&self, e: &Eviction) -> bool {
+    /// `podCleanupTimeout` rule), polling every 50 ms. Returns false when `stop` fired meanwhile.
+    fn wait_for_cleanup(&self, e: &Eviction, stop: &Receiver<()>) -> bool {
         let limit = Duration::from_secs(10).max(Duration::from_millis(e.grace as u64 * 1500));
         let start = Instant::now();
         while start.elapsed() < limit {
             if self.node.is_cleaned_up(&e.uid) {
                 return true;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            if !matches!(
+                stop.recv_timeout(Duration::from_millis(50)),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout)
+            ) {
+                return false;
+            }
         }
         warn!(uid = %e.uid, "evicted pod not cleaned up in time; continuing");
-        false
+        true
     }
 
     /// Runs until `stop` fires or closes: a pass on every notification (`wake` carries its wall
@@ -324,7 +324,9 @@ impl<N: EvictionNode> Manager<N> {
         let mut notified = None;
         loop {
             if let Some(e) = self.synchronize(Instant::now(), notified) {
-                self.wait_for_cleanup(&e);
+                if !self.wait_for_cleanup(&e, &stop) {
+                    return;
+                }
                 // Wake-ups that arrived while the pod was going are answered by the next pass.
                 if let Some((at, _)) = wake.try_iter().last() {
                     notified = Some(at);
@@ -443,7 +445,11 @@ mod tests {
             pods: vec![
                 (pod("guaranteed", 30, None), 60 << 20, 64 << 20),
                 (pod("besteffort", 30, None), 300 << 20, 0),
-                (pod("critical", 30, Some("system-node-critical")), 900 << 20, 0),
+                (
+                    pod("critical", 30, Some("system-node-critical")),
+                    900 << 20,
+                    0,
+                ),
             ],
             ..Default::default()
         };
@@ -473,9 +479,7 @@ mod tests {
         let mut m = manager(vec![threshold(100, 0), threshold(200, 30)], node);
         let t0 = Instant::now();
         assert!(m.synchronize(t0, None).is_none());
-        assert!(m
-            .synchronize(t0 + Duration::from_secs(29), None)
-            .is_none());
+        assert!(m.synchronize(t0 + Duration::from_secs(29), None).is_none());
         let e = m.synchronize(t0 + Duration::from_secs(30), None).unwrap();
         assert_eq!(e.grace, 20, "min(evictionMaxPodGracePeriod 20, pod's 60)");
     }
@@ -517,6 +521,9 @@ mod tests {
         stop_tx.send(()).unwrap();
         t.join().unwrap();
         let n = passes.load(std::sync::atomic::Ordering::Relaxed);
-        assert!((1..=3).contains(&n), "{n} passes in 300 ms with a 10 s period");
+        assert!(
+            (1..=3).contains(&n),
+            "{n} passes in 300 ms with a 10 s period"
+        );
     }
 }

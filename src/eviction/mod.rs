@@ -236,7 +236,10 @@ mod tests {
     #[test]
     fn an_evicted_pod_stays_evicted_until_its_manifest_changes() {
         let e = EvictedPods::default();
-        e.mark(&pod("u", "h1"), "The node was low on resource: memory.".into());
+        e.mark(
+            &pod("u", "h1"),
+            "The node was low on resource: memory.".into(),
+        );
         assert!(e.message(&pod("u", "h1")).is_some());
         assert!(e.message(&pod("other", "h1")).is_none());
         assert!(e.message(&pod("u", "h2")).is_none(), "a new manifest runs");
@@ -263,10 +266,11 @@ mod tests {
         });
         assert!(is_critical(&p, false));
         let mut m = pod("m", "h");
-        m.metadata.annotations.as_mut().unwrap().insert(
-            crate::source::CONFIG_MIRROR_ANNOTATION.into(),
-            "h".into(),
-        );
+        m.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(crate::source::CONFIG_MIRROR_ANNOTATION.into(), "h".into());
         assert!(is_critical(&m, false));
     }
 }

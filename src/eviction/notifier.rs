@@ -326,15 +326,23 @@ mod tests {
         }
         let cg = unified.join(format!("nodelet-notifier-v2-test-{}", std::process::id()));
         std::fs::create_dir_all(&cg).unwrap();
-        n.register_events("events", &cg.join("cgroup.events")).unwrap();
-        n.register_events("events", &cg.join("cgroup.events")).unwrap();
+        n.register_events("events", &cg.join("cgroup.events"))
+            .unwrap();
+        n.register_events("events", &cg.join("cgroup.events"))
+            .unwrap();
         assert!(n.len() <= 2, "re-registering replaces");
-        assert!(n.wait(Duration::from_millis(50)).is_empty(), "quiet until it changes");
+        assert!(
+            n.wait(Duration::from_millis(50)).is_empty(),
+            "quiet until it changes"
+        );
         let (tx, rx) = crossbeam_channel::unbounded();
         let _t = n.clone().spawn(tx);
         let mut child = std::process::Command::new("sh")
             .arg("-c")
-            .arg(format!("echo $$ > {}/cgroup.procs && sleep 0.3", cg.display()))
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && sleep 0.3",
+                cg.display()
+            ))
             .spawn()
             .unwrap();
         let got = rx.recv_timeout(Duration::from_secs(10)).map(|(_, k)| k);

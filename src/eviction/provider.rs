@@ -159,7 +159,12 @@ fn ephemeral_request(pod: &Pod) -> i64 {
         .iter()
         .flat_map(|s| s.containers.iter())
         .filter_map(|c| {
-            let q = c.resources.as_ref()?.requests.as_ref()?.get("ephemeral-storage")?;
+            let q = c
+                .resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("ephemeral-storage")?;
             crate::quantity::parse_value(&q.0).ok()
         })
         .map(|v| v as i64)
@@ -264,14 +269,20 @@ impl EvictionNode for AgentNode {
                     continue;
                 }
                 match n.register(&key, &cgroup, bytes as u64) {
-                    Ok(()) => debug!(signal = %t.signal, threshold_bytes = bytes, "memory threshold notification armed"),
-                    Err(e) => warn!(error = %e, "cannot arm memory threshold notification; the periodic check remains"),
+                    Ok(()) => {
+                        debug!(signal = %t.signal, threshold_bytes = bytes, "memory threshold notification armed")
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot arm memory threshold notification; the periodic check remains")
+                    }
                 }
             } else if cgroup.join("memory.events").exists() {
                 // cgroup v2: no usage threshold; wake on memory stall and on memory.events.
                 let r = n
                     .register_psi(&key, &cgroup.join("memory.pressure"), PSI_STALL, PSI_WINDOW)
-                    .and_then(|()| n.register_events(&format!("{key}/events"), &cgroup.join("memory.events")));
+                    .and_then(|()| {
+                        n.register_events(&format!("{key}/events"), &cgroup.join("memory.events"))
+                    });
                 if let Err(e) = r {
                     warn!(error = %e, "cannot arm cgroup v2 memory notification; the periodic check remains");
                 }

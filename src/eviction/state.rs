@@ -172,10 +172,20 @@ mod tests {
         let t0 = Instant::now();
         assert!(s.observe(t0, &obs(250)).act_on.is_empty(), "never met yet");
         assert_eq!(s.observe(t0, &obs(99)).act_on.len(), 1);
-        assert_eq!(s.observe(t0, &obs(150)).act_on.len(), 1, "above 100, below 300");
+        assert_eq!(
+            s.observe(t0, &obs(150)).act_on.len(),
+            1,
+            "above 100, below 300"
+        );
         assert_eq!(s.observe(t0, &obs(299)).act_on.len(), 1);
-        assert!(s.observe(t0, &obs(300)).act_on.is_empty(), "resolved at 100 + 200");
-        assert!(s.observe(t0, &obs(250)).act_on.is_empty(), "needs to be met afresh");
+        assert!(
+            s.observe(t0, &obs(300)).act_on.is_empty(),
+            "resolved at 100 + 200"
+        );
+        assert!(
+            s.observe(t0, &obs(250)).act_on.is_empty(),
+            "needs to be met afresh"
+        );
         assert_eq!(condition_of("pid.available"), "PIDPressure");
     }
 }

@@ -647,10 +647,11 @@ impl KubeRuntimeManager {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&uid);
         // An evicted pod keeps its Failed/Evicted status while its manifest stays.
-        match self.evicted.message(pod) {
+        let evicted = self.evicted.message(pod);
+        match &evicted {
             Some(m) => self
                 .status
-                .set(pod.clone(), crate::eviction::evicted_status(&m)),
+                .set(pod.clone(), crate::eviction::evicted_status(m)),
             None => self.status.remove(&uid),
         }
         self.cache.delete(&uid);
@@ -668,7 +669,11 @@ impl KubeRuntimeManager {
         self.recorder.normal(
             pod_ref(pod),
             "Killing",
-            "Pod removed: containers stopped, sandbox removed",
+            if evicted.is_some() {
+                "Pod evicted: containers stopped, sandbox removed"
+            } else {
+                "Pod removed: containers stopped, sandbox removed"
+            },
         );
         info!(pod = %pod_ref(pod), uid, "pod terminated and removed");
         Ok(())
