@@ -128,7 +128,8 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     let recorder = Recorder::default();
     let status = StatusManager::default();
     let pressure = crate::eviction::NodePressure::default();
-    let evicted = crate::eviction::EvictedPods::default();
+    let evicted =
+        crate::eviction::EvictedPods::persistent(flags.root_dir.join("evicted-pods.json"));
     let cri = rt.block_on(async {
         Cri::new(
             &config.runtime_socket(),

@@ -133,7 +133,11 @@ impl<S: PodSyncer> SyncLoop<S> {
                     uid,
                     "pod was evicted and its manifest is unchanged; not starting it"
                 );
-                self.pods.insert(uid, pod);
+                // First seen since the agent started (the record outlives restarts): the worker
+                // makes sure nothing of it runs and shows its Failed/Evicted status.
+                if self.pods.insert(uid, pod.clone()).is_none() {
+                    self.workers.update_pod(pod, UpdateType::Kill(None));
+                }
                 continue;
             }
             let fresh = was_evicted || !self.pods.contains_key(&uid);

@@ -73,7 +73,7 @@ fn pressure_config(extra: &str) -> String {
 fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() {
     let mut n = Nodelet::with_config(
         "evict",
-        &pressure_config("evictionPressureTransitionPeriod: 4s\n"),
+        &pressure_config("evictionPressureTransitionPeriod: 10s\n"),
     );
     n.start();
     let limit: i64 = kubepods_file(&n, "memory.limit_in_bytes").parse().unwrap();
@@ -140,21 +140,33 @@ fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() 
     std::thread::sleep(Duration::from_secs(3));
     assert!(n.runtime.sandboxes(&hog_uid).is_empty());
     assert_eq!(phase_reason_message(&n, "hog").1, "Evicted");
-    // ...a changed manifest is admitted afresh: refused while MemoryPressure holds (BestEffort),
-    // admitted once the transition period is over.
+    // ...a changed manifest is admitted afresh: refused while MemoryPressure holds (BestEffort,
+    // within the 10 s transition period)...
     let edited = hog("hog").replace(
         "while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail",
         "sleep 3600",
     );
-    if n.get("/node")
-        .is_some_and(|b| b.contains("\"KubeletHasInsufficientMemory\""))
-    {
-        n.write_manifest("hog.yaml", &edited);
-        wait_until(Duration::from_secs(10), "refused at admission", || {
-            phase_reason_message(&n, "hog").2 == "The node had condition: [MemoryPressure]. "
-        });
-        assert!(n.runtime.sandboxes(&hog_uid).is_empty());
-    }
+    assert!(n
+        .get("/node")
+        .is_some_and(|b| b.contains("\"KubeletHasInsufficientMemory\"")));
+    n.write_manifest("hog.yaml", &edited);
+    let refused = "The node had condition: [MemoryPressure]. ";
+    wait_until(Duration::from_secs(10), "refused at admission", || {
+        phase_reason_message(&n, "hog").2 == refused
+    });
+    assert!(n.runtime.sandboxes(&hog_uid).is_empty());
+    // ...and stays so across a restart of the agent (the record is on disk)...
+    n.kill9();
+    n.start();
+    wait_until(
+        Duration::from_secs(20),
+        "refused status after restart",
+        || phase_reason_message(&n, "hog").2 == refused,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(n.runtime.sandboxes(&hog_uid).is_empty());
+    assert_eq!(n.runtime.container_status(&g.id).state, 1);
+    // ...until the manifest changes again with no pressure left.
     wait_until(Duration::from_secs(30), "MemoryPressure clears", || {
         n.get("/node")
             .is_some_and(|b| b.contains("\"KubeletHasSufficientMemory\""))

@@ -25,6 +25,11 @@ use crate::metrics::{ConditionLabel, Metrics, SignalLabel};
 /// Grace period of a hard eviction, seconds (kubelet ≥ v1.31; older releases passed 0).
 pub const HARD_EVICTION_GRACE_SECONDS: i64 = 1;
 
+/// How long passes follow a notification that found no threshold met yet.
+pub const FOLLOW_UP: Duration = Duration::from_secs(2);
+/// The period of those passes.
+pub const FOLLOW_UP_INTERVAL: Duration = Duration::from_millis(10);
+
 /// The resource a signal reclaims, as named in messages and used for ranking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Resource {
@@ -317,31 +322,58 @@ impl<N: EvictionNode> Manager<N> {
 
     /// Runs until `stop` fires or closes: a pass on every notification (`wake` carries its wall
     /// time and key) and every monitoring period, and re-arms the notifications every period.
+    ///
+    /// The kernel wakes us when usage crosses the armed bytes, which is the threshold only as of
+    /// the last re-arm (inactive_file moves) and exactly at it, while a threshold is met only
+    /// strictly below it. So a notified pass that finds nothing met is followed by passes every
+    /// [`FOLLOW_UP_INTERVAL`] for [`FOLLOW_UP`], each timed from the notification.
     pub fn run(mut self, mut wake: Receiver<(SystemTime, String)>, stop: Receiver<()>) {
         let period = tick(self.settings.monitoring_period);
         self.node.rearm(&self.settings.thresholds);
         // The first pass at once, so admission sees the conditions before the first pods come.
         let mut notified = None;
+        let mut follow_up: Option<(Instant, SystemTime)> = None;
         loop {
-            if let Some(e) = self.synchronize(Instant::now(), notified) {
-                if !self.wait_for_cleanup(&e, &stop) {
-                    return;
+            match self.synchronize(Instant::now(), notified) {
+                Some(e) => {
+                    follow_up = None;
+                    if !self.wait_for_cleanup(&e, &stop) {
+                        return;
+                    }
+                    // Wake-ups that arrived while the pod was going are answered by the next pass.
+                    if let Some((at, _)) = wake.try_iter().last() {
+                        notified = Some(at);
+                        continue;
+                    }
                 }
-                // Wake-ups that arrived while the pod was going are answered by the next pass.
-                if let Some((at, _)) = wake.try_iter().last() {
-                    notified = Some(at);
-                    continue;
+                None => {
+                    if let (Some(at), None) = (notified, follow_up) {
+                        follow_up = Some((Instant::now() + FOLLOW_UP, at));
+                    }
                 }
             }
+            let follow = match follow_up {
+                Some((until, _)) if Instant::now() < until => {
+                    crossbeam_channel::after(FOLLOW_UP_INTERVAL)
+                }
+                _ => {
+                    follow_up = None;
+                    crossbeam_channel::never()
+                }
+            };
             notified = select! {
                 recv(wake) -> t => match t {
-                    Ok((at, _)) => Some(at),
+                    Ok((at, _)) => {
+                        follow_up = None;
+                        Some(at)
+                    }
                     Err(_) => {
                         // No notifier (any more): only the period wakes us.
                         wake = crossbeam_channel::never();
-                        continue;
+                        None
                     }
                 },
+                recv(follow) -> _ => follow_up.map(|(_, at)| at),
                 recv(period) -> _ => {
                     self.node.rearm(&self.settings.thresholds);
                     None
@@ -361,14 +393,23 @@ mod tests {
     struct FakeNode {
         passes: Arc<std::sync::atomic::AtomicUsize>,
         available: i64,
+        /// From this pass on (1-based), `available` becomes the second value.
+        drops_at: Option<(usize, i64)>,
         pods: Vec<(Arc<Pod>, i64, i64)>,
         killed: Vec<(String, i64, String)>,
     }
 
     impl EvictionNode for FakeNode {
         fn observe(&mut self) -> HashMap<String, Observation> {
-            self.passes
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let n = self
+                .passes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            if let Some((at, v)) = self.drops_at {
+                if n >= at {
+                    self.available = v;
+                }
+            }
             [(
                 "memory.available".to_string(),
                 Observation {
@@ -525,5 +566,42 @@ mod tests {
             (1..=3).contains(&n),
             "{n} passes in 300 ms with a 10 s period"
         );
+    }
+
+    /// A notification whose pass finds the threshold not yet met (the kernel fires exactly at
+    /// the armed bytes) is followed up until it is, and the eviction is timed from it.
+    #[test]
+    fn a_notification_just_before_the_threshold_is_followed_up() {
+        let passes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let node = FakeNode {
+            passes: passes.clone(),
+            available: 200 << 20,
+            drops_at: Some((5, 50 << 20)),
+            pods: vec![(pod("hog", 30, None), 300 << 20, 0)],
+            ..Default::default()
+        };
+        let m = manager(vec![threshold(100, 0)], node);
+        let pressure = m.pressure.clone();
+        let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
+        let t = std::thread::spawn(move || m.run(wake_rx, stop_rx));
+        std::thread::sleep(Duration::from_millis(50));
+        let at = SystemTime::now();
+        wake_tx.send((at, "memory.available#0".into())).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        stop_tx.send(()).unwrap();
+        t.join().unwrap();
+        let v = pressure.view();
+        assert_eq!(
+            v.evictions.len(),
+            1,
+            "{} passes",
+            passes.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        let nanos = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64;
+        assert_eq!(v.evictions[0].notified_at_unix_nanos, Some(nanos));
     }
 }

@@ -24,6 +24,7 @@ pub mod state;
 pub mod threshold;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -38,18 +39,26 @@ pub const CONDITIONS: [&str; 3] = ["MemoryPressure", "DiskPressure", "PIDPressur
 /// How many recent evictions [`NodePressure`] keeps.
 const RECENT_EVICTIONS: usize = 32;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 struct Evicted {
     config_hash: Option<String>,
     message: String,
 }
 
+#[derive(Default)]
+struct EvictedInner {
+    pods: HashMap<String, Evicted>,
+    /// Where the record is kept across restarts (`<root-dir>/evicted-pods.json`), if anywhere.
+    path: Option<PathBuf>,
+}
+
 /// Pods failed by eviction or refused at admission, by UID, with the manifest hash
 /// (`kubernetes.io/config.hash`) they were failed with. Such a pod is not started again until its
 /// manifest changes (a new hash) or is removed. Cheap to clone; shared by the sync loop, the pod
-/// workers and the eviction manager.
+/// workers and the eviction manager. With [`EvictedPods::persistent`] the record survives a
+/// restart of the agent, as a Failed pod does in kubelet's API server.
 #[derive(Clone, Default)]
-pub struct EvictedPods(Arc<Mutex<HashMap<String, Evicted>>>);
+pub struct EvictedPods(Arc<Mutex<EvictedInner>>);
 
 fn config_hash(pod: &Pod) -> Option<String> {
     pod.metadata
@@ -60,15 +69,49 @@ fn config_hash(pod: &Pod) -> Option<String> {
 }
 
 impl EvictedPods {
+    /// A record kept in the JSON file `path` (a map UID → hash and message), loaded now. A
+    /// missing or unreadable file starts empty (logged); writes replace it atomically.
+    pub fn persistent(path: PathBuf) -> Self {
+        let pods = match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+                tracing::warn!(path = %path.display(), error = %e, "cannot parse evicted pods record; starting empty");
+                HashMap::new()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot read evicted pods record; starting empty");
+                HashMap::new()
+            }
+        };
+        Self(Arc::new(Mutex::new(EvictedInner {
+            pods,
+            path: Some(path),
+        })))
+    }
+
+    fn save(inner: &EvictedInner) {
+        let Some(path) = &inner.path else { return };
+        let tmp = path.with_extension("json.tmp");
+        let r = serde_json::to_vec(&inner.pods)
+            .map_err(std::io::Error::other)
+            .and_then(|b| std::fs::write(&tmp, b))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = r {
+            tracing::warn!(path = %path.display(), error = %e, "cannot save evicted pods record");
+        }
+    }
+
     /// Marks the pod failed with `message` (its status becomes Failed/Evicted).
     pub fn mark(&self, pod: &Pod, message: String) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.pods.insert(
             crate::source::pod_uid(pod).to_owned(),
             Evicted {
                 config_hash: config_hash(pod),
                 message,
             },
         );
+        Self::save(&m);
     }
 
     /// The message the pod was failed with, when it was and its manifest is unchanged. A pod
@@ -76,11 +119,12 @@ impl EvictedPods {
     pub fn message(&self, pod: &Pod) -> Option<String> {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let uid = crate::source::pod_uid(pod);
-        let e = m.get(uid)?;
+        let e = m.pods.get(uid)?;
         if e.config_hash == config_hash(pod) {
             return Some(e.message.clone());
         }
-        m.remove(uid);
+        m.pods.remove(uid);
+        Self::save(&m);
         None
     }
 
@@ -89,12 +133,16 @@ impl EvictedPods {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .pods
             .contains_key(uid)
     }
 
     /// Forgets the pod (its manifest was removed).
     pub fn forget(&self, uid: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if m.pods.remove(uid).is_some() {
+            Self::save(&m);
+        }
     }
 }
 
@@ -248,6 +296,24 @@ mod tests {
         assert_eq!(
             (s.phase.as_deref(), s.reason.as_deref()),
             (Some("Failed"), Some("Evicted"))
+        );
+    }
+
+    #[test]
+    fn the_record_survives_a_restart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("evicted-pods.json");
+        let e = EvictedPods::persistent(path.clone());
+        e.mark(&pod("u", "h1"), "low".into());
+        e.mark(&pod("v", "h1"), "low".into());
+        e.forget("v");
+        let again = EvictedPods::persistent(path.clone());
+        assert_eq!(again.message(&pod("u", "h1")).as_deref(), Some("low"));
+        assert!(!again.contains("v"));
+        std::fs::write(&path, "not json").unwrap();
+        assert!(
+            !EvictedPods::persistent(path).contains("u"),
+            "a broken file starts empty"
         );
     }
 
