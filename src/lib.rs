@@ -11,7 +11,8 @@
 //! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
 //! - [`status`]: pod phase, conditions and container states; [`gc`]: dead containers.
 //! - [`cm`] and [`qos`]: pod cgroups and QoS classes.
-//! - [`eviction`]: thresholds and ranking (in progress, not wired yet).
+//! - [`eviction`]: the eviction manager: signals, thresholds, kernel memory notifications,
+//!   ranking, one pod per pass, node pressure conditions and admission.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
 //! - [`agent`]: wiring; [`node`]: node facts; [`hash`], [`quantity`]: shared helpers.

@@ -310,6 +310,23 @@ mod tests {
         assert_eq!(ephemeral_request(&pod), 1 << 20);
     }
 
+    #[test]
+    fn allocatable_memory_on_a_cgroup_v2_kubepods() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("memory.max"), "1000000\n").unwrap();
+        std::fs::write(tmp.path().join("memory.current"), "600000\n").unwrap();
+        std::fs::write(tmp.path().join("memory.stat"), "anon 1\ninactive_file 100000\n").unwrap();
+        assert_eq!(
+            allocatable_available(tmp.path()),
+            Some(Observation {
+                available: 500_000,
+                capacity: 1_000_000
+            })
+        );
+        std::fs::write(tmp.path().join("memory.max"), "max\n").unwrap();
+        assert_eq!(allocatable_available(tmp.path()), None, "no limit, no signal");
+    }
+
     /// On this machine: the signals the manager sees, with the kubepods cgroup absent (no
     /// allocatable signal) and the memory, filesystem and pid signals present.
     #[test]
