@@ -315,7 +315,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("memory.max"), "1000000\n").unwrap();
         std::fs::write(tmp.path().join("memory.current"), "600000\n").unwrap();
-        std::fs::write(tmp.path().join("memory.stat"), "anon 1\ninactive_file 100000\n").unwrap();
+        std::fs::write(
+            tmp.path().join("memory.stat"),
+            "anon 1\ninactive_file 100000\n",
+        )
+        .unwrap();
         assert_eq!(
             allocatable_available(tmp.path()),
             Some(Observation {
@@ -324,7 +328,11 @@ mod tests {
             })
         );
         std::fs::write(tmp.path().join("memory.max"), "max\n").unwrap();
-        assert_eq!(allocatable_available(tmp.path()), None, "no limit, no signal");
+        assert_eq!(
+            allocatable_available(tmp.path()),
+            None,
+            "no limit, no signal"
+        );
     }
 
     /// On this machine: the signals the manager sees, with the kubepods cgroup absent (no

@@ -129,12 +129,13 @@ pub struct KubeRuntimeManager {
     evicted: crate::eviction::EvictedPods,
 }
 
-/// The grace period a pod's containers are stopped with, seconds: an override as given (hard
-/// eviction passes 1), else the pod's own raised to [`MIN_GRACE_PERIOD_SECONDS`] (kubelet's
-/// `killContainer` applies the minimum before the override).
+/// The grace period a pod's containers are stopped with, seconds: an override as given but at
+/// least 1 (hard eviction passes 1; kubelet's pod workers never go below 1), else the pod's own
+/// raised to [`MIN_GRACE_PERIOD_SECONDS`] (kubelet's `killContainer` applies that minimum before
+/// the override).
 fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
     if let Some(g) = over {
-        return g.max(0);
+        return g.max(1);
     }
     pod.spec
         .as_ref()
@@ -747,5 +748,24 @@ impl PodSyncer for KubeRuntimeManager {
             t.elapsed().as_secs_f64(),
         );
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grace_period_overrides_go_down_to_one_second_the_pods_own_to_two() {
+        let mut pod = Pod::default();
+        assert_eq!(grace_seconds(&pod, None), 30);
+        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            termination_grace_period_seconds: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(grace_seconds(&pod, None), MIN_GRACE_PERIOD_SECONDS);
+        assert_eq!(grace_seconds(&pod, Some(1)), 1, "hard eviction");
+        assert_eq!(grace_seconds(&pod, Some(0)), 1);
+        assert_eq!(grace_seconds(&pod, Some(45)), 45);
     }
 }
