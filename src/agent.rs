@@ -267,6 +267,15 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .readiness();
+    // Pods already running are adopted as their manifests arrive, not admitted again.
+    let adopted: HashSet<String> = rt
+        .block_on(manager.runtime_pods())
+        .map(|pods| {
+            pods.iter()
+                .map(|p| crate::source::pod_uid(p).to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
     let housekeeper = housekeeper(manager, workers.clone(), rt.handle().clone());
     threads.push(start_eviction_manager(
         &config,
@@ -305,7 +314,8 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         recorder,
         config.max_pods as usize,
     )
-    .with_admission(admission);
+    .with_admission(admission)
+    .with_adopted(adopted);
     sync_loop.on_iteration = watchdog();
     notify_ready_when(sources_ready);
     let channels = Channels {
@@ -363,7 +373,8 @@ fn start_eviction_manager(
         period = ?settings.monitoring_period,
         "starting eviction manager"
     );
-    let manager = Manager::new(settings, node, pressure, metrics);
+    let mut manager = Manager::new(settings, node, pressure, metrics);
+    manager.prime();
     spawn_thread("eviction-manager", move || manager.run(wake_rx, stop))
 }
 

@@ -837,8 +837,8 @@ mod tests {
             ),
             (
                 "evictionSoft: {memory.available: 1Gi}",
-                "evictionSoftGracePeriod",
-                "memory.available=",
+                "evictionSoft",
+                "memory.available=1Gi",
             ),
             (
                 "evictionMinimumReclaim: {nodefs.available: much}",

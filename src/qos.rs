@@ -99,14 +99,16 @@ pub fn pod_priority(pod: &Pod) -> i32 {
     }
 }
 
-/// True for a node-critical pod (kubelet's `IsNodeCriticalPod`): a critical pod (static or
-/// mirror, or priority ≥ 2000000000) whose priorityClassName is `system-node-critical`. Every
-/// pod nodelet runs is static, so this is the priority class alone.
+/// True for a node-critical pod (kubelet's `IsNodeCriticalPod`): priorityClassName
+/// `system-node-critical` with a critical priority (≥ 2000000000, which the class resolves to
+/// unless `spec.priority` says otherwise). The same rule as eviction's critical pods, so a pod
+/// never gets the node-critical oom_score_adj while eviction treats it as ordinary.
 pub fn is_node_critical(pod: &Pod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.priority_class_name.as_deref())
         == Some("system-node-critical")
+        && pod_priority(pod) >= SYSTEM_CRITICAL_PRIORITY
 }
 
 /// The oom_score_adj kubelet gives a container (`GetContainerOOMScoreAdjust` in
@@ -207,6 +209,14 @@ mod tests {
             -997
         );
         assert_eq!(pod_priority(&p), 2_000_001_000);
+        // The class with a non-critical spec.priority is not node-critical (nor critical for
+        // eviction): BestEffort's 1000.
+        let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priorityClassName: system-node-critical, priority: 0, containers: [{name: a, image: i}]}").unwrap();
+        assert!(!is_node_critical(&p));
+        assert_eq!(
+            container_oom_score_adj(&p, &p.spec.as_ref().unwrap().containers[0], cap),
+            1000
+        );
         // Cluster-critical BestEffort keeps 1000.
         let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priorityClassName: system-cluster-critical, containers: [{name: a, image: i}]}").unwrap();
         assert_eq!(

@@ -65,7 +65,9 @@ pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
         "E" => exp10 += 18,
         s if s.starts_with(['e', 'E']) => {
             let e: i32 = s[1..].parse().map_err(|_| err("bad exponent"))?;
-            exp10 += e;
+            exp10 = exp10
+                .checked_add(e)
+                .ok_or_else(|| err("exponent out of range"))?;
         }
         _ => {
             return Err(err(
@@ -85,8 +87,16 @@ pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
             )
             .ok_or_else(|| err("too large"))?;
     } else {
-        let d = 10i128.checked_pow((-exp10) as u32).unwrap_or(i128::MAX);
-        v = (v + d - 1) / d;
+        // Round up without overflow; a divisor beyond i128 leaves 1 (a positive fraction).
+        match 10i128.checked_pow(exp10.unsigned_abs()) {
+            Some(d) if v > 0 => v = (v - 1) / d + 1,
+            None if v > 0 => v = 1,
+            _ => {}
+        }
+    }
+    // Whole units must fit in an i64 (bytes, millicores ÷ 1000, counts), as apimachinery's do.
+    if v > i128::from(i64::MAX) * 1000 {
+        return Err(err("too large"));
     }
     Ok(if neg { -v } else { v })
 }
@@ -119,7 +129,24 @@ mod tests {
         }
         assert_eq!(parse_value("128Mi"), Ok(134_217_728));
         assert_eq!(parse_value("1G"), Ok(1_000_000_000));
-        for bad in ["", "abc", "1Q", "1..2", "Mi", "1e"] {
+        assert_eq!(
+            parse_milli("5e-100"),
+            Ok(1),
+            "a tiny fraction rounds up to 1m"
+        );
+        assert_eq!(parse_milli("0.1e-2147483648"), Ok(1));
+        assert_eq!(parse_value("7Ei"), Ok(7 << 60));
+        for bad in [
+            "",
+            "abc",
+            "1Q",
+            "1..2",
+            "Mi",
+            "1e",
+            "1e2147483647",
+            "8Ei",
+            "9223372036854775808",
+        ] {
             assert!(parse_milli(bad).is_err(), "{bad}");
         }
     }

@@ -56,6 +56,8 @@ pub struct SyncLoop<S: PodSyncer> {
     evicted: crate::eviction::EvictedPods,
     /// Eviction admission (kubelet's eviction `PodAdmitHandler`); none: every pod is admitted.
     pub admission: Option<crate::eviction::admission::Admission>,
+    /// Pods the runtime was running when the agent started: adopted, not admitted again.
+    adopted: HashSet<String>,
     /// Called after every iteration (the systemd watchdog hook, later); cheap.
     pub on_iteration: Option<Box<dyn Fn() + Send>>,
 }
@@ -80,6 +82,7 @@ impl<S: PodSyncer> SyncLoop<S> {
             max_pods,
             evicted: Default::default(),
             admission: None,
+            adopted: HashSet::new(),
             on_iteration: None,
         }
     }
@@ -88,6 +91,13 @@ impl<S: PodSyncer> SyncLoop<S> {
     pub fn with_admission(mut self, admission: crate::eviction::admission::Admission) -> Self {
         self.evicted = admission.evicted.clone();
         self.admission = Some(admission);
+        self
+    }
+
+    /// Pods (UIDs) the runtime runs at start-up: when their manifests arrive they are adopted
+    /// without admission, so a restart under pressure never fails pods that keep running.
+    pub fn with_adopted(mut self, uids: HashSet<String>) -> Self {
+        self.adopted = uids;
         self
     }
 
@@ -104,15 +114,33 @@ impl<S: PodSyncer> SyncLoop<S> {
                 pod.metadata.name.as_deref().unwrap_or(""),
                 pod.metadata.namespace.as_deref().unwrap_or(""),
             );
-            if update.op == PodOp::Add
+            // maxPods counts the pods that may run (not those failed by eviction), and holds for
+            // a pod first seen in an update as well (the edit of a refused manifest).
+            let active = self
+                .pods
+                .keys()
+                .filter(|u| !self.evicted.contains(u))
+                .count();
+            if update.op != PodOp::Remove
                 && !self.pods.contains_key(&uid)
-                && self.pods.len() >= self.max_pods
+                && active >= self.max_pods
             {
                 let msg = format!(
                     "node has reached maxPods ({}); pod not admitted",
                     self.max_pods
                 );
                 warn!(pod = name, namespace, uid, "{msg}");
+                if let Some(a) = &self.admission {
+                    a.status.set(
+                        pod.clone(),
+                        k8s_openapi::api::core::v1::PodStatus {
+                            phase: Some("Failed".into()),
+                            reason: Some("OutOfpods".into()),
+                            message: Some(msg.clone()),
+                            ..Default::default()
+                        },
+                    );
+                }
                 self.recorder.warning(pod_ref(&pod), "OutOfpods", msg);
                 continue;
             }
@@ -140,7 +168,8 @@ impl<S: PodSyncer> SyncLoop<S> {
                 }
                 continue;
             }
-            let fresh = was_evicted || !self.pods.contains_key(&uid);
+            let adopted = self.adopted.remove(&uid);
+            let fresh = was_evicted || (!self.pods.contains_key(&uid) && !adopted);
             self.pods.insert(uid, pod.clone());
             if fresh && !self.admission.as_ref().is_none_or(|a| a.admit(&pod)) {
                 continue;
@@ -394,6 +423,12 @@ mod tests {
                 Some("The node had condition: [DiskPressure]. ")
             )
         );
+        // A pod the runtime ran when the agent started is adopted, even under pressure.
+        l.adopted.insert("b".into());
+        l.handle_config(update(PodOp::Add, hashed("b", "h1")));
+        settle().await;
+        assert_eq!(*rec.0.lock().unwrap(), vec!["sync a", "sync b"]);
+        rec.0.lock().unwrap().pop();
         // Pressure gone and the manifest changed again: it runs.
         admission
             .pressure

@@ -177,11 +177,20 @@ fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() 
 }
 
 #[test]
-fn disk_pressure_refuses_new_pods_but_not_critical_ones_and_never_evicts_those() {
+fn disk_pressure_refuses_new_pods_but_not_critical_or_running_ones_and_never_evicts_those() {
+    // First without pressure: a pod runs.
     let mut n = Nodelet::with_config(
         "diskpressure",
-        "evictionHard: {nodefs.available: \"99.9%\"}\nevictionMonitoringPeriod: 500ms\n",
+        "evictionHard: {nodefs.available: \"0.001%\"}\nevictionMonitoringPeriod: 500ms\n",
     );
+    n.start();
+    n.write_manifest("early.yaml", &guaranteed("early"));
+    let early_uid = n.uid("early");
+    let early = n.wait_running(&early_uid, &["c"], Duration::from_secs(30))["c"].clone();
+    // Restarted under DiskPressure: the running pod is adopted, not refused.
+    let cfg = std::fs::read_to_string(n.config_path()).unwrap();
+    std::fs::write(n.config_path(), cfg.replace("0.001%", "99.9%")).unwrap();
+    n.kill9();
     n.start();
     wait_until(Duration::from_secs(10), "DiskPressure on /node", || {
         n.get("/node")
@@ -209,7 +218,20 @@ fn disk_pressure_refuses_new_pods_but_not_critical_ones_and_never_evicts_those()
     assert_eq!(phase, "Failed");
     assert_eq!(message, "The node had condition: [DiskPressure]. ");
     assert!(n.runtime.sandboxes(&n.uid("plain")).is_empty());
-    // Two more passes under pressure: the critical pod is never picked.
+    // Passes under pressure go on: the critical pod is never picked. The early pod, adopted (not
+    // refused), is not critical, so it is evicted for ephemeral storage.
+    wait_until(Duration::from_secs(20), "early evicted", || {
+        phase_reason_message(&n, "early").1 == "Evicted"
+    });
+    let (_, _, message) = phase_reason_message(&n, "early");
+    assert!(
+        message.starts_with("The node was low on resource: ephemeral-storage."),
+        "{message}"
+    );
+    assert!(n
+        .runtime
+        .try_container_status(&early.id)
+        .is_none_or(|s| s.state != 1));
     std::thread::sleep(Duration::from_secs(2));
     assert!(n.log().contains("no pod may be evicted"), "{}", n.log());
     assert_eq!(n.runtime.container_status(&c.id).state, 1);

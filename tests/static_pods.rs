@@ -316,6 +316,14 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
         "uid-escape.yaml",
         &good.replace("{name: good}", "{name: trav, uid: x/../../victim}"),
     );
+    // Quantities that once overflowed the parser (and killed the file source).
+    n.write_manifest(
+        "huge-cpu.yaml",
+        &good.replace("{name: good}", "{name: huge}").replace(
+            "image: busybox:1.36,",
+            "image: busybox:1.36, resources: {requests: {cpu: \"1e2147483647\"}},",
+        ),
+    );
     let uid = n.uid("good");
     n.wait_running(&uid, &["c"], Duration::from_secs(30));
 
@@ -327,6 +335,7 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
         ("bad-ns.json", "metadata.namespace"),
         ("zz-duplicate.yaml", "metadata.name"),
         ("uid-escape.yaml", "metadata.uid"),
+        ("huge-cpu.yaml", "resources"),
     ] {
         let hit = events.contains(&format!("manifest {}", n.manifests().join(file).display()))
             && events.contains(field);
@@ -342,7 +351,7 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
         .filter(|l| l.starts_with("nodelet_static_pod_manifest_errors_total{"))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
-    assert_eq!(total, 6, "{metrics}");
+    assert_eq!(total, 7, "{metrics}");
     assert_eq!(n.pods().len(), 1, "only the good pod is admitted");
     assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
     // No pod named after the escaping name exists, and nothing was written outside podLogsDir.

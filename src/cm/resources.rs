@@ -242,10 +242,11 @@ pub fn pod_amounts(pod: &Pod) -> PodAmounts {
     let get = |c: &Container| container_amounts(c).unwrap_or_default();
     let mut sum = PodAmounts::default();
     for a in spec.containers.iter().map(get) {
-        sum.cpu_request += a.cpu_request;
-        sum.cpu_limit += a.cpu_limit;
-        sum.memory_request += a.memory_request;
-        sum.memory_limit += a.memory_limit;
+        // Saturating: each amount fits in an i64, their sum may not.
+        sum.cpu_request = sum.cpu_request.saturating_add(a.cpu_request);
+        sum.cpu_limit = sum.cpu_limit.saturating_add(a.cpu_limit);
+        sum.memory_request = sum.memory_request.saturating_add(a.memory_request);
+        sum.memory_limit = sum.memory_limit.saturating_add(a.memory_limit);
     }
     for a in spec.init_containers.iter().flatten().map(get) {
         sum.cpu_request = sum.cpu_request.max(a.cpu_request);
@@ -300,7 +301,8 @@ pub fn pod_resource_config(pod: &Pod, policy: &CgroupPolicy) -> ResourceConfig {
     let mut hugepages = BTreeMap::new();
     for c in containers {
         for (size, v) in container_amounts(c).unwrap_or_default().hugepages {
-            *hugepages.entry(size).or_insert(0) += v;
+            let e = hugepages.entry(size).or_insert(0i64);
+            *e = (*e).saturating_add(v);
         }
     }
     match pod_qos_class(pod) {
@@ -349,9 +351,18 @@ pub fn node_allocatable(
     kube: NodeResources,
 ) -> NodeResources {
     NodeResources {
-        cpu_milli: (capacity.cpu_milli - system.cpu_milli - kube.cpu_milli).max(0),
-        memory: (capacity.memory - system.memory - kube.memory).max(0),
-        pids: (capacity.pids - system.pids - kube.pids).max(0),
+        cpu_milli: capacity
+            .cpu_milli
+            .saturating_sub(system.cpu_milli.saturating_add(kube.cpu_milli))
+            .max(0),
+        memory: capacity
+            .memory
+            .saturating_sub(system.memory.saturating_add(kube.memory))
+            .max(0),
+        pids: capacity
+            .pids
+            .saturating_sub(system.pids.saturating_add(kube.pids))
+            .max(0),
     }
 }
 
@@ -382,10 +393,17 @@ impl QosTotals {
     pub fn add(&mut self, pod: &Pod) {
         let a = pod_amounts(pod);
         match pod_qos_class(pod) {
-            QosClass::Guaranteed => self.guaranteed_memory_request += a.memory_request,
+            QosClass::Guaranteed => {
+                self.guaranteed_memory_request = self
+                    .guaranteed_memory_request
+                    .saturating_add(a.memory_request)
+            }
             QosClass::Burstable => {
-                self.burstable_cpu_request += a.cpu_request;
-                self.burstable_memory_request += a.memory_request;
+                self.burstable_cpu_request =
+                    self.burstable_cpu_request.saturating_add(a.cpu_request);
+                self.burstable_memory_request = self
+                    .burstable_memory_request
+                    .saturating_add(a.memory_request);
             }
             QosClass::BestEffort => {}
         }
@@ -411,8 +429,13 @@ pub fn qos_configs(
         ..Default::default()
     };
     if let Some(p) = qos_reserved_memory_percent {
-        let b = (allocatable_memory - totals.guaranteed_memory_request * p / 100).max(0);
-        let e = (b - totals.burstable_memory_request * p / 100).max(0);
+        let pct = |v: i64| (i128::from(v) * i128::from(p) / 100).min(i128::from(i64::MAX)) as i64;
+        let b = allocatable_memory
+            .saturating_sub(pct(totals.guaranteed_memory_request))
+            .max(0);
+        let e = b
+            .saturating_sub(pct(totals.burstable_memory_request))
+            .max(0);
         burstable.memory_limit = Some(b);
         besteffort.memory_limit = Some(e);
     }

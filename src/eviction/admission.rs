@@ -81,7 +81,7 @@ impl Admission {
             "{message}pod refused at admission"
         );
         self.evicted.mark(pod, message.clone());
-        self.status.set(pod.clone(), evicted_status(&message));
+        self.status.set(pod.clone(), evicted_status(pod, &message));
         self.recorder
             .warning(crate::source::pod_ref(pod), REASON, message);
         false

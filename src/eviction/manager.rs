@@ -110,6 +110,13 @@ pub struct Eviction {
     pub message: String,
 }
 
+/// How a wait for an evicted pod ended.
+enum Waited {
+    CleanedUp,
+    Woken(SystemTime),
+    Stopped,
+}
+
 /// The manager: pressure state plus settings; see the module docs.
 pub struct Manager<N: EvictionNode> {
     settings: Settings,
@@ -117,11 +124,38 @@ pub struct Manager<N: EvictionNode> {
     node: N,
     pressure: NodePressure,
     metrics: Arc<Metrics>,
+    /// The "nothing may be evicted" warning was logged in this episode of pressure.
+    warned_nothing_to_evict: bool,
+}
+
+/// A quantity as apimachinery writes it: the largest binary suffix that divides it exactly
+/// (`104857600` → `100Mi`, `38092800` → `37200Ki`), else plain.
+fn format_binary_si(v: i64) -> String {
+    for (suffix, shift) in [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ] {
+        if v != 0 && v % (1i64 << shift) == 0 {
+            return format!("{}{suffix}", v >> shift);
+        }
+    }
+    v.to_string()
+}
+
+/// A fraction as a percentage with at most six decimals (`0.577` → `57.7%`).
+fn format_percent(p: f64) -> String {
+    let s = format!("{:.6}", p * 100.0);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}%")
 }
 
 fn format_amount(resource: Resource, v: i64) -> String {
     match resource {
-        Resource::Memory | Resource::EphemeralStorage => format!("{}Ki", v / 1024),
+        Resource::Memory | Resource::EphemeralStorage => format_binary_si(v),
         Resource::Inodes | Resource::Pids => v.to_string(),
     }
 }
@@ -129,7 +163,7 @@ fn format_amount(resource: Resource, v: i64) -> String {
 fn describe(t: &Threshold) -> String {
     let v = match t.value {
         ThresholdValue::Quantity(q) => format_amount(Resource::of(&t.signal), q),
-        ThresholdValue::Percentage(p) => format!("{}%", p * 100.0),
+        ThresholdValue::Percentage(p) => format_percent(p),
     };
     if t.grace_period.is_zero() {
         format!("{}<{v}", t.signal)
@@ -160,6 +194,7 @@ impl<N: EvictionNode> Manager<N> {
             node,
             pressure,
             metrics,
+            warned_nothing_to_evict: false,
         }
     }
 
@@ -206,7 +241,10 @@ impl<N: EvictionNode> Manager<N> {
 
         let mut act_on = decision.act_on;
         act_on.sort_by_key(|t| signal_order(&t.signal));
-        let threshold = act_on.first()?;
+        let Some(threshold) = act_on.first() else {
+            self.warned_nothing_to_evict = false;
+            return None;
+        };
         let obs = observations.get(&threshold.signal)?;
         let resource = Resource::of(&threshold.signal);
         let pods = self.node.active_pods();
@@ -228,11 +266,16 @@ impl<N: EvictionNode> Manager<N> {
             })
             .collect();
         let Some(victim) = rank(&usages).into_iter().next() else {
-            warn!(
-                signal = %threshold.signal,
-                available = obs.available,
-                "eviction threshold met, but no pod may be evicted (none running, or all critical)"
-            );
+            // Once per episode of pressure, then at debug: it holds on every pass meanwhile.
+            if std::mem::replace(&mut self.warned_nothing_to_evict, true) {
+                tracing::debug!(signal = %threshold.signal, available = obs.available, "eviction threshold met, but no pod may be evicted");
+            } else {
+                warn!(
+                    signal = %threshold.signal,
+                    available = obs.available,
+                    "eviction threshold met, but no pod may be evicted (none running, or all critical)"
+                );
+            }
             return None;
         };
         let pod = by_uid.get(victim.uid.as_str()).copied()?.clone();
@@ -284,7 +327,11 @@ impl<N: EvictionNode> Manager<N> {
             }
         }
         self.pressure.record(EvictionRecord {
-            pod: crate::source::pod_ref(&pod).to_string(),
+            pod: format!(
+                "{}/{}",
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.name.as_deref().unwrap_or("")
+            ),
             uid: victim.uid.clone(),
             signal: threshold.signal.clone(),
             message: message.clone(),
@@ -300,24 +347,42 @@ impl<N: EvictionNode> Manager<N> {
         })
     }
 
-    /// Waits until the evicted pod is cleaned up, at most max(10 s, grace × 1.5) (kubelet's
-    /// `podCleanupTimeout` rule), polling every 50 ms. Returns false when `stop` fired meanwhile.
-    fn wait_for_cleanup(&self, e: &Eviction, stop: &Receiver<()>) -> bool {
+    /// Waits until the evicted pod is cleaned up, at most max(10 s, grace × 1.5), polling every
+    /// 50 ms. A soft eviction's wait (its grace may be long) ends early on a notification, so a
+    /// hard threshold crossed meanwhile is acted on at once.
+    fn wait_for_cleanup(
+        &self,
+        e: &Eviction,
+        wake: &Receiver<(SystemTime, String)>,
+        stop: &Receiver<()>,
+    ) -> Waited {
         let limit = Duration::from_secs(10).max(Duration::from_millis(e.grace as u64 * 1500));
         let start = Instant::now();
+        let soft = e.grace > HARD_EVICTION_GRACE_SECONDS;
+        let never = crossbeam_channel::never();
         while start.elapsed() < limit {
             if self.node.is_cleaned_up(&e.uid) {
-                return true;
+                return Waited::CleanedUp;
             }
-            if !matches!(
-                stop.recv_timeout(Duration::from_millis(50)),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout)
-            ) {
-                return false;
+            select! {
+                recv(stop) -> _ => return Waited::Stopped,
+                recv(if soft { wake } else { &never }) -> t => {
+                    if let Ok((at, _)) = t {
+                        return Waited::Woken(at);
+                    }
+                },
+                default(Duration::from_millis(50)) => {},
             }
         }
         warn!(uid = %e.uid, "evicted pod not cleaned up in time; continuing");
-        true
+        Waited::CleanedUp
+    }
+
+    /// The first pass, before anything else runs: arms the notifications and publishes the
+    /// node conditions, so that admission sees them before the first pods arrive.
+    pub fn prime(&mut self) {
+        self.node.rearm(&self.settings.thresholds);
+        self.synchronize(Instant::now(), None);
     }
 
     /// Runs until `stop` fires or closes: a pass on every notification (`wake` carries its wall
@@ -337,8 +402,13 @@ impl<N: EvictionNode> Manager<N> {
             match self.synchronize(Instant::now(), notified) {
                 Some(e) => {
                     follow_up = None;
-                    if !self.wait_for_cleanup(&e, &stop) {
-                        return;
+                    match self.wait_for_cleanup(&e, &wake, &stop) {
+                        Waited::Stopped => return,
+                        Waited::Woken(at) => {
+                            notified = Some(at);
+                            continue;
+                        }
+                        Waited::CleanedUp => {}
                     }
                     // Wake-ups that arrived while the pod was going are answered by the next pass.
                     if let Some((at, _)) = wake.try_iter().last() {
@@ -500,7 +570,7 @@ mod tests {
         assert_eq!((e.uid.as_str(), e.grace), ("besteffort", 1));
         assert_eq!(
             e.message,
-            "The node was low on resource: memory. Threshold quantity: 102400Ki, available: 51200Ki. Pod was using 307200Ki, request is 0Ki. "
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. Pod was using 300Mi, request is 0. "
         );
         assert!(m.pressure.has("MemoryPressure"));
         assert_eq!(m.node().killed.len(), 1, "one pod per pass");
@@ -508,6 +578,17 @@ mod tests {
         assert_eq!(e.uid, "guaranteed");
         assert!(m.synchronize(t0, None).is_none(), "the critical pod stays");
         assert_eq!(m.pressure.view().evictions.len(), 2);
+    }
+
+    #[test]
+    fn quantities_and_percentages_are_written_as_kubernetes_does() {
+        assert_eq!(format_binary_si(100 << 20), "100Mi");
+        assert_eq!(format_binary_si(38_092_800), "37200Ki");
+        assert_eq!(format_binary_si(1000), "1000");
+        assert_eq!(format_binary_si(0), "0");
+        assert_eq!(format_percent(0.577), "57.7%");
+        assert_eq!(format_percent(0.000_001), "0.0001%");
+        assert_eq!(format_percent(0.1), "10%");
     }
 
     #[test]

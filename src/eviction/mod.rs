@@ -146,13 +146,21 @@ impl EvictedPods {
     }
 }
 
-/// The status of a pod failed by eviction (kubelet's eviction `PodStatus`): phase Failed, reason
-/// Evicted, the message.
-pub fn evicted_status(message: &str) -> PodStatus {
+/// The status of a pod failed by eviction or refused at admission (kubelet's eviction
+/// `PodStatus`): phase Failed, reason Evicted, the message, the QoS class, and a Ready condition
+/// that is False.
+pub fn evicted_status(pod: &Pod, message: &str) -> PodStatus {
     PodStatus {
         phase: Some("Failed".into()),
         reason: Some(REASON.into()),
         message: Some(message.to_owned()),
+        qos_class: Some(crate::qos::pod_qos_class(pod).as_str().into()),
+        conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: Some(REASON.into()),
+            ..Default::default()
+        }]),
         ..Default::default()
     }
 }
@@ -292,7 +300,8 @@ mod tests {
         assert!(e.message(&pod("other", "h1")).is_none());
         assert!(e.message(&pod("u", "h2")).is_none(), "a new manifest runs");
         assert!(!e.contains("u"));
-        let s = evicted_status("m");
+        let s = evicted_status(&pod("u", "h1"), "m");
+        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
         assert_eq!(
             (s.phase.as_deref(), s.reason.as_deref()),
             (Some("Failed"), Some("Evicted"))

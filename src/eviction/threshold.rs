@@ -149,10 +149,10 @@ pub fn parse_thresholds(
             continue;
         };
         let grace = soft_grace.get(signal).ok_or_else(|| ThresholdError {
-            field: "evictionSoftGracePeriod",
+            field: "evictionSoft",
             signal: signal.clone(),
-            value: String::new(),
-            reason: "a soft threshold needs a grace period".into(),
+            value: v.clone(),
+            reason: format!("a soft threshold needs an evictionSoftGracePeriod for {signal}"),
         })?;
         let grace_period =
             crate::config::parse_go_duration(grace).map_err(|reason| ThresholdError {
@@ -250,7 +250,7 @@ mod tests {
         let soft = map(&[("memory.available", "500Mi")]);
         let e = parse_thresholds(&BTreeMap::new(), &soft, &BTreeMap::new(), &BTreeMap::new())
             .unwrap_err();
-        assert_eq!(e.field, "evictionSoftGracePeriod");
+        assert_eq!((e.field, e.value.as_str()), ("evictionSoft", "500Mi"));
         let e = parse_thresholds(
             &BTreeMap::new(),
             &soft,

@@ -413,7 +413,7 @@ impl KubeRuntimeManager {
             // Failed by eviction (its kill is queued behind this sync) or refused at admission:
             // nothing is started until the manifest changes.
             self.status
-                .set(pod.clone(), crate::eviction::evicted_status(&message));
+                .set(pod.clone(), crate::eviction::evicted_status(pod, &message));
             return Ok(Requeue::Normal);
         }
         let rt = self.current_status(&uid).await?;
@@ -652,7 +652,7 @@ impl KubeRuntimeManager {
         match &evicted {
             Some(m) => self
                 .status
-                .set(pod.clone(), crate::eviction::evicted_status(m)),
+                .set(pod.clone(), crate::eviction::evicted_status(pod, m)),
             None => self.status.remove(&uid),
         }
         self.cache.delete(&uid);
