@@ -12,8 +12,9 @@
 //! A Guaranteed pod runs beside the hog throughout and must survive.
 //!
 //! Run: `cargo bench --bench eviction` (needs scripts/env/up.sh). `RUNS=N` per side (default 20).
+//! The two agents' logs are left in `/tmp/nodelet-bench-eviction-{notify,poll}.log`.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -118,7 +119,10 @@ impl Side {
             ])
             .arg("--root-dir")
             .arg(dir.path().join("root"))
-            .stderr(Stdio::null())
+            // The agent's log outlives the run, for a look after a failure.
+            .stderr(
+                std::fs::File::create(format!("/tmp/nodelet-bench-eviction-{name}.log")).unwrap(),
+            )
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);

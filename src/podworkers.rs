@@ -201,6 +201,23 @@ impl<S: PodSyncer> PodWorkers<S> {
             .contains_key(uid)
     }
 
+    /// True while the pod's worker has a kill pending or in progress.
+    pub fn is_terminating(&self, uid: &str) -> bool {
+        let w = self
+            .inner
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .cloned();
+        w.is_some_and(|w| {
+            w.state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .terminating
+        })
+    }
+
     /// UIDs of every live worker (syncing or terminating).
     pub fn known_uids(&self) -> std::collections::HashSet<String> {
         self.inner

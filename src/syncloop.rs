@@ -58,6 +58,8 @@ pub struct SyncLoop<S: PodSyncer> {
     pub admission: Option<crate::eviction::admission::Admission>,
     /// Pods the runtime was running when the agent started: adopted, not admitted again.
     adopted: HashSet<String>,
+    /// Pods refused for maxPods: their Failed/OutOfpods status stays until the manifest goes.
+    out_of_pods: HashSet<String>,
     /// Called after every iteration (the systemd watchdog hook, later); cheap.
     pub on_iteration: Option<Box<dyn Fn() + Send>>,
 }
@@ -83,6 +85,7 @@ impl<S: PodSyncer> SyncLoop<S> {
             evicted: Default::default(),
             admission: None,
             adopted: HashSet::new(),
+            out_of_pods: HashSet::new(),
             on_iteration: None,
         }
     }
@@ -142,6 +145,13 @@ impl<S: PodSyncer> SyncLoop<S> {
                     );
                 }
                 self.recorder.warning(pod_ref(&pod), "OutOfpods", msg);
+                self.out_of_pods.insert(uid);
+                continue;
+            }
+            if self.out_of_pods.remove(&uid) && update.op == PodOp::Remove {
+                if let Some(a) = &self.admission {
+                    a.status.remove(&uid);
+                }
                 continue;
             }
             info!(pod = name, namespace, uid, source = update.source, op = ?update.op, "pod config changed");
@@ -211,6 +221,19 @@ impl<S: PodSyncer> SyncLoop<S> {
     /// Housekeeping: once every source has reported, hand the desired UIDs to the housekeeper.
     pub fn handle_housekeeping(&mut self) {
         if self.sources_ready.all_ready() {
+            // Eviction records and Failed statuses of pods no source wants any more (a pod
+            // evicted while its removal was under way) go; a live worker keeps its own status.
+            self.evicted.retain(|uid| self.pods.contains_key(uid));
+            if let Some(a) = &self.admission {
+                for uid in a.status.uids() {
+                    if !self.pods.contains_key(&uid)
+                        && !self.workers.is_known(&uid)
+                        && !self.out_of_pods.contains(&uid)
+                    {
+                        a.status.remove(&uid);
+                    }
+                }
+            }
             (self.housekeeper)(self.pods.keys().cloned().collect());
         }
     }
@@ -439,5 +462,14 @@ mod tests {
         settle().await;
         assert_eq!(*rec.0.lock().unwrap(), vec!["sync a", "sync a", "kill a"]);
         assert!(!admission.evicted.contains("a"));
+        // An eviction that lands after the removal leaves nothing behind after housekeeping.
+        admission.evicted.mark(&hashed("a", "h3"), "late".into());
+        admission.status.set(
+            hashed("a", "h3"),
+            crate::eviction::evicted_status(&hashed("a", "h3"), "late"),
+        );
+        l.handle_housekeeping();
+        assert!(!admission.evicted.contains("a"));
+        assert!(admission.status.get("a").is_none());
     }
 }

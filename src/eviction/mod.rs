@@ -137,6 +137,16 @@ impl EvictedPods {
             .contains_key(uid)
     }
 
+    /// Forgets every pod for which `keep` is false (housekeeping: pods no source wants).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let before = m.pods.len();
+        m.pods.retain(|uid, _| keep(uid));
+        if m.pods.len() != before {
+            Self::save(&m);
+        }
+    }
+
     /// Forgets the pod (its manifest was removed).
     pub fn forget(&self, uid: &str) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());

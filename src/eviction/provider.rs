@@ -192,11 +192,16 @@ impl EvictionNode for AgentNode {
         self.paths.observe()
     }
 
+    /// Pods with a non-terminal status that are neither evicted nor being killed (kubelet's
+    /// `activePods` leaves terminating pods out as well).
     fn active_pods(&self) -> Vec<Arc<Pod>> {
         self.status
             .active_pods()
             .into_iter()
-            .filter(|p| !self.evicted.contains(crate::source::pod_uid(p)))
+            .filter(|p| {
+                let uid = crate::source::pod_uid(p);
+                !self.evicted.contains(uid) && !self.workers.is_terminating(uid)
+            })
             .collect()
     }
 

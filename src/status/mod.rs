@@ -35,6 +35,16 @@ impl StatusManager {
             .remove(uid);
     }
 
+    /// UIDs of every pod with a status.
+    pub fn uids(&self) -> Vec<String> {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// The pod's status, if known.
     pub fn get(&self, uid: &str) -> Option<PodStatus> {
         self.inner
