@@ -78,6 +78,10 @@ pub trait EvictionNode: Send {
     fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String);
     /// True once the pod's worker has finished with it.
     fn is_cleaned_up(&self, uid: &str) -> bool;
+    /// True while the pod is being killed for another reason (its manifest was removed).
+    fn is_terminating(&self, _uid: &str) -> bool {
+        false
+    }
     /// Re-arms kernel notifications for the thresholds (inactive_file moves); default none.
     fn rearm(&mut self, _thresholds: &[Threshold]) {}
 }
@@ -278,6 +282,13 @@ impl<N: EvictionNode> Manager<N> {
             }
             return None;
         };
+        if self.node.is_terminating(&victim.uid) {
+            // The pod that would go is already going: its memory is about to be freed, and
+            // evicting the next pod in rank would fail an innocent one. (kubelet would shorten the
+            // running kill's grace period; nodelet's pod workers do not.)
+            tracing::debug!(uid = %victim.uid, "the top-ranked pod is already terminating; waiting for it");
+            return None;
+        }
         let pod = by_uid.get(victim.uid.as_str()).copied()?.clone();
         let hard = threshold.grace_period.is_zero();
         let grace = if hard {
@@ -465,6 +476,7 @@ mod tests {
         available: i64,
         /// From this pass on (1-based), `available` becomes the second value.
         drops_at: Option<(usize, i64)>,
+        terminating: Vec<String>,
         pods: Vec<(Arc<Pod>, i64, i64)>,
         killed: Vec<(String, i64, String)>,
     }
@@ -509,6 +521,9 @@ mod tests {
         }
         fn is_cleaned_up(&self, _: &str) -> bool {
             true
+        }
+        fn is_terminating(&self, uid: &str) -> bool {
+            self.terminating.iter().any(|u| u == uid)
         }
     }
 
@@ -578,6 +593,24 @@ mod tests {
         assert_eq!(e.uid, "guaranteed");
         assert!(m.synchronize(t0, None).is_none(), "the critical pod stays");
         assert_eq!(m.pressure.view().evictions.len(), 2);
+    }
+
+    #[test]
+    fn no_innocent_pod_goes_while_the_top_ranked_one_is_already_terminating() {
+        let node = FakeNode {
+            available: 10 << 20,
+            pods: vec![
+                (pod("steady", 30, None), 1 << 20, 32 << 20),
+                (pod("hog", 30, None), 900 << 20, 0),
+            ],
+            terminating: vec!["hog".into()],
+            ..Default::default()
+        };
+        let mut m = manager(vec![threshold(100, 0)], node);
+        assert!(m.synchronize(Instant::now(), None).is_none());
+        assert!(m.node().killed.is_empty());
+        m.node.terminating.clear();
+        assert_eq!(m.synchronize(Instant::now(), None).unwrap().uid, "hog");
     }
 
     #[test]

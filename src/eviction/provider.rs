@@ -192,17 +192,18 @@ impl EvictionNode for AgentNode {
         self.paths.observe()
     }
 
-    /// Pods with a non-terminal status that are neither evicted nor being killed (kubelet's
-    /// `activePods` leaves terminating pods out as well).
+    /// Pods with a non-terminal status that are not already evicted. Pods being killed for
+    /// another reason stay (kubelet's `activePods` keeps terminating pods too).
     fn active_pods(&self) -> Vec<Arc<Pod>> {
         self.status
             .active_pods()
             .into_iter()
-            .filter(|p| {
-                let uid = crate::source::pod_uid(p);
-                !self.evicted.contains(uid) && !self.workers.is_terminating(uid)
-            })
+            .filter(|p| !self.evicted.contains(crate::source::pod_uid(p)))
             .collect()
+    }
+
+    fn is_terminating(&self, uid: &str) -> bool {
+        self.workers.is_terminating(uid)
     }
 
     fn pod_usage(&self, pod: &Pod, resource: Resource) -> Option<(i64, i64)> {
