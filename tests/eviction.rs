@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_until, Nodelet};
+use common::{mem_total, wait_until, Nodelet};
 
 const LOOP: &str = "[sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]";
 
@@ -24,18 +24,6 @@ fn guaranteed(name: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: {LOOP}\n    resources: {{limits: {{cpu: 100m, memory: 32Mi}}}}\n"
     )
-}
-
-fn mem_total() -> i64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kb: i64 = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap()
-        .parse()
-        .unwrap();
-    kb * 1024
 }
 
 /// The kernel's count of OOM kills since boot (`/proc/vmstat` `oom_kill`).

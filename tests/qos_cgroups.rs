@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{pod_cgroup_dirs, wait_until, Nodelet};
+use common::{mem_total, pod_cgroup_dirs, wait_until, Nodelet};
 
 const UNLIMITED: &str = "9223372036854771712";
 const LOOP: &str = "[sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]";
@@ -38,20 +38,6 @@ fn proc_cgroup(pid: u32, controller: &str) -> String {
                 .then(|| path.to_string())
         })
         .unwrap_or_else(|| panic!("no {controller} cgroup for {pid}"))
-}
-
-fn mem_total() -> i64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kb: i64 = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    kb * 1024
 }
 
 #[test]

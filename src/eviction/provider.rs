@@ -46,12 +46,12 @@ pub struct Paths {
 }
 
 impl Paths {
-    /// The directory of a cgroup (cgroupfs path spelled for the driver) for the memory
-    /// controller: under the v1 memory mount, else under the v2 mount.
-    fn memory_dir(&self, spelled: &str) -> Option<PathBuf> {
+    /// The directory of a cgroup (cgroupfs path spelled for the driver) for `controller`: under
+    /// its v1 mount, else under the v2 mount.
+    fn cgroup_dir(&self, controller: &str, spelled: &str) -> Option<PathBuf> {
         let base = self
             .hierarchies
-            .v1_mount("memory")
+            .v1_mount(controller)
             .map(Path::to_path_buf)
             .or_else(|| self.hierarchies.unified.clone())?;
         Some(base.join(spelled.trim_start_matches('/')))
@@ -64,7 +64,7 @@ impl Paths {
 
     /// The `kubepods` memory cgroup.
     pub fn kubepods_memcg(&self) -> Option<PathBuf> {
-        self.memory_dir(&self.layout.spell(&self.layout.kubepods()))
+        self.cgroup_dir("memory", &self.layout.spell(&self.layout.kubepods()))
     }
 
     fn pod_cgroup(&self, controller: &str, pod: &Pod) -> Option<PathBuf> {
@@ -75,12 +75,7 @@ impl Paths {
         let spelled = self
             .layout
             .spell(&self.layout.pod_cgroup(uid, crate::qos::pod_qos_class(pod)));
-        let base = self
-            .hierarchies
-            .v1_mount(controller)
-            .map(Path::to_path_buf)
-            .or_else(|| self.hierarchies.unified.clone())?;
-        Some(base.join(spelled.trim_start_matches('/')))
+        self.cgroup_dir(controller, &spelled)
     }
 
     /// Every signal this node can observe now.
@@ -214,13 +209,8 @@ impl EvictionNode for AgentNode {
                 Some((ws, crate::cm::resources::pod_amounts(pod).memory_request))
             }
             Resource::EphemeralStorage | Resource::Inodes => {
-                let m = &pod.metadata;
-                let dir = self.paths.pod_logs_dir.join(format!(
-                    "{}_{}_{}",
-                    m.namespace.as_deref().unwrap_or(""),
-                    m.name.as_deref().unwrap_or(""),
-                    m.uid.as_deref().unwrap_or("")
-                ));
+                let dir =
+                    crate::kuberuntime::sandbox::pod_logs_dir_under(&self.paths.pod_logs_dir, pod);
                 let (bytes, inodes) = disk_usage(&dir);
                 if resource == Resource::Inodes {
                     Some((inodes, 0))

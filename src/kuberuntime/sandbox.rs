@@ -39,8 +39,13 @@ pub fn parse_resolv_conf(text: &str) -> ResolvConf {
 /// Directory of the pod's logs: `<podLogsDir>/<namespace>_<name>_<uid>` (kubelet's
 /// `BuildPodLogsDirectory`).
 pub fn pod_logs_dir(settings: &Settings, pod: &Pod) -> std::path::PathBuf {
+    pod_logs_dir_under(&settings.pod_logs_dir, pod)
+}
+
+/// `<base>/<namespace>_<name>_<uid>`: the pod's log directory under a podLogsDir `base`.
+pub fn pod_logs_dir_under(base: &std::path::Path, pod: &Pod) -> std::path::PathBuf {
     let m = &pod.metadata;
-    settings.pod_logs_dir.join(format!(
+    base.join(format!(
         "{}_{}_{}",
         m.namespace.as_deref().unwrap_or(""),
         m.name.as_deref().unwrap_or(""),

@@ -378,3 +378,16 @@ fn find_dirs(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// MemTotal of this machine, bytes.
+pub fn mem_total() -> i64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: i64 = text
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
