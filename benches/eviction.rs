@@ -14,11 +14,12 @@
 //! Run: `cargo bench --bench eviction` (needs scripts/env/up.sh). `RUNS=N` per side (default 20).
 //! The two agents' logs are left in `/tmp/nodelet-bench-eviction-{notify,poll}.log`.
 
-use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nodelet::eviction::notifier::MemcgNotifier;
+
+mod agent;
 
 const LIMIT: i64 = 256 << 20;
 const THRESHOLD: i64 = 96 << 20;
@@ -65,12 +66,7 @@ const STEADY: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: steady}\nspec:
 
 struct Side {
     name: &'static str,
-    node: String,
-    port: u16,
-    cgroup_root: String,
-    manifests: std::path::PathBuf,
-    child: Child,
-    _dir: tempfile::TempDir,
+    agent: agent::Agent,
     notifier: Arc<MemcgNotifier>,
     crossed: crossbeam_channel::Receiver<(SystemTime, String)>,
 }
@@ -85,66 +81,26 @@ struct Tally {
 
 impl Side {
     fn start(name: &'static str, extra: &str) -> Self {
-        let sock = "/run/nodelet-env/containerd/containerd.sock";
-        let dir = tempfile::tempdir().unwrap();
-        let manifests = dir.path().join("manifests");
-        std::fs::create_dir_all(&manifests).unwrap();
-        let node = format!("bench-evict-{name}-{}", std::process::id());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let cgroup_root = format!("/nodelet-bench-{node}");
-        let cfg = dir.path().join("config.yaml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\ncontainerRuntimeEndpoint: unix://{sock}\ncgroupRoot: {cgroup_root}\nhealthzPort: {port}\npodLogsDir: {}\nsystemReserved: {{memory: \"{}\"}}\nevictionHard: {{allocatableMemory.available: \"{THRESHOLD}\"}}\nevictionPressureTransitionPeriod: 1s\n{extra}",
-                manifests.display(),
-                dir.path().join("logs").display(),
-                mem_total() - LIMIT,
+        // The agent's log outlives the run, for a look after a failure.
+        let log = std::fs::File::create(format!("/tmp/nodelet-bench-eviction-{name}.log")).unwrap();
+        let agent = agent::start(
+            &format!("bench-evict-{name}-{}", std::process::id()),
+            &format!(
+                "systemReserved: {{memory: \"{}\"}}\nevictionHard: {{allocatableMemory.available: \"{THRESHOLD}\"}}\nevictionPressureTransitionPeriod: 1s\n{extra}",
+                mem_total() - LIMIT
             ),
-        )
-        .unwrap();
-        for m in nodelet::cm::cgroup_mounts() {
-            std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
-        }
-        let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
-            .args([
-                "--config",
-                cfg.to_str().unwrap(),
-                "--hostname-override",
-                &node,
-            ])
-            .arg("--root-dir")
-            .arg(dir.path().join("root"))
-            // The agent's log outlives the run, for a look after a failure.
-            .stderr(
-                std::fs::File::create(format!("/tmp/nodelet-bench-eviction-{name}.log")).unwrap(),
-            )
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz")).is_err() {
-            assert!(Instant::now() < deadline, "nodelet did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            log.into(),
+        );
         let notifier = MemcgNotifier::new().unwrap();
         let (tx, crossed) = crossbeam_channel::unbounded();
         notifier.clone().spawn(tx);
         let s = Self {
             name,
-            node,
-            port,
-            cgroup_root,
-            manifests,
-            child,
-            _dir: dir,
+            agent,
             notifier,
             crossed,
         };
-        std::fs::write(s.manifests.join("steady.yaml"), STEADY).unwrap();
+        std::fs::write(s.agent.manifests.join("steady.yaml"), STEADY).unwrap();
         s.wait(Duration::from_secs(60), "steady running", |s| {
             s.pod("steady")
                 .is_some_and(|p| p["status"]["phase"] == "Running")
@@ -153,13 +109,13 @@ impl Side {
     }
 
     fn get(&self, path: &str) -> serde_json::Value {
-        reqwest::blocking::get(format!("http://127.0.0.1:{}{path}", self.port))
+        reqwest::blocking::get(format!("http://127.0.0.1:{}{path}", self.agent.port))
             .and_then(|r| r.json())
             .unwrap_or_default()
     }
 
     fn pod(&self, name: &str) -> Option<serde_json::Value> {
-        let full = format!("{name}-{}", self.node);
+        let full = format!("{name}-{}", self.agent.node);
         self.get("/pods")["items"]
             .as_array()?
             .iter()
@@ -170,7 +126,7 @@ impl Side {
     fn kubepods(&self, file: &str) -> String {
         std::fs::read_to_string(format!(
             "/sys/fs/cgroup/memory{}/kubepods/{file}",
-            self.cgroup_root
+            self.agent.cgroup_root
         ))
         .unwrap()
         .trim()
@@ -193,7 +149,7 @@ impl Side {
     fn run(&self, i: usize, tally: &mut Tally) {
         let dir = std::path::PathBuf::from(format!(
             "/sys/fs/cgroup/memory{}/kubepods",
-            self.cgroup_root
+            self.agent.cgroup_root
         ));
         // The crossing, by kubelet's formula, on the bench's own eventfd.
         let inactive = nodelet::eviction::signals::inactive_file(&dir).unwrap_or(0);
@@ -212,7 +168,11 @@ impl Side {
         while self.crossed.try_recv().is_ok() {}
         let (ooms, failcnt) = (oom_kills(), self.kubepods("memory.failcnt"));
         let name = format!("hog{i}");
-        std::fs::write(self.manifests.join(format!("{name}.yaml")), hog(&name)).unwrap();
+        std::fs::write(
+            self.agent.manifests.join(format!("{name}.yaml")),
+            hog(&name),
+        )
+        .unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut crossed_at = None;
         let outcome = loop {
@@ -243,7 +203,7 @@ impl Side {
             .as_str()
             .unwrap_or("")
             .to_string();
-        std::fs::remove_file(self.manifests.join(format!("{name}.yaml"))).unwrap();
+        std::fs::remove_file(self.agent.manifests.join(format!("{name}.yaml"))).unwrap();
         self.wait(Duration::from_secs(30), "hog removed", |s| {
             s.pod(&name).is_none()
         });
@@ -283,7 +243,7 @@ impl Side {
 
 impl Drop for Side {
     fn drop(&mut self) {
-        for f in std::fs::read_dir(&self.manifests)
+        for f in std::fs::read_dir(&self.agent.manifests)
             .into_iter()
             .flatten()
             .flatten()
@@ -298,10 +258,12 @@ impl Drop for Side {
         {
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ =
-            nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &self.cgroup_root);
+        let _ = self.agent.child.kill();
+        let _ = self.agent.child.wait();
+        let _ = nodelet::cm::remove_cgroup_everywhere(
+            &nodelet::cm::cgroup_mounts(),
+            &self.agent.cgroup_root,
+        );
     }
 }
 
@@ -310,10 +272,6 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
-    assert!(
-        std::path::Path::new("/run/nodelet-env/containerd/containerd.sock").exists(),
-        "run scripts/env/up.sh first"
-    );
     let notify = Side::start("notify", "");
     let poll = Side::start(
         "poll",

@@ -12,11 +12,13 @@
 //! samples per side (default 20).
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
+mod agent;
+
 use nodelet::cri::{api, Cri};
 use nodelet::kuberuntime::container::{container_config, ContainerInputs};
 use nodelet::kuberuntime::labels;
@@ -124,7 +126,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
-    let sock = std::path::PathBuf::from("/run/nodelet-env/containerd/containerd.sock");
+    let sock = std::path::PathBuf::from(agent::SOCKET);
     assert!(sock.exists(), "run scripts/env/up.sh first");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let metrics = nodelet::metrics::Metrics::new();
@@ -132,48 +134,15 @@ fn main() {
         .block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), Arc::clone(&metrics)) });
     rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let manifests = dir.path().join("manifests");
-    let logs = dir.path().join("logs");
-    std::fs::create_dir_all(&manifests).unwrap();
-    let node = format!("bench{}", std::process::id());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let cgroup_root = format!("/nodelet-bench-{node}");
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {cgroup_root}\nhealthzPort: {port}\npodLogsDir: {}\n",
-            manifests.display(),
-            sock.display(),
-            logs.display()
-        ),
-    )
-    .unwrap();
-    for m in nodelet::cm::cgroup_mounts() {
-        std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
-    }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
-        .args([
-            "--config",
-            cfg.to_str().unwrap(),
-            "--hostname-override",
-            &node,
-            "--root-dir",
-            dir.path().join("root").to_str().unwrap(),
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz")).is_err() {
-        assert!(Instant::now() < deadline, "nodelet did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let agent::Agent {
+        dir: _dir,
+        manifests,
+        logs,
+        node,
+        port: _,
+        cgroup_root,
+        mut child,
+    } = agent::start(&format!("bench{}", std::process::id()), "", Stdio::null());
     // Baseline pods carry another node name, so nodelet's housekeeping leaves them alone.
     let direct_node = format!("direct{}", std::process::id());
     let mut settings = Settings::example();

@@ -286,14 +286,8 @@ mod tests {
         }
     }
 
-    fn pod(uid: &str) -> Arc<Pod> {
-        let mut p = Pod::default();
-        p.metadata.uid = Some(uid.into());
-        Arc::new(p)
-    }
-
-    #[tokio::test]
-    async fn add_update_remove_and_housekeeping_dispatch_in_order() {
+    /// Workers over a recording syncer, with no delays.
+    fn recording_workers() -> (Arc<Rec>, WorkQueue, PodWorkers<Rec>) {
         let rec = Arc::new(Rec::default());
         let queue = WorkQueue::default();
         let periods = Periods {
@@ -306,6 +300,18 @@ mod tests {
             periods,
             tokio::runtime::Handle::current(),
         );
+        (rec, queue, workers)
+    }
+
+    fn pod(uid: &str) -> Arc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        Arc::new(p)
+    }
+
+    #[tokio::test]
+    async fn add_update_remove_and_housekeeping_dispatch_in_order() {
+        let (rec, queue, workers) = recording_workers();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let seen2 = seen.clone();
         let hk: Housekeeper = Box::new(move |desired| seen2.lock().unwrap().push(desired.len()));
@@ -380,18 +386,7 @@ mod tests {
     #[tokio::test]
     async fn evicted_pods_are_not_synced_until_their_manifest_changes_and_admission_refuses_under_pressure(
     ) {
-        let rec = Arc::new(Rec::default());
-        let queue = WorkQueue::default();
-        let periods = Periods {
-            resync: Duration::from_secs(60),
-            backoff: Duration::ZERO,
-        };
-        let workers = PodWorkers::new(
-            rec.clone(),
-            queue.clone(),
-            periods,
-            tokio::runtime::Handle::current(),
-        );
+        let (rec, queue, workers) = recording_workers();
         let (tx, _rx) = crossbeam_channel::unbounded();
         let cfg = crate::source::PodConfig::new(tx);
         let admission = crate::eviction::admission::Admission {

@@ -1,0 +1,93 @@
+//! A nodelet process for the benchmarks: its own directory, manifest directory, node name, port
+//! and cgroupRoot (created in every hierarchy), on the private containerd of scripts/env/up.sh.
+
+#![allow(dead_code)] // each benchmark uses part of it
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The private containerd's CRI socket.
+pub const SOCKET: &str = "/run/nodelet-env/containerd/containerd.sock";
+
+/// A running nodelet.
+pub struct Agent {
+    /// Root of its files (config, manifests, logs, root dir); removed on drop.
+    pub dir: tempfile::TempDir,
+    /// staticPodPath.
+    pub manifests: PathBuf,
+    /// podLogsDir.
+    pub logs: PathBuf,
+    /// --hostname-override.
+    pub node: String,
+    /// healthzPort.
+    pub port: u16,
+    /// cgroupRoot.
+    pub cgroup_root: String,
+    /// The process.
+    pub child: Child,
+}
+
+/// Starts nodelet as `node` with the base configuration plus `extra` lines, its stderr going to
+/// `stderr`, and waits for `/healthz`.
+pub fn start(node: &str, extra: &str, stderr: Stdio) -> Agent {
+    assert!(
+        std::path::Path::new(SOCKET).exists(),
+        "run scripts/env/up.sh first"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cgroup_root = format!("/nodelet-bench-{node}");
+    let cfg = dir.path().join("config.yaml");
+    // As in the tests: a nearly full disk must not put the benchmark under DiskPressure.
+    let eviction = if extra.contains("evictionHard") {
+        ""
+    } else {
+        "evictionHard: {memory.available: 100Mi}\n"
+    };
+    std::fs::write(
+        &cfg,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\ncontainerRuntimeEndpoint: unix://{SOCKET}\ncgroupRoot: {cgroup_root}\nhealthzPort: {port}\npodLogsDir: {}\n{eviction}{extra}",
+            manifests.display(),
+            logs.display()
+        ),
+    )
+    .unwrap();
+    for m in nodelet::cm::cgroup_mounts() {
+        std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "--hostname-override",
+            node,
+        ])
+        .arg("--root-dir")
+        .arg(dir.path().join("root"))
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz")).is_err() {
+        assert!(Instant::now() < deadline, "nodelet did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Agent {
+        dir,
+        manifests,
+        logs,
+        node: node.to_owned(),
+        port,
+        cgroup_root,
+        child,
+    }
+}
