@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Command 2 of the README: run every test. Brings the environment up first (idempotent), because
-# the integration tests drive the real containerd it starts. Unit tests need nothing.
+# the integration tests drive the real containerd it starts. Unit tests need nothing. Formatting
+# (cargo fmt --check) and lints (cargo clippy, warnings are errors) are checked before the tests;
+# either failing fails the run.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
@@ -10,5 +12,9 @@ bash "$HERE/env/up.sh"
 # shellcheck source=env/common.sh
 . "$HERE/env/common.sh"
 cd "$REPO"
+echo "test.sh: cargo fmt --check"
+cargo fmt --check
+echo "test.sh: cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets --quiet -- -D warnings
 cargo build --benches --quiet
 cargo test --no-fail-fast "$@"

@@ -93,10 +93,13 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     });
     let settings = Settings {
         node_name: node_name.clone(),
-        hostname: node_name.clone(),
+        hostname: crate::node::hostname(&node_name),
         node_ip: node_ip.to_string(),
         pod_logs_dir: PathBuf::from(&config.pod_logs_dir),
         resolv_conf: resolv,
+        cluster_dns: config.cluster_dns.clone(),
+        cluster_domain: config.cluster_domain.trim_end_matches('.').to_owned(),
+        root_dir: flags.root_dir.clone(),
         cgroup_policy: node_config.policy,
         memory_capacity: node_config.capacity.memory,
         crash_backoff: (
@@ -299,11 +302,12 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         metrics.clone(),
         stop_rx.clone(),
     ));
-    let admission = crate::eviction::admission::Admission {
+    let admission = crate::admission::PodAdmitter {
         pressure,
         evicted,
         status,
         recorder: recorder.clone(),
+        metrics: metrics.clone(),
         static_pods_are_critical: config.static_pods_are_critical,
     };
     let mut sync_loop = SyncLoop::new(
@@ -497,6 +501,12 @@ fn housekeeper(
                     let mut in_use: HashSet<String> = workers.known_uids();
                     in_use.extend(pods.iter().map(|p| crate::source::pod_uid(p).to_owned()));
                     manager.cm().cleanup_orphans(&desired, &in_use);
+                    in_use.extend(desired.iter().cloned());
+                    for uid in
+                        crate::gc::remove_orphaned_pod_dirs(&manager.settings().root_dir, &in_use)
+                    {
+                        info!(uid, "removed orphaned pod directory");
+                    }
                     for pod in pods {
                         let uid = crate::source::pod_uid(&pod).to_owned();
                         if !desired.contains(&uid) && !workers.is_known(&uid) {

@@ -185,6 +185,14 @@ pub struct KubeletConfiguration {
     pub pod_logs_dir: String,
     /// Resolver configuration handed to pods with DNS policy Default (default `/etc/resolv.conf`).
     pub resolv_conf: String,
+    /// IP addresses of the cluster DNS servers (kubelet's `clusterDNS`, default none). Pods with
+    /// DNS policy `ClusterFirst` (not on the host network) or `ClusterFirstWithHostNet` use them;
+    /// with none, those pods fall back to the host's resolver, as with kubelet.
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain (kubelet's `clusterDomain`, default none): pods using the cluster
+    /// DNS search `<namespace>.svc.<domain>`, `svc.<domain>` and `<domain>`.
+    pub cluster_domain: String,
     /// Maximum number of pods (default 110).
     pub max_pods: u32,
     /// Resources reserved for Kubernetes daemons (`cpu`, `memory`, `pid` quantities).
@@ -264,6 +272,8 @@ impl Default for KubeletConfiguration {
             address: "127.0.0.1".into(),
             pod_logs_dir: "/var/log/pods".into(),
             resolv_conf: "/etc/resolv.conf".into(),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
             max_pods: 110,
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),
@@ -503,6 +513,19 @@ impl KubeletConfiguration {
                 "podLogsDir",
                 &self.pod_logs_dir,
                 "must be an absolute path",
+            ));
+        }
+        for ip in &self.cluster_dns {
+            if ip.parse::<IpAddr>().is_err() {
+                return Err(invalid("clusterDNS", ip, "entries must be IP addresses"));
+            }
+        }
+        let domain = self.cluster_domain.trim_end_matches('.');
+        if !domain.is_empty() && !crate::source::validation::is_dns1123_subdomain(domain) {
+            return Err(invalid(
+                "clusterDomain",
+                &self.cluster_domain,
+                "must be a DNS-1123 subdomain such as cluster.local",
             ));
         }
         for (field, map) in [
@@ -774,10 +797,13 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named() {
-        let l = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfooBar: 1\nclusterDNS: []\n").unwrap();
+        let l = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfooBar: 1\nimageGCHighThresholdPercent: 85\n").unwrap();
         assert_eq!(
             l.unknown_fields,
-            vec!["clusterDNS".to_string(), "fooBar".to_string()]
+            vec![
+                "fooBar".to_string(),
+                "imageGCHighThresholdPercent".to_string()
+            ]
         );
     }
 
@@ -785,6 +811,8 @@ mod tests {
     fn invalid_values_name_field_and_value() {
         let cases = [
             ("cgroupDriver: docker", "cgroupDriver", "docker"),
+            ("clusterDNS: [kube-dns]", "clusterDNS", "kube-dns"),
+            ("clusterDomain: ../x", "clusterDomain", "../x"),
             ("fileCheckFrequency: 0s", "fileCheckFrequency", "0s"),
             ("fileCheckFrequency: 1ns", "fileCheckFrequency", "1ns"),
             ("syncFrequency: 10ms", "syncFrequency", "10ms"),

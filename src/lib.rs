@@ -4,7 +4,8 @@
 //!
 //! - [`config`]: the KubeletConfiguration file.
 //! - [`source`]: pod sources (static manifest directory) → ADD/UPDATE/REMOVE.
-//! - [`syncloop`]: the sync loop that dispatches to pod workers.
+//! - [`syncloop`]: the sync loop that dispatches to pod workers; [`admission`]: pods refused
+//!   before they run.
 //! - [`podworkers`]: one task per pod; latest update wins, kills are never lost.
 //! - [`kuberuntime`]: pod spec → CRI calls (sandbox, images, containers, labels, actions).
 //! - [`cri`]: the CRI client.
@@ -19,6 +20,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod agent;
 pub mod cm;
 pub mod config;

@@ -58,6 +58,8 @@ pub struct Metrics {
     registry: Registry,
     /// Manifests refused, by reason (`nodelet_static_pod_manifest_errors_total`).
     pub manifest_errors: Family<ReasonLabel, Counter>,
+    /// Pods refused at admission, by reason (`kubelet_admission_rejections_total`).
+    pub admission_rejections: Family<ReasonLabel, Counter>,
     /// Pods with a running sandbox (`kubelet_running_pods`).
     pub running_pods: Gauge,
     /// Containers by state (`kubelet_running_containers{container_state}`).
@@ -116,6 +118,7 @@ impl Metrics {
         let hist = || Histogram::new(latency_buckets());
         let m = Self {
             manifest_errors: reg(&mut r, "nodelet_static_pod_manifest_errors", "Static pod manifests refused, by reason", Family::default()),
+            admission_rejections: reg(&mut r, "kubelet_admission_rejections", "Pods refused at admission, by reason", Family::default()),
             running_pods: reg(&mut r, "kubelet_running_pods", "Number of pods that have a running pod sandbox", Gauge::default()),
             running_containers: reg(&mut r, "kubelet_running_containers", "Number of containers currently running", Family::default()),
             runtime_operations: reg(&mut r, "kubelet_runtime_operations", "Cumulative number of runtime operations by operation type", Family::default()),

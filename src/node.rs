@@ -28,6 +28,16 @@ pub fn node_name(override_: Option<&str>) -> Result<String, String> {
     Ok(name)
 }
 
+/// The machine's own hostname (the kernel's, as a host-network pod sees it), or `fallback` when
+/// it cannot be read.
+pub fn hostname(fallback: &str) -> String {
+    hostname::get()
+        .ok()
+        .map(|h| h.to_string_lossy().trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| fallback.to_owned())
+}
+
 /// The node's IP: the first IPv4 address of an interface that is up and not loopback, or
 /// 127.0.0.1 when there is none (kubelet picks the node's InternalIP the same way when
 /// `--node-ip` is not given).

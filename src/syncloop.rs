@@ -16,6 +16,7 @@ use crossbeam_channel::{select, tick, Receiver};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
+use crate::admission::{host_ports, PodAdmitter};
 use crate::events::Recorder;
 use crate::pleg::PodLifecycleEvent;
 use crate::podworkers::{PodSyncer, PodWorkers, UpdateType, WorkQueue};
@@ -54,8 +55,8 @@ pub struct SyncLoop<S: PodSyncer> {
     max_pods: usize,
     /// Pods failed by eviction or refused at admission; not synced while their manifest stays.
     evicted: crate::eviction::EvictedPods,
-    /// Eviction admission (kubelet's eviction `PodAdmitHandler`); none: every pod is admitted.
-    pub admission: Option<crate::eviction::admission::Admission>,
+    /// Pod admission (kubelet's `PodAdmitHandler`s); none: every pod is admitted.
+    pub admission: Option<PodAdmitter>,
     /// Pods the runtime was running when the agent started: adopted, not admitted again.
     adopted: HashSet<String>,
     /// Pods refused for maxPods: their Failed/OutOfpods status stays until the manifest goes.
@@ -91,7 +92,7 @@ impl<S: PodSyncer> SyncLoop<S> {
     }
 
     /// Uses `admission` and its registry of evicted pods.
-    pub fn with_admission(mut self, admission: crate::eviction::admission::Admission) -> Self {
+    pub fn with_admission(mut self, admission: PodAdmitter) -> Self {
         self.evicted = admission.evicted.clone();
         self.admission = Some(admission);
         self
@@ -180,9 +181,34 @@ impl<S: PodSyncer> SyncLoop<S> {
             }
             let adopted = self.adopted.remove(&uid);
             let fresh = was_evicted || (!self.pods.contains_key(&uid) && !adopted);
-            self.pods.insert(uid, pod.clone());
-            if fresh && !self.admission.as_ref().is_none_or(|a| a.admit(&pod)) {
-                continue;
+            let previous = self.pods.insert(uid.clone(), pod.clone());
+            // An edit that changes the pod's host ports is admitted again for them (kubelet sees
+            // an edited manifest as a new pod); other edits of a running pod are not.
+            let ports_changed = previous
+                .as_ref()
+                .is_some_and(|p| host_ports::host_ports(p) != host_ports::host_ports(&pod));
+            if let Some(a) = self.admission.as_ref().filter(|_| fresh || ports_changed) {
+                let running = self.pods.iter().filter_map(|(u, p)| {
+                    let finished = || {
+                        a.status
+                            .phase(u)
+                            .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
+                    };
+                    (*u != uid && !self.evicted.contains(u) && !finished()).then_some(&**p)
+                });
+                let rejection = if fresh {
+                    a.check(&pod, running)
+                } else {
+                    host_ports::admit(&pod, running)
+                };
+                if let Some(r) = rejection {
+                    a.reject(&pod, &r);
+                    if !fresh {
+                        // Its running containers go, as the old pod would with kubelet.
+                        self.workers.update_pod(pod, UpdateType::Kill(None));
+                    }
+                    continue;
+                }
             }
             self.workers.update_pod(pod, UpdateType::Sync);
         }
@@ -389,11 +415,12 @@ mod tests {
         let (rec, queue, workers) = recording_workers();
         let (tx, _rx) = crossbeam_channel::unbounded();
         let cfg = crate::source::PodConfig::new(tx);
-        let admission = crate::eviction::admission::Admission {
+        let admission = PodAdmitter {
             pressure: Default::default(),
             evicted: Default::default(),
             status: Default::default(),
             recorder: Recorder::default(),
+            metrics: crate::metrics::Metrics::new(),
             static_pods_are_critical: false,
         };
         let mut l = SyncLoop::new(
@@ -438,7 +465,7 @@ mod tests {
             (st.phase.as_deref(), st.message.as_deref()),
             (
                 Some("Failed"),
-                Some("The node had condition: [DiskPressure]. ")
+                Some("Pod was rejected: The node had condition: [DiskPressure]. ")
             )
         );
         // A pod the runtime ran when the agent started is adopted, even under pressure.

@@ -68,7 +68,7 @@ fn unknown_fields_are_named_in_a_warning() {
         .port();
     std::fs::write(
         &path,
-        format!("{HEAD}clusterDNS: [10.0.0.10]\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
+        format!("{HEAD}imageGCHighThresholdPercent: 85\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
     )
     .unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
@@ -91,7 +91,7 @@ fn unknown_fields_are_named_in_a_warning() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("clusterDNS") && stderr.contains("fancyNewThing"),
+        stderr.contains("imageGCHighThresholdPercent") && stderr.contains("fancyNewThing"),
         "{stderr}"
     );
     assert!(

@@ -138,7 +138,7 @@ fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() 
         .get("/node")
         .is_some_and(|b| b.contains("\"KubeletHasInsufficientMemory\"")));
     n.write_manifest("hog.yaml", &edited);
-    let refused = "The node had condition: [MemoryPressure]. ";
+    let refused = "Pod was rejected: The node had condition: [MemoryPressure]. ";
     wait_until(Duration::from_secs(10), "refused at admission", || {
         phase_reason_message(&n, "hog").2 == refused
     });
@@ -204,7 +204,10 @@ fn disk_pressure_refuses_new_pods_but_not_critical_or_running_ones_and_never_evi
     });
     let (phase, _, message) = phase_reason_message(&n, "plain");
     assert_eq!(phase, "Failed");
-    assert_eq!(message, "The node had condition: [DiskPressure]. ");
+    assert_eq!(
+        message,
+        "Pod was rejected: The node had condition: [DiskPressure]. "
+    );
     assert!(n.runtime.sandboxes(&n.uid("plain")).is_empty());
     // Passes under pressure go on: the critical pod is never picked. The early pod, adopted (not
     // refused), is not critical, so it is evicted for ephemeral storage.

@@ -311,6 +311,30 @@ impl Cri {
             .map(|r| r.status)
     }
 
+    /// `ExecSync`: runs `cmd` in the container and waits for it, at most `timeout` (zero: no
+    /// limit); the call's own deadline is `timeout` plus `runtimeRequestTimeout`, as kubelet's.
+    /// Returns the exit code, stdout and stderr.
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> CriResult<cri::ExecSyncResponse> {
+        let started = std::time::Instant::now();
+        let req = cri::ExecSyncRequest {
+            container_id: id.into(),
+            cmd,
+            timeout: timeout.as_secs() as i64,
+        };
+        let deadline = (!timeout.is_zero()).then(|| timeout + self.timeout);
+        let r = self
+            .runtime
+            .clone()
+            .exec_sync(self.request(req, deadline))
+            .await;
+        self.record(started, "exec_sync", r)
+    }
+
     /// `ReopenContainerLog`: the runtime reopens the container's log file (after a rotation).
     pub async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
         let started = std::time::Instant::now();

@@ -3,18 +3,14 @@
 //! With no pressure condition every pod is admitted, and critical pods always are. With
 //! MemoryPressure alone, BestEffort pods are refused unless they tolerate the
 //! `node.kubernetes.io/memory-pressure` taint; with any other condition (DiskPressure,
-//! PIDPressure) every pod is refused. A refused pod gets phase Failed, reason Evicted and the
-//! message `The node had condition: [<conditions>]. `, and stays so until its manifest changes.
-
-use std::sync::Arc;
+//! PIDPressure) every pod is refused, with reason Evicted and the message
+//! `The node had condition: [<conditions>]. `; [`crate::admission`] fails the pod with it.
 
 use k8s_openapi::api::core::v1::Pod;
-use tracing::warn;
 
-use super::{evicted_status, is_critical, EvictedPods, NodePressure, CONDITIONS, REASON};
-use crate::events::Recorder;
+use super::{is_critical, NodePressure, CONDITIONS, REASON};
+use crate::admission::Rejection;
 use crate::qos::{pod_qos_class, QosClass};
-use crate::status::StatusManager;
 
 /// The taint kubelet's admission lets a BestEffort pod tolerate under MemoryPressure.
 pub const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
@@ -48,44 +44,18 @@ pub fn refusal(pod: &Pod, conditions: &[&str], static_pods_are_critical: bool) -
     Some(message)
 }
 
-/// Admission as the sync loop uses it: refuses a pod by marking it evicted and recording its
-/// Failed status and a warning event.
-#[derive(Clone)]
-pub struct Admission {
-    /// The conditions, from the eviction manager.
-    pub pressure: NodePressure,
-    /// Where a refused pod is marked.
-    pub evicted: EvictedPods,
-    /// Where its status goes.
-    pub status: StatusManager,
-    /// Events.
-    pub recorder: Recorder,
-    /// `staticPodsAreCritical`.
-    pub static_pods_are_critical: bool,
-}
-
-impl Admission {
-    /// True when the pod may run; false after refusing it.
-    pub fn admit(&self, pod: &Arc<Pod>) -> bool {
-        let on: Vec<&str> = CONDITIONS
-            .into_iter()
-            .filter(|c| self.pressure.has(c))
-            .collect();
-        let Some(message) = refusal(pod, &on, self.static_pods_are_critical) else {
-            return true;
-        };
-        warn!(
-            pod = pod.metadata.name.as_deref().unwrap_or(""),
-            namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
-            uid = crate::source::pod_uid(pod),
-            "{message}pod refused at admission"
-        );
-        self.evicted.mark(pod, message.clone());
-        self.status.set(pod.clone(), evicted_status(pod, &message));
-        self.recorder
-            .warning(crate::source::pod_ref(pod), REASON, message);
-        false
-    }
+/// The eviction manager's admit handler (kubelet's eviction `Admit`): the pod's [`Rejection`]
+/// (reason `Evicted`) under the node's current pressure conditions, or `None`.
+pub fn admit(
+    pod: &Pod,
+    pressure: &NodePressure,
+    static_pods_are_critical: bool,
+) -> Option<Rejection> {
+    let on: Vec<&str> = CONDITIONS.into_iter().filter(|c| pressure.has(c)).collect();
+    refusal(pod, &on, static_pods_are_critical).map(|message| Rejection {
+        reason: REASON.into(),
+        message,
+    })
 }
 
 #[cfg(test)]

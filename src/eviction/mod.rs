@@ -42,7 +42,31 @@ const RECENT_EVICTIONS: usize = 32;
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 struct Evicted {
     config_hash: Option<String>,
+    /// `Evicted`, or an admission reason such as `NodePorts` (records written before reasons
+    /// were kept are evictions).
+    #[serde(default = "evicted_reason")]
+    reason: String,
     message: String,
+}
+
+fn evicted_reason() -> String {
+    REASON.into()
+}
+
+/// Why a pod was failed without running: kubelet's status reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// `Evicted`, `OutOfpods`, `NodePorts`, ...
+    pub reason: String,
+    /// The status message.
+    pub message: String,
+}
+
+impl Failure {
+    /// The pod's status: phase Failed with this reason and message (see [`failed_status`]).
+    pub fn status(&self, pod: &Pod) -> PodStatus {
+        failed_status(pod, &self.reason, &self.message)
+    }
 }
 
 #[derive(Default)]
@@ -103,11 +127,17 @@ impl EvictedPods {
 
     /// Marks the pod failed with `message` (its status becomes Failed/Evicted).
     pub fn mark(&self, pod: &Pod, message: String) {
+        self.mark_failed(pod, REASON, message);
+    }
+
+    /// Marks the pod failed with `reason` and `message` (an admission refusal: `NodePorts`, ...).
+    pub fn mark_failed(&self, pod: &Pod, reason: &str, message: String) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         m.pods.insert(
             crate::source::pod_uid(pod).to_owned(),
             Evicted {
                 config_hash: config_hash(pod),
+                reason: reason.to_owned(),
                 message,
             },
         );
@@ -117,11 +147,20 @@ impl EvictedPods {
     /// The message the pod was failed with, when it was and its manifest is unchanged. A pod
     /// whose manifest changed is forgotten here (it may run again) and gets `None`.
     pub fn message(&self, pod: &Pod) -> Option<String> {
+        self.failure(pod).map(|f| f.message)
+    }
+
+    /// Why the pod was failed, when it was and its manifest is unchanged; as
+    /// [`EvictedPods::message`].
+    pub fn failure(&self, pod: &Pod) -> Option<Failure> {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let uid = crate::source::pod_uid(pod);
         let e = m.pods.get(uid)?;
         if e.config_hash == config_hash(pod) {
-            return Some(e.message.clone());
+            return Some(Failure {
+                reason: e.reason.clone(),
+                message: e.message.clone(),
+            });
         }
         m.pods.remove(uid);
         Self::save(&m);
@@ -160,15 +199,22 @@ impl EvictedPods {
 /// `PodStatus`): phase Failed, reason Evicted, the message, the QoS class, and a Ready condition
 /// that is False.
 pub fn evicted_status(pod: &Pod, message: &str) -> PodStatus {
+    failed_status(pod, REASON, message)
+}
+
+/// The status of a pod failed before or instead of running (kubelet's eviction status and
+/// `rejectPod`): phase Failed, `reason`, `message`, the QoS class, and a Ready condition that is
+/// False with the same reason.
+pub fn failed_status(pod: &Pod, reason: &str, message: &str) -> PodStatus {
     PodStatus {
         phase: Some("Failed".into()),
-        reason: Some(REASON.into()),
+        reason: Some(reason.into()),
         message: Some(message.to_owned()),
         qos_class: Some(crate::qos::pod_qos_class(pod).as_str().into()),
         conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
             type_: "Ready".into(),
             status: "False".into(),
-            reason: Some(REASON.into()),
+            reason: Some(reason.into()),
             ..Default::default()
         }]),
         ..Default::default()

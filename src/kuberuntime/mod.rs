@@ -9,6 +9,7 @@
 pub mod actions;
 pub mod backoff;
 pub mod container;
+pub mod hosts_file;
 pub mod image;
 pub mod labels;
 pub mod logs;
@@ -47,7 +48,8 @@ pub const MIN_GRACE_PERIOD_SECONDS: i64 = 2;
 pub struct Settings {
     /// Node name (hostname or `--hostname-override`).
     pub node_name: String,
-    /// Hostname given to host-network pods.
+    /// The machine's hostname: the hostname of host-network pods (which share the host's UTS
+    /// namespace), whatever `--hostname-override` names the node.
     pub hostname: String,
     /// The node's IP (`status.hostIP`).
     pub node_ip: String,
@@ -55,6 +57,12 @@ pub struct Settings {
     pub pod_logs_dir: PathBuf,
     /// The host's resolver for DNS policy Default / ClusterFirst without cluster DNS.
     pub resolv_conf: ResolvConf,
+    /// `clusterDNS`: the cluster DNS servers (empty: none).
+    pub cluster_dns: Vec<String>,
+    /// `clusterDomain` without a trailing dot (empty: none).
+    pub cluster_domain: String,
+    /// `--root-dir`: pod directories live in `<root-dir>/pods/<uid>` (kubelet's layout).
+    pub root_dir: PathBuf,
     /// Pod and container cgroup knobs (`cpuCFSQuota`, period, `podPidsLimit`).
     pub cgroup_policy: CgroupPolicy,
     /// Node memory capacity, bytes (Burstable oom_score_adj).
@@ -67,7 +75,7 @@ pub struct Settings {
 
 impl Settings {
     /// Settings with placeholder node facts (node `node1`, IP 10.0.0.10, logs in
-    /// `/var/log/pods`, resolver 10.0.0.1) and kubelet's cgroup and back-off defaults, for
+    /// `/var/log/pods`, root dir `/var/lib/nodelet`, resolver 10.0.0.1, no cluster DNS) and kubelet's cgroup and back-off defaults, for
     /// `nodelet plan`, benchmarks and unit tests, where only what derives from the pod matters.
     pub fn example() -> Self {
         Self {
@@ -79,6 +87,9 @@ impl Settings {
                 servers: vec!["10.0.0.1".into()],
                 ..Default::default()
             },
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            root_dir: "/var/lib/nodelet".into(),
             cgroup_policy: CgroupPolicy::default(),
             memory_capacity: 8 << 30,
             crash_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
@@ -189,6 +200,11 @@ impl KubeRuntimeManager {
     /// The container manager.
     pub fn cm(&self) -> &ContainerManager {
         &self.cm
+    }
+
+    /// Node facts and paths.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// The CRI client.
@@ -358,8 +374,18 @@ impl KubeRuntimeManager {
             pod_ips,
             is_init,
         };
-        let config = container::container_config(&self.settings, pod, c, &inputs)
+        let mut config = container::container_config(&self.settings, pod, c, &inputs)
             .map_err(|e| fail("CreateContainerConfigError", e.message))?;
+        match hosts_file::ensure_hosts_file(&self.settings, pod, pod_ips) {
+            Ok(Some(mount)) => config.mounts.push(mount),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(fail(
+                    "CreateContainerConfigError",
+                    format!("cannot write the pod's hosts file: {e}"),
+                ))
+            }
+        }
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
         std::fs::create_dir_all(&log_dir).map_err(|e| {
             fail(
@@ -409,11 +435,10 @@ impl KubeRuntimeManager {
 
     async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
         let uid = crate::source::pod_uid(pod).to_owned();
-        if let Some(message) = self.evicted.message(pod) {
+        if let Some(failure) = self.evicted.failure(pod) {
             // Failed by eviction (its kill is queued behind this sync) or refused at admission:
             // nothing is started until the manifest changes.
-            self.status
-                .set(pod.clone(), crate::eviction::evicted_status(pod, &message));
+            self.status.set(pod.clone(), failure.status(pod));
             return Ok(Requeue::Normal);
         }
         let rt = self.current_status(&uid).await?;
@@ -486,6 +511,12 @@ impl KubeRuntimeManager {
             return Ok(Requeue::Normal);
         };
 
+        // A pod on the host network has the node's addresses (kubelet's podIPs for it).
+        let ips = if sandbox::is_host_network(pod) {
+            vec![self.settings.node_ip.clone()]
+        } else {
+            ips
+        };
         let to_kill: Vec<(String, String)> = actions
             .containers_to_kill
             .iter()
@@ -642,17 +673,21 @@ impl KubeRuntimeManager {
         }
         if safe {
             self.cm.remove_pod(&uid);
+            let dir = hosts_file::pod_dir(&self.settings.root_dir, &uid);
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    warn!(pod = %pod_ref(pod), uid, path = %dir.display(), error = %e, "cannot remove pod directory");
+                }
+            }
         }
         self.start_errors
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&uid);
         // An evicted pod keeps its Failed/Evicted status while its manifest stays.
-        let evicted = self.evicted.message(pod);
+        let evicted = self.evicted.failure(pod);
         match &evicted {
-            Some(m) => self
-                .status
-                .set(pod.clone(), crate::eviction::evicted_status(pod, m)),
+            Some(f) => self.status.set(pod.clone(), f.status(pod)),
             None => self.status.remove(&uid),
         }
         self.cache.delete(&uid);
@@ -670,10 +705,12 @@ impl KubeRuntimeManager {
         self.recorder.normal(
             pod_ref(pod),
             "Killing",
-            if evicted.is_some() {
-                "Pod evicted: containers stopped, sandbox removed"
-            } else {
-                "Pod removed: containers stopped, sandbox removed"
+            match &evicted {
+                Some(f) if f.reason == crate::eviction::REASON => {
+                    "Pod evicted: containers stopped, sandbox removed"
+                }
+                Some(_) => "Pod rejected: containers stopped, sandbox removed",
+                None => "Pod removed: containers stopped, sandbox removed",
             },
         );
         info!(pod = %pod_ref(pod), uid, "pod terminated and removed");

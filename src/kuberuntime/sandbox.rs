@@ -53,6 +53,14 @@ pub fn pod_logs_dir_under(base: &std::path::Path, pod: &Pod) -> std::path::PathB
     ))
 }
 
+/// True for a pod in the host's network namespace (`spec.hostNetwork`).
+pub fn is_host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
 fn ns_mode(node: bool, alternative: api::NamespaceMode) -> i32 {
     if node {
         api::NamespaceMode::Node as i32
@@ -84,12 +92,12 @@ pub fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     }
 }
 
-/// The sandbox's hostname (kubelet's `GeneratePodHostNameAndDomain`): the node's hostname for
+/// The pod's hostname (kubelet's `GeneratePodHostNameAndDomain`): the node's hostname for
 /// host-network pods, else `spec.hostname` or the pod name cut to 63 characters without a
-/// trailing `-` or `.`.
+/// trailing `-` or `.`. Only pods off the host network get it as their sandbox's hostname.
 pub fn pod_hostname(settings: &Settings, pod: &Pod) -> String {
     let spec = pod.spec.as_ref();
-    if spec.and_then(|s| s.host_network).unwrap_or(false) {
+    if is_host_network(pod) {
         return settings.hostname.clone();
     }
     if let Some(h) = spec.and_then(|s| s.hostname.clone()) {
@@ -100,21 +108,74 @@ pub fn pod_hostname(settings: &Settings, pod: &Pod) -> String {
     cut.trim_end_matches(['-', '.']).to_owned()
 }
 
-/// DNS for the sandbox (kubelet's `GetPodDNS`). With no cluster DNS configured, `ClusterFirst`
-/// falls back to the host's resolver, as kubelet does; `None` uses only `spec.dnsConfig`;
-/// `spec.dnsConfig` adds to any policy.
-pub fn pod_dns(resolv: &ResolvConf, pod: &Pod) -> api::DnsConfig {
+/// Where a pod's resolver comes from (kubelet's `podDNSType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodDnsType {
+    /// The cluster DNS servers and search path.
+    Cluster,
+    /// The host's resolver (`resolvConf`).
+    Host,
+    /// Only `spec.dnsConfig`.
+    None,
+}
+
+/// The resolver source for `pod` (kubelet's `getPodDNSType`): `None` → only `dnsConfig`;
+/// `ClusterFirstWithHostNet` → cluster; `ClusterFirst` (the default) → cluster, except for
+/// host-network pods, which fall back to the host's resolver; `Default` → host. The cluster type
+/// itself falls back to the host when no `clusterDNS` is configured (see [`pod_dns`]).
+pub fn pod_dns_type(pod: &Pod) -> PodDnsType {
     let spec = pod.spec.as_ref();
-    let policy = spec
+    let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+    match spec
         .and_then(|s| s.dns_policy.as_deref())
-        .unwrap_or("ClusterFirst");
-    let mut dns = if policy == "None" {
-        api::DnsConfig::default()
-    } else {
-        api::DnsConfig {
-            servers: resolv.servers.clone(),
-            searches: resolv.searches.clone(),
-            options: resolv.options.clone(),
+        .unwrap_or("ClusterFirst")
+    {
+        "None" => PodDnsType::None,
+        "ClusterFirstWithHostNet" => PodDnsType::Cluster,
+        "Default" => PodDnsType::Host,
+        _ if host_network => PodDnsType::Host,
+        _ => PodDnsType::Cluster,
+    }
+}
+
+/// DNS for the sandbox (kubelet's `GetPodDNS`), from the pod's [`pod_dns_type`]:
+///
+/// - cluster, with `clusterDNS` set: those servers, the search path
+///   `<namespace>.svc.<clusterDomain>`, `svc.<clusterDomain>`, `<clusterDomain>` followed by the
+///   host's search domains, and `ndots:5`; without `clusterDNS`, the host's resolver (kubelet
+///   logs the same fallback);
+/// - host: the `resolvConf` file's servers, search domains and options;
+/// - none: nothing but `spec.dnsConfig`.
+///
+/// `spec.dnsConfig` then adds servers and search domains (duplicates dropped) and overrides
+/// options of the same name, under any policy.
+pub fn pod_dns(settings: &Settings, pod: &Pod) -> api::DnsConfig {
+    let spec = pod.spec.as_ref();
+    let resolv = &settings.resolv_conf;
+    let host = || api::DnsConfig {
+        servers: resolv.servers.clone(),
+        searches: resolv.searches.clone(),
+        options: resolv.options.clone(),
+    };
+    let mut dns = match pod_dns_type(pod) {
+        PodDnsType::None => api::DnsConfig::default(),
+        PodDnsType::Host => host(),
+        PodDnsType::Cluster if settings.cluster_dns.is_empty() => host(),
+        PodDnsType::Cluster => {
+            let mut searches = Vec::new();
+            let domain = &settings.cluster_domain;
+            if !domain.is_empty() {
+                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+                searches.push(format!("{ns}.svc.{domain}"));
+                searches.push(format!("svc.{domain}"));
+                searches.push(domain.clone());
+            }
+            searches.extend(resolv.searches.iter().cloned());
+            api::DnsConfig {
+                servers: settings.cluster_dns.clone(),
+                searches,
+                options: vec!["ndots:5".into()],
+            }
         }
     };
     if let Some(cfg) = spec.and_then(|s| s.dns_config.as_ref()) {
@@ -131,7 +192,10 @@ pub fn pod_dns(resolv: &ResolvConf, pod: &Pod) -> api::DnsConfig {
             });
         }
     }
-    dns.servers.dedup();
+    let mut seen = std::collections::HashSet::new();
+    dns.servers.retain(|s| seen.insert(s.clone()));
+    let mut seen = std::collections::HashSet::new();
+    dns.searches.retain(|s| seen.insert(s.clone()));
     dns
 }
 
@@ -185,9 +249,15 @@ pub fn sandbox_config(
             namespace: m.namespace.clone().unwrap_or_default(),
             attempt,
         }),
-        hostname: pod_hostname(settings, pod),
+        // A pod on the host network shares the host's UTS namespace: it keeps the node's
+        // hostname, and asking for one is refused by the runtime (kubelet sets none either).
+        hostname: if is_host_network(pod) {
+            String::new()
+        } else {
+            pod_hostname(settings, pod)
+        },
         log_directory: pod_logs_dir(settings, pod).display().to_string(),
-        dns_config: Some(pod_dns(&settings.resolv_conf, pod)),
+        dns_config: Some(pod_dns(settings, pod)),
         port_mappings: port_mappings(pod),
         labels: labels::sandbox_labels(pod),
         annotations,
@@ -270,9 +340,82 @@ mod tests {
     }
 
     #[test]
+    fn host_network_sandbox_asks_for_no_hostname() {
+        let p = pod("{hostNetwork: true, containers: [{name: c, image: b}]}");
+        let c = sandbox_config(&settings(), &p, 0, "/kubepods/podu1".into());
+        assert_eq!(
+            c.hostname, "",
+            "the runtime refuses a hostname in the host's UTS namespace"
+        );
+        let p = pod("{hostPID: true, hostIPC: true, containers: [{name: c, image: b}]}");
+        assert_eq!(
+            sandbox_config(&settings(), &p, 0, String::new()).hostname,
+            "web-node1"
+        );
+    }
+
+    #[test]
+    fn dns_policy_picks_cluster_or_host_as_kubelet() {
+        let mut s = settings();
+        s.resolv_conf.searches = vec!["corp.example".into()];
+        // (spec fields, type, servers without cluster DNS, servers with 10.96.0.10)
+        let cases = [
+            ("", PodDnsType::Cluster, "10.0.0.1", "10.96.0.10"),
+            (
+                "hostNetwork: true, ",
+                PodDnsType::Host,
+                "10.0.0.1",
+                "10.0.0.1",
+            ),
+            (
+                "hostNetwork: true, dnsPolicy: ClusterFirstWithHostNet, ",
+                PodDnsType::Cluster,
+                "10.0.0.1",
+                "10.96.0.10",
+            ),
+            (
+                "dnsPolicy: ClusterFirstWithHostNet, ",
+                PodDnsType::Cluster,
+                "10.0.0.1",
+                "10.96.0.10",
+            ),
+            (
+                "dnsPolicy: Default, ",
+                PodDnsType::Host,
+                "10.0.0.1",
+                "10.0.0.1",
+            ),
+            ("dnsPolicy: None, ", PodDnsType::None, "", ""),
+        ];
+        for (extra, ty, without, with) in cases {
+            let spec = format!("{{{extra}containers: [{{name: c, image: b}}]}}");
+            let p = pod(&spec);
+            assert_eq!(pod_dns_type(&p), ty, "{extra}");
+            s.cluster_dns.clear();
+            assert_eq!(pod_dns(&s, &p).servers.join(","), without, "{extra}");
+            s.cluster_dns = vec!["10.96.0.10".into()];
+            s.cluster_domain = "cluster.local".into();
+            let d = pod_dns(&s, &p);
+            assert_eq!(d.servers.join(","), with, "{extra} with clusterDNS");
+            if ty == PodDnsType::Cluster {
+                assert_eq!(
+                    d.searches,
+                    vec![
+                        "ns.svc.cluster.local",
+                        "svc.cluster.local",
+                        "cluster.local",
+                        "corp.example"
+                    ]
+                );
+                assert_eq!(d.options, vec!["ndots:5"]);
+            }
+        }
+    }
+
+    #[test]
     fn dns_policy_none_uses_only_dns_config() {
         let p = pod("{dnsPolicy: None, dnsConfig: {nameservers: [1.1.1.1], options: [{name: ndots, value: '5'}]}, containers: [{name: c, image: b}]}");
-        let d = pod_dns(&settings().resolv_conf, &p);
+        let d = pod_dns(&settings(), &p);
         assert_eq!(d.servers, vec!["1.1.1.1"]);
         assert_eq!(d.options, vec!["ndots:5"]);
     }

@@ -116,6 +116,7 @@ fn apply_file_pod_defaults(
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
     spec.termination_grace_period_seconds
         .get_or_insert(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+    let host_network = spec.host_network.unwrap_or(false);
     let containers = spec
         .init_containers
         .iter_mut()
@@ -131,6 +132,10 @@ fn apply_file_pod_defaults(
             .get_or_insert_with(|| "File".into());
         for p in c.ports.iter_mut().flatten() {
             p.protocol.get_or_insert_with(|| "TCP".into());
+            // The API default: on the host network, a container port is a port on the host.
+            if host_network && p.host_port.unwrap_or(0) == 0 {
+                p.host_port = Some(p.container_port);
+            }
         }
     }
     Ok(())
@@ -195,6 +200,19 @@ mod tests {
         let hash =
             |p: &Pod| p.metadata.annotations.as_ref().unwrap()[CONFIG_HASH_ANNOTATION].clone();
         assert_ne!(hash(&a), hash(&b));
+    }
+
+    #[test]
+    fn host_network_container_ports_default_to_host_ports() {
+        let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: hostnet}\nspec:\n  hostNetwork: true\n  containers:\n  - {name: c, image: busybox:1.36, ports: [{name: tcp, containerPort: 4534}]}\n";
+        let pod = decode_static_pod(Path::new("/m/h.yaml"), yaml.as_bytes(), "n").unwrap();
+        let port = &pod.spec.unwrap().containers[0].ports.clone().unwrap()[0];
+        assert_eq!(
+            (port.host_port, port.protocol.as_deref()),
+            (Some(4534), Some("TCP"))
+        );
+        let pod = decode_static_pod(Path::new("/m/g.yaml"), GOOD.as_bytes(), "n").unwrap();
+        assert!(pod.spec.unwrap().containers[0].ports.is_none());
     }
 
     #[test]

@@ -152,6 +152,8 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
             }
         }
     }
+    validate_host_ports(spec)?;
+    validate_host_namespaces(spec)?;
     crate::cm::resources::validate_pod_resources(pod).map_err(|e| FieldError {
         value: String::new(),
         reason: e.message,
@@ -190,6 +192,97 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
     if let Some(h) = spec.hostname.as_deref() {
         if !is_dns1123_label(h) {
             return Err(err("spec.hostname", h, "must be a DNS-1123 label"));
+        }
+    }
+    Ok(())
+}
+
+/// Host ports as the API server checks them (`validateHostNetwork`, `checkHostPortConflicts`):
+/// on the host network a `hostPort` must equal its `containerPort` (which it defaults to), and no
+/// two ports of the pod's containers may claim the same protocol, host IP and host port.
+fn validate_host_ports(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), FieldError> {
+    let host_network = spec.host_network.unwrap_or(false);
+    let init = spec.init_containers.as_deref().unwrap_or(&[]);
+    for (list, containers) in [
+        ("spec.initContainers", init),
+        ("spec.containers", &spec.containers[..]),
+    ] {
+        for (i, c) in containers.iter().enumerate() {
+            for (j, p) in c.ports.iter().flatten().enumerate() {
+                let hp = p.host_port.unwrap_or(0);
+                if host_network && hp != 0 && hp != p.container_port {
+                    return Err(err(
+                        format!("{list}[{i}].ports[{j}].hostPort"),
+                        &hp.to_string(),
+                        "must match `containerPort` when `hostNetwork` is true",
+                    ));
+                }
+            }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        for (j, p) in c.ports.iter().flatten().enumerate() {
+            let hp = match p.host_port.unwrap_or(0) {
+                0 if host_network => p.container_port,
+                hp => hp,
+            };
+            if hp == 0 {
+                continue;
+            }
+            let key = format!(
+                "{}/{}/{hp}",
+                p.protocol.as_deref().unwrap_or("TCP"),
+                p.host_ip.as_deref().unwrap_or("")
+            );
+            if !seen.insert(key.clone()) {
+                return Err(err(
+                    format!("spec.containers[{i}].ports[{j}].hostPort"),
+                    &key,
+                    "duplicates another port of the pod (protocol/hostIP/hostPort)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the API server refuses for pods in the host's namespaces: `shareProcessNamespace` with
+/// `hostPID`, and namespaced sysctls of a namespace the pod shares with the host (`net.*` with
+/// `hostNetwork`; `kernel.shm*`, `kernel.msg*`, `kernel.sem`, `fs.mqueue.*` with `hostIPC`),
+/// which would change the host's own settings.
+fn validate_host_namespaces(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), FieldError> {
+    if spec.share_process_namespace == Some(true) && spec.host_pid == Some(true) {
+        return Err(err(
+            "spec.shareProcessNamespace",
+            "true",
+            "ShareProcessNamespace and HostPID cannot both be enabled",
+        ));
+    }
+    let sysctls = spec
+        .security_context
+        .as_ref()
+        .and_then(|sc| sc.sysctls.as_deref())
+        .unwrap_or(&[]);
+    for (i, s) in sysctls.iter().enumerate() {
+        let name = s.name.replace('/', ".");
+        let ipc = ["kernel.shm", "kernel.msg", "kernel.sem", "fs.mqueue."]
+            .iter()
+            .any(|p| name.starts_with(p));
+        let field = format!("spec.securityContext.sysctls[{i}].name");
+        if spec.host_network == Some(true) && name.starts_with("net.") {
+            return Err(err(
+                field,
+                &s.name,
+                "may not be specified when 'hostNetwork' is true",
+            ));
+        }
+        if spec.host_ipc == Some(true) && ipc {
+            return Err(err(
+                field,
+                &s.name,
+                "may not be specified when 'hostIPC' is true",
+            ));
         }
     }
     Ok(())
@@ -284,6 +377,12 @@ mod tests {
             ("metadata: {name: ok, uid: ..}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
             ("metadata: {name: ok}\nspec: {dnsPolicy: Bogus, containers: [{name: c, image: b}]}", "spec.dnsPolicy"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, ports: [{containerPort: 80, protocol: XYZ}]}]}", "spec.containers[0].ports[0].protocol"),
+            ("metadata: {name: ok}\nspec: {hostNetwork: true, containers: [{name: c, image: b, ports: [{containerPort: 80, hostPort: 8080}]}]}", "spec.containers[0].ports[0].hostPort"),
+            ("metadata: {name: ok}\nspec: {hostNetwork: true, securityContext: {sysctls: [{name: net.ipv4.ip_forward, value: '1'}]}, containers: [{name: c, image: b}]}", "spec.securityContext.sysctls[0].name"),
+            ("metadata: {name: ok}\nspec: {hostIPC: true, securityContext: {sysctls: [{name: kernel.shmmax, value: '1'}]}, containers: [{name: c, image: b}]}", "spec.securityContext.sysctls[0].name"),
+            ("metadata: {name: ok}\nspec: {hostPID: true, shareProcessNamespace: true, containers: [{name: c, image: b}]}", "spec.shareProcessNamespace"),
+            ("metadata: {name: ok}\nspec: {hostNetwork: true, containers: [{name: c, image: b, ports: [{containerPort: 80}]}, {name: d, image: b, ports: [{containerPort: 80}]}]}", "spec.containers[1].ports[0].hostPort"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, ports: [{containerPort: 80, hostPort: 9}, {containerPort: 81, hostPort: 9}]}]}", "spec.containers[0].ports[1].hostPort"),
         ];
         for (yaml, field) in cases {
             let full = format!("apiVersion: v1\nkind: Pod\n{yaml}");

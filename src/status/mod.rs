@@ -54,6 +54,15 @@ impl StatusManager {
             .map(|(_, s)| s.clone())
     }
 
+    /// The pod's phase, if known (without copying its status).
+    pub fn phase(&self, uid: &str) -> Option<String> {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .and_then(|(_, s)| s.phase.clone())
+    }
+
     /// All pods with `status` filled in, sorted by namespace and name.
     pub fn pods(&self) -> Vec<Pod> {
         let map = self.inner.read().unwrap_or_else(|e| e.into_inner());

@@ -83,6 +83,20 @@ impl Runtime {
             .flatten()
     }
 
+    /// Runs `cmd` in a running container (CRI ExecSync, 10 s limit); returns its exit code and
+    /// stdout.
+    pub fn exec(&self, id: &str, cmd: &[&str]) -> (i32, String) {
+        let r = self
+            .rt
+            .block_on(self.cri.exec_sync(
+                id,
+                cmd.iter().map(|s| s.to_string()).collect(),
+                Duration::from_secs(10),
+            ))
+            .unwrap();
+        (r.exit_code, String::from_utf8_lossy(&r.stdout).into_owned())
+    }
+
     /// The host PID of a running container's process (from the verbose status info).
     pub fn container_pid(&self, id: &str) -> Option<u32> {
         // The verbose `info` field of containerd carries the pid.
