@@ -275,7 +275,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         .block_on(manager.runtime_pods())
         .map(|pods| {
             pods.iter()
-                .map(|p| crate::source::pod_uid(p).to_owned())
+                .map(|p| crate::pod::pod_uid(p).to_owned())
                 .collect()
         })
         .unwrap_or_default();
@@ -499,7 +499,7 @@ fn housekeeper(
                 Ok(pods) => {
                     // Pod cgroups that no desired, running or terminating pod owns.
                     let mut in_use: HashSet<String> = workers.known_uids();
-                    in_use.extend(pods.iter().map(|p| crate::source::pod_uid(p).to_owned()));
+                    in_use.extend(pods.iter().map(|p| crate::pod::pod_uid(p).to_owned()));
                     manager.cm().cleanup_orphans(&desired, &in_use);
                     in_use.extend(desired.iter().cloned());
                     for uid in
@@ -508,7 +508,7 @@ fn housekeeper(
                         info!(uid, "removed orphaned pod directory");
                     }
                     for pod in pods {
-                        let uid = crate::source::pod_uid(&pod).to_owned();
+                        let uid = crate::pod::pod_uid(&pod).to_owned();
                         if !desired.contains(&uid) && !workers.is_known(&uid) {
                             info!(
                                 pod = pod.metadata.name.as_deref().unwrap_or(""),

@@ -521,7 +521,7 @@ impl KubeletConfiguration {
             }
         }
         let domain = self.cluster_domain.trim_end_matches('.');
-        if !domain.is_empty() && !crate::source::validation::is_dns1123_subdomain(domain) {
+        if !domain.is_empty() && !crate::pod::is_dns1123_subdomain(domain) {
             return Err(invalid(
                 "clusterDomain",
                 &self.cluster_domain,

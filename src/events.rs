@@ -47,7 +47,7 @@ impl Recorder {
             reason: reason.to_owned(),
             involved_object,
             message,
-            time: crate::source::now_rfc3339(),
+            time: crate::pod::now_rfc3339(),
         };
         let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if q.len() == MAX_EVENTS {

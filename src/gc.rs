@@ -52,7 +52,7 @@ pub fn remove_orphaned_pod_dirs(
     let mut removed = Vec::new();
     for e in entries.flatten() {
         let uid = e.file_name().to_string_lossy().into_owned();
-        if in_use.contains(&uid) || !crate::source::validation::is_safe_uid(&uid) {
+        if in_use.contains(&uid) || !crate::pod::is_safe_uid(&uid) {
             continue;
         }
         match std::fs::remove_dir_all(e.path()) {

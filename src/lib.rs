@@ -16,7 +16,8 @@
 //!   ranking, one pod per pass, node pressure conditions and admission.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
-//! - [`agent`]: wiring; [`node`]: node facts; [`hash`], [`quantity`]: shared helpers.
+//! - [`agent`]: wiring; [`node`]: node facts; [`pod`]: pod identity; [`hash`], [`quantity`]:
+//!   shared helpers.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod node;
 pub mod plan;
 pub mod pleg;
+pub mod pod;
 pub mod podworkers;
 pub mod prober;
 pub mod qos;

@@ -20,7 +20,7 @@ pub fn node_name(override_: Option<&str>) -> Result<String, String> {
         return Err("empty hostname; use --hostname-override".into());
     }
     let name = name.to_lowercase();
-    if !crate::source::validation::is_dns1123_subdomain(&name) {
+    if !crate::pod::is_dns1123_subdomain(&name) {
         return Err(format!(
             "{name:?} is not a valid node name (a DNS-1123 subdomain: a-z, 0-9, '-', '.'); use --hostname-override"
         ));

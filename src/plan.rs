@@ -125,7 +125,7 @@ pub fn plan(
                 continue;
             }
         };
-        let uid = crate::source::pod_uid(&pod).to_owned();
+        let uid = crate::pod::pod_uid(&pod).to_owned();
         let qos = pod_qos_class(&pod);
         let spec = pod.spec.clone().unwrap_or_default();
         let containers = spec

@@ -150,7 +150,7 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// Delivers an update to the pod's worker, starting one if needed (kubelet's `UpdatePod`).
     pub fn update_pod(&self, pod: Arc<Pod>, update: UpdateType) {
-        let uid = crate::source::pod_uid(&pod).to_owned();
+        let uid = crate::pod::pod_uid(&pod).to_owned();
         let mut workers = self.inner.workers.lock().unwrap_or_else(|e| e.into_inner());
         let worker = match workers.get(&uid) {
             Some(w) => w.clone(),

@@ -19,9 +19,10 @@ use tracing::{debug, info, warn};
 use crate::admission::{host_ports, PodAdmitter};
 use crate::events::Recorder;
 use crate::pleg::PodLifecycleEvent;
+use crate::pod::{pod_ref, pod_uid};
 use crate::podworkers::{PodSyncer, PodWorkers, UpdateType, WorkQueue};
 use crate::prober::{ProbeKind, ProbeResult};
-use crate::source::{pod_ref, pod_uid, PodOp, PodUpdate, SourcesReady};
+use crate::source::{PodOp, PodUpdate, SourcesReady};
 
 /// Period of the sync tick (kubelet: 1 s).
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -401,7 +402,7 @@ mod tests {
         let mut p = (*pod(uid)).clone();
         p.metadata.annotations = Some(
             [(
-                crate::source::CONFIG_HASH_ANNOTATION.to_string(),
+                crate::pod::CONFIG_HASH_ANNOTATION.to_string(),
                 hash.to_string(),
             )]
             .into(),

@@ -22,7 +22,7 @@ use tracing::warn;
 use crate::events::Recorder;
 use crate::eviction::{EvictedPods, NodePressure};
 use crate::metrics::Metrics;
-use crate::source::{pod_ref, pod_uid};
+use crate::pod::{pod_ref, pod_uid};
 use crate::status::StatusManager;
 
 /// Why a pod is not admitted (kubelet's `PodAdmitResult` when `Admit` is false).

@@ -334,7 +334,7 @@ impl ContainerManager {
     ///
     /// Errors: the failed cgroup write.
     pub fn ensure_pod(&self, pod: &Arc<Pod>) -> Result<String, CmError> {
-        let uid = crate::source::pod_uid(pod).to_owned();
+        let uid = crate::pod::pod_uid(pod).to_owned();
         let l = &self.cfg.layout;
         let parent = l.pod_cgroup_parent(&uid, pod_qos_class(pod));
         if !l.per_qos {
@@ -392,10 +392,7 @@ impl ContainerManager {
         }
         let mut removed = Vec::new();
         for uid in self.cgroups.pod_uids_under(&l.spell(&l.kubepods())) {
-            if desired.contains(&uid)
-                || running.contains(&uid)
-                || !crate::source::validation::is_safe_uid(&uid)
-            {
+            if desired.contains(&uid) || running.contains(&uid) || !crate::pod::is_safe_uid(&uid) {
                 continue;
             }
             info!(uid, "removing orphaned pod cgroup");

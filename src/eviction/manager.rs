@@ -252,16 +252,14 @@ impl<N: EvictionNode> Manager<N> {
         let obs = observations.get(&threshold.signal)?;
         let resource = Resource::of(&threshold.signal);
         let pods = self.node.active_pods();
-        let by_uid: HashMap<&str, &Arc<Pod>> = pods
-            .iter()
-            .map(|p| (crate::source::pod_uid(p), p))
-            .collect();
+        let by_uid: HashMap<&str, &Arc<Pod>> =
+            pods.iter().map(|p| (crate::pod::pod_uid(p), p)).collect();
         let usages: Vec<PodUsage> = pods
             .iter()
             .map(|p| {
                 let (usage, request) = self.node.pod_usage(p, resource).unwrap_or((0, 0));
                 PodUsage {
-                    uid: crate::source::pod_uid(p).to_owned(),
+                    uid: crate::pod::pod_uid(p).to_owned(),
                     priority: crate::qos::pod_priority(p),
                     usage,
                     request,
@@ -505,7 +503,7 @@ mod tests {
             let killed: HashSet<&str> = self.killed.iter().map(|k| k.0.as_str()).collect();
             self.pods
                 .iter()
-                .filter(|p| !killed.contains(crate::source::pod_uid(&p.0)))
+                .filter(|p| !killed.contains(crate::pod::pod_uid(&p.0)))
                 .map(|p| p.0.clone())
                 .collect()
         }
@@ -517,7 +515,7 @@ mod tests {
         }
         fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String) {
             self.killed
-                .push((crate::source::pod_uid(&pod).to_owned(), grace, message));
+                .push((crate::pod::pod_uid(&pod).to_owned(), grace, message));
         }
         fn is_cleaned_up(&self, _: &str) -> bool {
             true

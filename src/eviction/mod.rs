@@ -88,7 +88,7 @@ fn config_hash(pod: &Pod) -> Option<String> {
     pod.metadata
         .annotations
         .as_ref()?
-        .get(crate::source::CONFIG_HASH_ANNOTATION)
+        .get(crate::pod::CONFIG_HASH_ANNOTATION)
         .cloned()
 }
 
@@ -134,7 +134,7 @@ impl EvictedPods {
     pub fn mark_failed(&self, pod: &Pod, reason: &str, message: String) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         m.pods.insert(
-            crate::source::pod_uid(pod).to_owned(),
+            crate::pod::pod_uid(pod).to_owned(),
             Evicted {
                 config_hash: config_hash(pod),
                 reason: reason.to_owned(),
@@ -154,7 +154,7 @@ impl EvictedPods {
     /// [`EvictedPods::message`].
     pub fn failure(&self, pod: &Pod) -> Option<Failure> {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let uid = crate::source::pod_uid(pod);
+        let uid = crate::pod::pod_uid(pod);
         let e = m.pods.get(uid)?;
         if e.config_hash == config_hash(pod) {
             return Some(Failure {
@@ -321,10 +321,10 @@ pub fn is_critical(pod: &Pod, static_pods_are_critical: bool) -> bool {
     let annotations = pod.metadata.annotations.as_ref();
     let has = |k: &str| annotations.is_some_and(|a| a.contains_key(k));
     crate::qos::pod_priority(pod) >= crate::qos::SYSTEM_CRITICAL_PRIORITY
-        || has(crate::source::CONFIG_MIRROR_ANNOTATION)
+        || has(crate::pod::CONFIG_MIRROR_ANNOTATION)
         || (static_pods_are_critical
             && annotations
-                .and_then(|a| a.get(crate::source::CONFIG_SOURCE_ANNOTATION))
+                .and_then(|a| a.get(crate::pod::CONFIG_SOURCE_ANNOTATION))
                 .is_some_and(|s| s != "api"))
 }
 
@@ -337,7 +337,7 @@ mod tests {
         p.metadata.uid = Some(uid.into());
         p.metadata.annotations = Some(
             [(
-                crate::source::CONFIG_HASH_ANNOTATION.to_string(),
+                crate::pod::CONFIG_HASH_ANNOTATION.to_string(),
                 hash.to_string(),
             )]
             .into(),
@@ -385,10 +385,11 @@ mod tests {
     #[test]
     fn critical_pods_by_priority_mirror_or_the_static_rule() {
         let mut p = pod("u", "h");
-        p.metadata.annotations.as_mut().unwrap().insert(
-            crate::source::CONFIG_SOURCE_ANNOTATION.into(),
-            "file".into(),
-        );
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(crate::pod::CONFIG_SOURCE_ANNOTATION.into(), "file".into());
         assert!(!is_critical(&p, false));
         assert!(is_critical(&p, true), "kubelet's rule: every static pod");
         p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
@@ -401,7 +402,7 @@ mod tests {
             .annotations
             .as_mut()
             .unwrap()
-            .insert(crate::source::CONFIG_MIRROR_ANNOTATION.into(), "h".into());
+            .insert(crate::pod::CONFIG_MIRROR_ANNOTATION.into(), "h".into());
         assert!(is_critical(&m, false));
     }
 }

@@ -71,7 +71,7 @@ impl Paths {
         if !self.layout.per_qos {
             return None;
         }
-        let uid = crate::source::pod_uid(pod);
+        let uid = crate::pod::pod_uid(pod);
         let spelled = self
             .layout
             .spell(&self.layout.pod_cgroup(uid, crate::qos::pod_qos_class(pod)));
@@ -193,7 +193,7 @@ impl EvictionNode for AgentNode {
         self.status
             .active_pods()
             .into_iter()
-            .filter(|p| !self.evicted.contains(crate::source::pod_uid(p)))
+            .filter(|p| !self.evicted.contains(crate::pod::pod_uid(p)))
             .collect()
     }
 
@@ -209,8 +209,7 @@ impl EvictionNode for AgentNode {
                 Some((ws, crate::cm::resources::pod_amounts(pod).memory_request))
             }
             Resource::EphemeralStorage | Resource::Inodes => {
-                let dir =
-                    crate::kuberuntime::sandbox::pod_logs_dir_under(&self.paths.pod_logs_dir, pod);
+                let dir = crate::pod::pod_logs_dir_under(&self.paths.pod_logs_dir, pod);
                 let (bytes, inodes) = disk_usage(&dir);
                 if resource == Resource::Inodes {
                     Some((inodes, 0))
@@ -233,7 +232,7 @@ impl EvictionNode for AgentNode {
     fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String) {
         self.evicted.mark(&pod, message.clone());
         self.recorder
-            .warning(crate::source::pod_ref(&pod), REASON, message);
+            .warning(crate::pod::pod_ref(&pod), REASON, message);
         self.workers.update_pod(pod, UpdateType::Kill(Some(grace)));
     }
 

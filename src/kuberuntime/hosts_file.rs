@@ -31,7 +31,7 @@ const MANAGED_HEADER: &str = "# Kubernetes-managed hosts file.\n";
 const MANAGED_HEADER_HOST_NETWORK: &str = "# Kubernetes-managed hosts file (host network).\n";
 
 /// The pod's directory: `<root-dir>/pods/<uid>` (kubelet's `getPodDir`). The UID must have been
-/// checked with [`crate::source::validation::is_safe_uid`] before anything is written or
+/// checked with [`crate::pod::is_safe_uid`] before anything is written or
 /// removed there.
 pub fn pod_dir(root_dir: &Path, uid: &str) -> PathBuf {
     root_dir.join("pods").join(uid)
@@ -122,7 +122,7 @@ pub fn ensure_hosts_file(
     } else {
         String::new()
     };
-    let uid = crate::source::pod_uid(pod);
+    let uid = crate::pod::pod_uid(pod);
     let dir = pod_dir(&settings.root_dir, uid);
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(ETC_HOSTS_FILE);

@@ -29,8 +29,8 @@ use crate::cri::{api, Cri, CriError};
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::pleg::cache::PodCache;
+use crate::pod::pod_ref;
 use crate::podworkers::{PodSyncer, Requeue};
-use crate::source::pod_ref;
 use crate::status::generate::{generate_pod_status, StartErrors};
 use crate::status::StatusManager;
 use actions::{compute_pod_actions, PodActions, ToStart};
@@ -226,7 +226,7 @@ impl KubeRuntimeManager {
     }
 
     fn record_status(&self, pod: &Arc<Pod>, rt: &RuntimePodStatus, init_failed: bool) {
-        let uid = crate::source::pod_uid(pod);
+        let uid = crate::pod::pod_uid(pod);
         let errors = self
             .start_errors
             .lock()
@@ -267,7 +267,7 @@ impl KubeRuntimeManager {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(crate::source::CONFIG_SEEN_ANNOTATION));
+            .and_then(|a| a.get(crate::pod::CONFIG_SEEN_ANNOTATION));
         if let Some(t) = seen.and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok()) {
             let secs = k8s_openapi::jiff::Timestamp::now()
                 .duration_since(t)
@@ -326,7 +326,7 @@ impl KubeRuntimeManager {
             &spec.containers[..]
         };
         let c = &list[start.index];
-        let uid = crate::source::pod_uid(pod);
+        let uid = crate::pod::pod_uid(pod);
         let fail = |reason: &'static str, message: String| {
             self.set_start_error(uid, &c.name, Some((reason.to_owned(), message.clone())));
             self.recorder.warning(
@@ -434,7 +434,7 @@ impl KubeRuntimeManager {
     }
 
     async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
-        let uid = crate::source::pod_uid(pod).to_owned();
+        let uid = crate::pod::pod_uid(pod).to_owned();
         if let Some(failure) = self.evicted.failure(pod) {
             // Failed by eviction (its kill is queued behind this sync) or refused at admission:
             // nothing is started until the manifest changes.
@@ -601,7 +601,7 @@ impl KubeRuntimeManager {
         rt: &RuntimePodStatus,
         actions: &mut PodActions,
     ) -> Option<Duration> {
-        let uid = crate::source::pod_uid(pod);
+        let uid = crate::pod::pod_uid(pod);
         let spec = pod.spec.as_ref()?;
         let now = backoff::now_ns();
         let mut wait: Option<Duration> = None;
@@ -651,7 +651,7 @@ impl KubeRuntimeManager {
     }
 
     async fn terminate(&self, pod: &Arc<Pod>, grace: Option<i64>) -> Result<(), SyncError> {
-        let uid = crate::source::pod_uid(pod).to_owned();
+        let uid = crate::pod::pod_uid(pod).to_owned();
         let rt = get_pod_status(&self.cri, &uid).await?;
         let grace = grace_seconds(pod, grace);
         info!(pod = %pod_ref(pod), uid, grace, "killing pod");
@@ -662,7 +662,7 @@ impl KubeRuntimeManager {
         // Names come from validated manifests or from sandbox labels; never remove anything that
         // is not a direct child of podLogsDir, nor a cgroup named by an unsafe UID.
         let logs = sandbox::pod_logs_dir(&self.settings, pod);
-        let safe = crate::source::validation::is_safe_uid(&uid)
+        let safe = crate::pod::is_safe_uid(&uid)
             && logs.parent() == Some(self.settings.pod_logs_dir.as_path());
         if !safe {
             warn!(pod = %pod_ref(pod), uid, "pod identity is not safe for paths; leaving its log directory and cgroups alone");

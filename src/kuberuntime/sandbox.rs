@@ -39,18 +39,7 @@ pub fn parse_resolv_conf(text: &str) -> ResolvConf {
 /// Directory of the pod's logs: `<podLogsDir>/<namespace>_<name>_<uid>` (kubelet's
 /// `BuildPodLogsDirectory`).
 pub fn pod_logs_dir(settings: &Settings, pod: &Pod) -> std::path::PathBuf {
-    pod_logs_dir_under(&settings.pod_logs_dir, pod)
-}
-
-/// `<base>/<namespace>_<name>_<uid>`: the pod's log directory under a podLogsDir `base`.
-pub fn pod_logs_dir_under(base: &std::path::Path, pod: &Pod) -> std::path::PathBuf {
-    let m = &pod.metadata;
-    base.join(format!(
-        "{}_{}_{}",
-        m.namespace.as_deref().unwrap_or(""),
-        m.name.as_deref().unwrap_or(""),
-        m.uid.as_deref().unwrap_or("")
-    ))
+    crate::pod::pod_logs_dir_under(&settings.pod_logs_dir, pod)
 }
 
 /// True for a pod in the host's network namespace (`spec.hostNetwork`).

@@ -16,8 +16,9 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::validation::{is_dns1123_subdomain, validate_pod, FieldError};
-use super::{ManifestError, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use super::validation::{validate_pod, FieldError};
+use super::ManifestError;
+use crate::pod::{is_dns1123_subdomain, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
 /// Namespace UUID under which file pod UIDs are derived (a fixed random v4 UUID of nodelet's).
 const UID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6e0d_e1e7_5a1c_4f0e_9b52_7c1d_0f3a_9e41);

@@ -16,14 +16,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-/// Annotation naming the source of a pod (`file`, `http`).
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
-/// Annotation holding the hash of the pod's manifest content.
-pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
-/// Annotation holding the time (RFC 3339) the agent first saw this version of the pod.
-pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
-/// Annotation holding the mirror pod's hash (mirror pods are not created by nodelet yet).
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+use crate::pod::{config_hash, now_rfc3339, pod_uid, CONFIG_SEEN_ANNOTATION};
 
 /// Errors about one manifest file. Each names the file; none stops the agent or other pods.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -116,28 +109,6 @@ pub struct PodUpdate {
     pub source: &'static str,
     /// The pods concerned.
     pub pods: Vec<Arc<Pod>>,
-}
-
-/// UID of a pod (empty when unset).
-pub fn pod_uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or("")
-}
-
-/// `pod/<namespace>/<name>`: how events and logs name a pod.
-pub fn pod_ref(pod: &Pod) -> String {
-    format!(
-        "pod/{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
-fn config_hash(pod: &Pod) -> &str {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
-        .map_or("", String::as_str)
 }
 
 /// Merges snapshots from the sources into operations (kubelet's `PodConfig` / `podStorage` in
@@ -237,11 +208,6 @@ impl SourcesReady {
     }
 }
 
-/// Current time in RFC 3339 with nanoseconds, UTC (the `config.seen` format).
-pub fn now_rfc3339() -> String {
-    k8s_openapi::jiff::Timestamp::now().to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,8 +216,13 @@ mod tests {
         let mut p = Pod::default();
         p.metadata.uid = Some(uid.into());
         p.metadata.name = Some(format!("p-{uid}"));
-        p.metadata.annotations =
-            Some([(CONFIG_HASH_ANNOTATION.to_string(), hash.to_string())].into());
+        p.metadata.annotations = Some(
+            [(
+                crate::pod::CONFIG_HASH_ANNOTATION.to_string(),
+                hash.to_string(),
+            )]
+            .into(),
+        );
         p
     }
 

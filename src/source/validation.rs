@@ -8,6 +8,8 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::pod::{is_dns1123_label, is_dns1123_subdomain, is_safe_uid};
+
 /// One validation failure: the field path (`spec.containers[1].name`), the value and the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
@@ -38,47 +40,9 @@ fn err(field: impl Into<String>, value: &str, reason: &str) -> FieldError {
     }
 }
 
-/// True when `s` is a DNS-1123 label: 1..=63 of `[a-z0-9-]`, starting and ending alphanumeric.
-pub fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-/// True when `s` is a DNS-1123 subdomain: at most 253 characters of dot-separated labels
-/// (each `[a-z0-9]([-a-z0-9]*[a-z0-9])?`); rejects `/`, `..`, upper case and empty labels.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|l| {
-            let b = l.as_bytes();
-            !b.is_empty()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
-        })
-}
-
 /// Largest total size of a pod's annotations, bytes (apimachinery's
 /// `TotalAnnotationSizeLimitB`).
 pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
-
-/// True when a UID is safe to use in paths and cgroup names: 1..=128 of `[A-Za-z0-9._-]`,
-/// starting alphanumeric, without `..`. Generated UIDs (UUIDs) always are.
-pub fn is_safe_uid(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 128
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && !s.contains("..")
-}
 
 /// Validates a decoded manifest before defaults are applied. Returns the first failure.
 pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
@@ -341,21 +305,6 @@ fn validate_container(path: &str, c: &Container) -> Result<(), FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_that_could_escape_a_path_are_refused() {
-        for bad in [
-            "../etc", "a/b", "a..b", "..", ".", "A", "-a", "a-", "", "a_b",
-        ] {
-            assert!(!is_dns1123_subdomain(bad), "{bad:?}");
-        }
-        for good in ["a", "web-1", "a.b.c", "0abc"] {
-            assert!(is_dns1123_subdomain(good), "{good:?}");
-        }
-        assert!(!is_dns1123_label("a.b"));
-        assert!(!is_dns1123_label(&"a".repeat(64)));
-        assert!(is_dns1123_label(&"a".repeat(63)));
-    }
 
     fn pod(yaml: &str) -> Pod {
         serde_yaml::from_str(yaml).unwrap()

@@ -20,7 +20,7 @@ pub struct StatusManager {
 impl StatusManager {
     /// Records `status` as the pod's latest status.
     pub fn set(&self, pod: Arc<Pod>, status: PodStatus) {
-        let uid = crate::source::pod_uid(&pod).to_owned();
+        let uid = crate::pod::pod_uid(&pod).to_owned();
         self.inner
             .write()
             .unwrap_or_else(|e| e.into_inner())

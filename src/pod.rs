@@ -1,0 +1,110 @@
+//! Pod identity, shared by every module so that no two modules import each other for it: the
+//! UID, the reference events and logs use, the config annotations, the names that are safe in
+//! paths, the pod's log directory, and timestamps.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// Annotation naming the source of a pod (`file`, `http`).
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// Annotation holding the hash of the pod's manifest content.
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+/// Annotation holding the time (RFC 3339) the agent first saw this version of the pod.
+pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+/// Annotation holding the mirror pod's hash (mirror pods are not created by nodelet yet).
+pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// UID of a pod (empty when unset).
+pub fn pod_uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or("")
+}
+
+/// `pod/<namespace>/<name>`: how events and logs name a pod.
+pub fn pod_ref(pod: &Pod) -> String {
+    format!(
+        "pod/{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// The pod's `kubernetes.io/config.hash` annotation (empty when unset): the version of its
+/// manifest.
+pub fn config_hash(pod: &Pod) -> &str {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
+        .map_or("", String::as_str)
+}
+
+/// True when `s` is a DNS-1123 label: 1..=63 of `[a-z0-9-]`, starting and ending alphanumeric.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// True when `s` is a DNS-1123 subdomain: at most 253 characters of dot-separated labels
+/// (each `[a-z0-9]([-a-z0-9]*[a-z0-9])?`); rejects `/`, `..`, upper case and empty labels.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// True when a UID is safe to use in paths and cgroup names: 1..=128 of `[A-Za-z0-9._-]`,
+/// starting alphanumeric, without `..`. Generated UIDs (UUIDs) always are.
+pub fn is_safe_uid(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && !s.contains("..")
+}
+
+/// `<base>/<namespace>_<name>_<uid>`: the pod's log directory under a podLogsDir `base`
+/// (kubelet's `BuildPodLogsDirectory`).
+pub fn pod_logs_dir_under(base: &Path, pod: &Pod) -> PathBuf {
+    let m = &pod.metadata;
+    base.join(format!(
+        "{}_{}_{}",
+        m.namespace.as_deref().unwrap_or(""),
+        m.name.as_deref().unwrap_or(""),
+        m.uid.as_deref().unwrap_or("")
+    ))
+}
+
+/// Current time in RFC 3339 with nanoseconds, UTC (the `config.seen` format).
+pub fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_could_escape_a_path_are_refused() {
+        for bad in [
+            "../etc", "a/b", "a..b", "..", ".", "A", "-a", "a-", "", "a_b",
+        ] {
+            assert!(!is_dns1123_subdomain(bad), "{bad:?}");
+        }
+        for good in ["a", "web-1", "a.b.c", "0abc"] {
+            assert!(is_dns1123_subdomain(good), "{good:?}");
+        }
+        assert!(!is_dns1123_label("a.b"));
+        assert!(!is_dns1123_label(&"a".repeat(64)));
+        assert!(is_dns1123_label(&"a".repeat(63)));
+        for bad in ["", "../x", "a/b", "a..b", "-a", &"a".repeat(129)] {
+            assert!(!is_safe_uid(bad), "{bad:?}");
+        }
+        assert!(is_safe_uid("6e0de1e7-5a1c-4f0e_x.y"));
+    }
+}
