@@ -53,7 +53,18 @@ pub fn is_dns1123_label(s: &str) -> bool {
 /// True when `s` is a DNS-1123 subdomain: at most 253 characters of dot-separated labels
 /// (each `[a-z0-9]([-a-z0-9]*[a-z0-9])?`); rejects `/`, `..`, upper case and empty labels.
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+    // Each label as in a DNS-1123 label but without its 63-character limit (the API server's
+    // `IsDNS1123Subdomain` checks only the whole length).
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
 }
 
 /// True when a UID is safe to use in paths and cgroup names: 1..=128 of `[A-Za-z0-9._-]`,
