@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet::cri::{api, Cri};
+use nodelet::container::cache::PodCache;
+use nodelet::cri::{api, Cri, ImageService, RuntimeService};
 use nodelet::kuberuntime::container::{container_config, ContainerInputs};
 use nodelet::kuberuntime::sandbox::sandbox_config;
 use nodelet::kuberuntime::Settings;
-use nodelet::pleg::cache::PodCache;
 use nodelet::pleg::{Pleg, PodLifecycleEvent, PodLifecycleEventType};
 
 fn now_ns() -> i64 {

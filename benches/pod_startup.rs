@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 mod agent;
 
-use nodelet::cri::{api, Cri};
+use nodelet::cri::{api, Cri, ImageService, RuntimeService};
 use nodelet::kuberuntime::container::{container_config, ContainerInputs};
 use nodelet::kuberuntime::labels;
 use nodelet::kuberuntime::sandbox::sandbox_config;

@@ -16,12 +16,12 @@ use tracing::{error, info, warn};
 use crate::cm::cgroupfs::{Cgroupfs, Hierarchies};
 use crate::cm::{detect_capacity, CmError, ContainerManager, NodeConfig};
 use crate::config::KubeletConfiguration;
-use crate::cri::Cri;
+use crate::container::cache::PodCache;
+use crate::cri::{Cri, ImageService, RuntimeService};
 use crate::events::Recorder;
 use crate::kuberuntime::sandbox::parse_resolv_conf;
 use crate::kuberuntime::{KubeRuntimeManager, Settings};
 use crate::metrics::Metrics;
-use crate::pleg::cache::PodCache;
 use crate::pleg::Pleg;
 use crate::podworkers::{Periods, PodWorkers, UpdateType, WorkQueue};
 use crate::source::checkpoint::CheckpointStore;
@@ -61,6 +61,9 @@ pub enum AgentError {
     /// The container manager could not set up the cgroup tree (e.g. `cgroupRoot` is missing).
     #[error("container manager: {0}")]
     ContainerManager(#[from] CmError),
+    /// A back-off in the configuration is out of range.
+    #[error("back-off: {0}")]
+    Backoff(#[from] crate::kuberuntime::backoff::BackoffError),
     /// The healthz listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -131,8 +134,8 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     let recorder = Recorder::default();
     let status = StatusManager::default();
     let pressure = crate::eviction::NodePressure::default();
-    let evicted =
-        crate::eviction::EvictedPods::persistent(flags.root_dir.join("evicted-pods.json"));
+    let failed =
+        crate::status::failed::FailedPods::persistent(flags.root_dir.join("evicted-pods.json"));
     let cri = rt.block_on(async {
         Cri::new(
             &config.runtime_socket(),
@@ -209,18 +212,19 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         .ok()
         .and_then(|m| m.into_iter().next())
         .map(PathBuf::from);
-    let manager = Arc::new(
-        KubeRuntimeManager::new(
-            cri,
-            settings,
-            cm.clone(),
-            status.clone(),
-            recorder.clone(),
-            metrics.clone(),
+    let manager = Arc::new(KubeRuntimeManager::new(
+        cri,
+        settings,
+        crate::kuberuntime::Shared {
+            cm: cm.clone(),
+            status: status.clone(),
+            recorder: recorder.clone(),
+            metrics: metrics.clone(),
             cache,
-        )
-        .with_evicted(evicted.clone()),
-    );
+            failed: failed.clone(),
+            clock: crate::clock::system(),
+        },
+    )?);
     // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
     // periodic QoS update).
     let qos_cm = cm.clone();
@@ -293,7 +297,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
                 pod_logs_dir: PathBuf::from(&config.pod_logs_dir),
             },
             status: status.clone(),
-            evicted: evicted.clone(),
+            failed: failed.clone(),
             workers: workers.clone(),
             recorder: recorder.clone(),
             notifier: None,
@@ -304,8 +308,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     ));
     let admission = crate::admission::PodAdmitter {
         pressure,
-        evicted,
-        status,
+        failed,
         recorder: recorder.clone(),
         metrics: metrics.clone(),
         static_pods_are_critical: config.static_pods_are_critical,
@@ -318,7 +321,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         recorder,
         config.max_pods as usize,
     )
-    .with_admission(admission)
+    .with_admission(admission, status)
     .with_adopted(adopted);
     sync_loop.on_iteration = watchdog();
     notify_ready_when(sources_ready);
@@ -344,7 +347,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
 /// (its own thread, waiting in epoll) when `kernelMemcgNotification` is on.
 fn start_eviction_manager(
     config: &KubeletConfiguration,
-    mut node: crate::eviction::provider::AgentNode,
+    mut node: crate::eviction::provider::AgentNode<KubeRuntimeManager>,
     pressure: crate::eviction::NodePressure,
     metrics: Arc<Metrics>,
     stop: crossbeam_channel::Receiver<()>,
@@ -516,7 +519,10 @@ fn housekeeper(
                                 uid,
                                 "killing pod that no source wants"
                             );
-                            workers.update_pod(Arc::new(pod), UpdateType::Kill(None));
+                            workers.update_pod(
+                                Arc::new(pod),
+                                UpdateType::Kill(crate::podworkers::KillPodOptions::removed()),
+                            );
                         }
                     }
                 }

@@ -7,13 +7,13 @@
 
 use tracing::warn;
 
-use crate::cri::Cri;
-use crate::kuberuntime::runtime_status::{ContainerState, RuntimePodStatus};
+use crate::container::{ContainerState, RuntimePodStatus};
+use crate::cri::RuntimeService;
 
 /// Removes exited containers beyond the newest one per container name, and sandboxes that
 /// are not ready once a newer one exists (kubelet's container GC, one dead container kept
 /// per (pod, container)).
-pub async fn remove_dead_containers(cri: &Cri, rt: &RuntimePodStatus) {
+pub async fn remove_dead_containers(cri: &impl RuntimeService, rt: &RuntimePodStatus) {
     let mut seen_dead = std::collections::HashSet::new();
     for c in &rt.containers {
         if c.state() != ContainerState::Exited {

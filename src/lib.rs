@@ -8,7 +8,7 @@
 //!   before they run.
 //! - [`podworkers`]: one task per pod; latest update wins, kills are never lost.
 //! - [`kuberuntime`]: pod spec → CRI calls (sandbox, images, containers, labels, actions).
-//! - [`cri`]: the CRI client.
+//! - [`cri`]: the CRI client; [`container`]: the runtime's view of pods and the pod cache.
 //! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
 //! - [`status`]: pod phase, conditions and container states; [`gc`]: dead containers.
 //! - [`cm`] and [`qos`]: pod cgroups and QoS classes.
@@ -16,15 +16,17 @@
 //!   ranking, one pod per pass, node pressure conditions and admission.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
-//! - [`agent`]: wiring; [`node`]: node facts; [`pod`]: pod identity; [`hash`], [`quantity`]:
+//! - [`agent`]: wiring; [`node`]: node facts; [`clock`]: injected time; [`pod`]: pod identity; [`hash`], [`quantity`]:
 //!   shared helpers.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod agent;
+pub mod clock;
 pub mod cm;
 pub mod config;
+pub mod container;
 pub mod cri;
 pub mod events;
 pub mod eviction;
@@ -44,3 +46,5 @@ pub mod server;
 pub mod source;
 pub mod status;
 pub mod syncloop;
+#[cfg(test)]
+pub mod testing;

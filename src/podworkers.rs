@@ -17,6 +17,9 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::Notify;
 use tracing::{debug, warn, Instrument};
 
+use crate::pod::{config_hash, pod_uid};
+use crate::status::failed::Failure;
+
 /// When a pod wants its next sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Requeue {
@@ -31,13 +34,39 @@ pub enum Requeue {
 pub trait PodSyncer: Send + Sync + 'static {
     /// Brings the pod's runtime state to its spec. Errors are messages for the log.
     fn sync_pod(&self, pod: Arc<Pod>) -> impl Future<Output = Result<Requeue, String>> + Send;
-    /// Stops every container (grace period `grace` seconds, or the pod's own) and removes the
-    /// pod's sandboxes, logs and cgroups.
+    /// Stops every container (grace period `opts.grace` seconds, or the pod's own) and removes
+    /// the pod's sandboxes, logs and cgroups; writes the pod's last status (Failed with
+    /// `opts.failure`, or none for a removed pod).
     fn terminate_pod(
         &self,
         pod: Arc<Pod>,
-        grace: Option<i64>,
+        opts: KillPodOptions,
     ) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// How a pod is killed (kubelet's `KillPodOptions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KillPodOptions {
+    /// Grace period override, seconds (eviction); `None`: the pod's own.
+    pub grace: Option<i64>,
+    /// Why the pod fails (eviction, admission refusal): it ends Failed with this reason and
+    /// message, and stays down until its manifest changes. `None`: the pod is removed.
+    pub failure: Option<Failure>,
+}
+
+impl KillPodOptions {
+    /// A kill with the pod's own grace period, for a pod that is removed.
+    pub fn removed() -> Self {
+        Self::default()
+    }
+
+    /// A kill that fails the pod with `failure`, with an optional grace override.
+    pub fn failed(failure: Failure, grace: Option<i64>) -> Self {
+        Self {
+            grace,
+            failure: Some(failure),
+        }
+    }
 }
 
 /// An update for a pod worker (kubelet's `UpdatePodOptions.UpdateType`).
@@ -45,13 +74,13 @@ pub trait PodSyncer: Send + Sync + 'static {
 pub enum UpdateType {
     /// Create or sync the pod.
     Sync,
-    /// Kill the pod with this grace period override (seconds), or its own.
-    Kill(Option<i64>),
+    /// Kill the pod.
+    Kill(KillPodOptions),
 }
 
 enum Work {
     Sync(Arc<Pod>),
-    Kill(Arc<Pod>, Option<i64>),
+    Kill(Arc<Pod>, KillPodOptions),
 }
 
 #[derive(Default)]
@@ -59,6 +88,9 @@ struct WorkerState {
     pending: Option<Work>,
     terminating: bool,
     restart_after_kill: Option<Arc<Pod>>,
+    /// The manifest version (`config.hash`) a failing kill was for: syncs of that version are
+    /// dropped, so the pod stays down until its manifest changes.
+    failed_version: Option<String>,
 }
 
 struct Worker {
@@ -150,7 +182,7 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// Delivers an update to the pod's worker, starting one if needed (kubelet's `UpdatePod`).
     pub fn update_pod(&self, pod: Arc<Pod>, update: UpdateType) {
-        let uid = crate::pod::pod_uid(&pod).to_owned();
+        let uid = pod_uid(&pod).to_owned();
         let mut workers = self.inner.workers.lock().unwrap_or_else(|e| e.into_inner());
         let worker = match workers.get(&uid) {
             Some(w) => w.clone(),
@@ -171,17 +203,21 @@ impl<S: PodSyncer> PodWorkers<S> {
         let mut st = worker.state.lock().unwrap_or_else(|e| e.into_inner());
         match update {
             UpdateType::Sync => {
-                if st.terminating {
+                if st.failed_version.as_deref() == Some(config_hash(&pod)) {
+                    debug!(uid, "pod failed with this manifest; sync dropped");
+                } else if st.terminating {
                     st.restart_after_kill = Some(pod);
                 } else {
                     st.pending = Some(Work::Sync(pod));
                 }
             }
-            UpdateType::Kill(grace) => {
+            UpdateType::Kill(opts) => {
                 if !st.terminating {
                     st.terminating = true;
                     st.restart_after_kill = None;
-                    st.pending = Some(Work::Kill(pod, grace));
+                    st.failed_version =
+                        opts.failure.is_some().then(|| config_hash(&pod).to_owned());
+                    st.pending = Some(Work::Kill(pod, opts));
                 } else {
                     // A kill is never overwritten; a later sync request is dropped by this kill.
                     st.restart_after_kill = None;
@@ -284,15 +320,15 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
                 };
                 inner.queue.enqueue(&uid, Instant::now() + due);
             }
-            Work::Kill(pod, grace) => {
+            Work::Kill(pod, opts) => {
                 wake = None;
                 inner.queue.forget(&uid);
-                if let Err(e) = inner.syncer.terminate_pod(pod.clone(), grace).await {
+                if let Err(e) = inner.syncer.terminate_pod(pod.clone(), opts.clone()).await {
                     warn!(error = %e, "killing pod failed; will retry");
                     tokio::time::sleep(inner.periods.backoff).await;
                     let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
                     if st.pending.is_none() {
-                        st.pending = Some(Work::Kill(pod, grace));
+                        st.pending = Some(Work::Kill(pod, opts));
                     }
                     continue;
                 }
@@ -301,6 +337,7 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
                 if let Some(p) = st.restart_after_kill.take() {
                     debug!("pod terminated; starting it again as requested");
                     st.terminating = false;
+                    st.failed_version = None;
                     st.pending = Some(Work::Sync(p));
                     continue;
                 }
@@ -317,40 +354,7 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Records calls; each call waits until the test releases it.
-    struct Recording {
-        calls: Mutex<Vec<String>>,
-        gate: tokio::sync::Semaphore,
-    }
-
-    impl Default for Recording {
-        fn default() -> Self {
-            Self {
-                calls: Mutex::new(Vec::new()),
-                gate: tokio::sync::Semaphore::new(0),
-            }
-        }
-    }
-
-    impl PodSyncer for Recording {
-        async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
-            self.gate.acquire().await.unwrap().forget();
-            self.calls
-                .lock()
-                .unwrap()
-                .push(format!("sync {}", pod.metadata.name.clone().unwrap()));
-            Ok(Requeue::Normal)
-        }
-        async fn terminate_pod(&self, pod: Arc<Pod>, grace: Option<i64>) -> Result<(), String> {
-            self.gate.acquire().await.unwrap().forget();
-            self.calls.lock().unwrap().push(format!(
-                "kill {} {grace:?}",
-                pod.metadata.name.clone().unwrap()
-            ));
-            Ok(())
-        }
-    }
+    use crate::testing::syncer::RecordingSyncer;
 
     fn pod(uid: &str, version: &str) -> Arc<Pod> {
         let mut p = Pod::default();
@@ -359,7 +363,7 @@ mod tests {
         Arc::new(p)
     }
 
-    fn workers(rec: &Arc<Recording>) -> PodWorkers<Recording> {
+    fn workers<S: PodSyncer>(rec: &Arc<S>) -> PodWorkers<S> {
         let periods = Periods {
             resync: Duration::from_secs(60),
             backoff: Duration::from_millis(10),
@@ -372,21 +376,24 @@ mod tests {
         )
     }
 
-    async fn settle(rec: &Recording, n: usize) -> Vec<String> {
-        rec.gate.add_permits(n);
-        for _ in 0..200 {
-            if rec.calls.lock().unwrap().len() >= n {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    /// Lets `n` calls through and returns the calls once the workers are idle (on paused time,
+    /// a sleep returns as soon as every task waits).
+    async fn settle(rec: &RecordingSyncer, n: usize) -> Vec<String> {
+        rec.release(n);
         tokio::time::sleep(Duration::from_millis(10)).await;
-        rec.calls.lock().unwrap().clone()
+        rec.calls()
     }
 
-    #[tokio::test]
+    fn kill(grace: Option<i64>) -> UpdateType {
+        UpdateType::Kill(KillPodOptions {
+            grace,
+            failure: None,
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn latest_sync_wins_while_busy() {
-        let rec = Arc::new(Recording::default());
+        let rec = RecordingSyncer::gated();
         let w = workers(&rec);
         w.update_pod(pod("u", "v1"), UpdateType::Sync);
         tokio::time::sleep(Duration::from_millis(10)).await; // v1 is in progress, blocked
@@ -395,26 +402,26 @@ mod tests {
         assert_eq!(settle(&rec, 2).await, vec!["sync v1", "sync v3"]);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_kill_is_never_overwritten_and_the_worker_exits() {
-        let rec = Arc::new(Recording::default());
+        let rec = RecordingSyncer::gated();
         let w = workers(&rec);
         w.update_pod(pod("u", "v1"), UpdateType::Sync);
         tokio::time::sleep(Duration::from_millis(10)).await;
-        w.update_pod(pod("u", "v1"), UpdateType::Kill(Some(5)));
+        w.update_pod(pod("u", "v1"), kill(Some(5)));
         w.update_pod(pod("u", "v2"), UpdateType::Sync);
-        w.update_pod(pod("u", "v1"), UpdateType::Kill(None));
+        w.update_pod(pod("u", "v1"), kill(None));
         assert_eq!(settle(&rec, 2).await, vec!["sync v1", "kill v1 Some(5)"]);
         assert!(!w.is_known("u"));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_sync_after_a_kill_restarts_the_pod_once_terminated() {
-        let rec = Arc::new(Recording::default());
+        let rec = RecordingSyncer::gated();
         let w = workers(&rec);
         w.update_pod(pod("u", "v1"), UpdateType::Sync);
         tokio::time::sleep(Duration::from_millis(10)).await;
-        w.update_pod(pod("u", "v1"), UpdateType::Kill(None));
+        w.update_pod(pod("u", "v1"), kill(None));
         w.update_pod(pod("u", "v2"), UpdateType::Sync);
         assert_eq!(
             settle(&rec, 3).await,
@@ -423,9 +430,57 @@ mod tests {
         assert!(w.is_known("u"));
     }
 
-    #[tokio::test]
+    fn versioned(uid: &str, name: &str, hash: &str) -> Arc<Pod> {
+        let mut p = (*pod(uid, name)).clone();
+        p.metadata.annotations = Some(
+            [(
+                crate::pod::CONFIG_HASH_ANNOTATION.to_string(),
+                hash.to_string(),
+            )]
+            .into(),
+        );
+        Arc::new(p)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_killed_for_a_failure_stays_down_until_its_manifest_changes() {
+        let rec = RecordingSyncer::gated();
+        let w = workers(&rec);
+        w.update_pod(versioned("u", "v1", "h1"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let failure = Failure::new("Evicted", "low on memory");
+        w.update_pod(
+            versioned("u", "v1", "h1"),
+            UpdateType::Kill(KillPodOptions::failed(failure, Some(1))),
+        );
+        // A PLEG event of the dying container, same manifest: dropped (a third call could run).
+        w.update_pod(versioned("u", "v1", "h1"), UpdateType::Sync);
+        assert_eq!(
+            settle(&rec, 3).await,
+            vec!["sync v1", "kill v1 Some(1) Evicted: low on memory"]
+        );
+        assert!(!w.is_known("u"));
+        // While a failing kill runs, a new manifest version is started after it.
+        rec.clear();
+        w.update_pod(versioned("w", "v2", "h2"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        w.update_pod(
+            versioned("w", "v2", "h2"),
+            UpdateType::Kill(KillPodOptions::failed(
+                Failure::new("NodePorts", "taken"),
+                None,
+            )),
+        );
+        w.update_pod(versioned("w", "v3", "h3"), UpdateType::Sync);
+        assert_eq!(
+            settle(&rec, 2).await,
+            vec!["sync v2", "kill v2 None NodePorts: taken", "sync v3"]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn pods_are_worked_on_independently() {
-        let rec = Arc::new(Recording::default());
+        let rec = RecordingSyncer::gated();
         let w = workers(&rec);
         w.update_pod(pod("a", "a1"), UpdateType::Sync);
         w.update_pod(pod("b", "b1"), UpdateType::Sync);
@@ -449,7 +504,7 @@ mod tests {
                 Requeue::Normal
             })
         }
-        async fn terminate_pod(&self, _: Arc<Pod>, _: Option<i64>) -> Result<(), String> {
+        async fn terminate_pod(&self, _: Arc<Pod>, _: KillPodOptions) -> Result<(), String> {
             Ok(())
         }
     }
@@ -457,16 +512,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_requested_resync_comes_from_the_workers_own_timer() {
         let rec = Arc::new(Later::default());
-        let periods = Periods {
-            resync: Duration::from_secs(60),
-            backoff: Duration::from_secs(10),
-        };
-        let w = PodWorkers::new(
-            rec.clone(),
-            WorkQueue::default(),
-            periods,
-            tokio::runtime::Handle::current(),
-        );
+        let w = workers(&rec);
         w.update_pod(pod("u", "v1"), UpdateType::Sync);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(*rec.0.lock().unwrap(), 1);

@@ -16,13 +16,15 @@ use crossbeam_channel::{select, tick, Receiver};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
-use crate::admission::{host_ports, PodAdmitter};
+use crate::admission::{host_ports, PodAdmitter, Rejection};
 use crate::events::Recorder;
 use crate::pleg::PodLifecycleEvent;
 use crate::pod::{pod_ref, pod_uid};
-use crate::podworkers::{PodSyncer, PodWorkers, UpdateType, WorkQueue};
+use crate::podworkers::{KillPodOptions, PodSyncer, PodWorkers, UpdateType, WorkQueue};
 use crate::prober::{ProbeKind, ProbeResult};
 use crate::source::{PodOp, PodUpdate, SourcesReady};
+use crate::status::failed::{FailedPods, Failure};
+use crate::status::StatusManager;
 
 /// Period of the sync tick (kubelet: 1 s).
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -55,13 +57,13 @@ pub struct SyncLoop<S: PodSyncer> {
     recorder: Recorder,
     max_pods: usize,
     /// Pods failed by eviction or refused at admission; not synced while their manifest stays.
-    evicted: crate::eviction::EvictedPods,
-    /// Pod admission (kubelet's `PodAdmitHandler`s); none: every pod is admitted.
+    failed: FailedPods,
+    /// Pod statuses, read only (the phase of running pods; statuses left without a worker).
+    status: StatusManager,
+    /// Pod admission (kubelet's `PodAdmitHandler`s); none: only `maxPods` is checked.
     pub admission: Option<PodAdmitter>,
     /// Pods the runtime was running when the agent started: adopted, not admitted again.
     adopted: HashSet<String>,
-    /// Pods refused for maxPods: their Failed/OutOfpods status stays until the manifest goes.
-    out_of_pods: HashSet<String>,
     /// Called after every iteration (the systemd watchdog hook, later); cheap.
     pub on_iteration: Option<Box<dyn Fn() + Send>>,
 }
@@ -84,18 +86,19 @@ impl<S: PodSyncer> SyncLoop<S> {
             housekeeper,
             recorder,
             max_pods,
-            evicted: Default::default(),
+            failed: Default::default(),
+            status: Default::default(),
             admission: None,
             adopted: HashSet::new(),
-            out_of_pods: HashSet::new(),
             on_iteration: None,
         }
     }
 
-    /// Uses `admission` and its registry of evicted pods.
-    pub fn with_admission(mut self, admission: PodAdmitter) -> Self {
-        self.evicted = admission.evicted.clone();
+    /// Uses `admission` and its record of failed pods, and reads pod statuses from `status`.
+    pub fn with_admission(mut self, admission: PodAdmitter, status: StatusManager) -> Self {
+        self.failed = admission.failed.clone();
         self.admission = Some(admission);
+        self.status = status;
         self
     }
 
@@ -106,9 +109,60 @@ impl<S: PodSyncer> SyncLoop<S> {
         self
     }
 
-    /// The pod if it is desired and not failed by eviction.
+    /// The pod if it is desired and not failed.
     fn runnable(&self, uid: &str) -> Option<&Arc<Pod>> {
-        self.pods.get(uid).filter(|_| !self.evicted.contains(uid))
+        self.pods.get(uid).filter(|_| !self.failed.contains(uid))
+    }
+
+    /// The refusal of a pod that is new (or whose manifest changed after it failed): `maxPods`
+    /// (kubelet's `pods` resource: `OutOfpods`), then the admit handlers.
+    fn admission_refusal(&self, pod: &Pod, uid: &str) -> Option<Rejection> {
+        let active = self
+            .pods
+            .keys()
+            .filter(|u| *u != uid && !self.failed.contains(u))
+            .count();
+        if active >= self.max_pods {
+            return Some(Rejection {
+                reason: "OutOfpods".into(),
+                message: format!(
+                    "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {}",
+                    self.max_pods
+                ),
+            });
+        }
+        let a = self.admission.as_ref()?;
+        a.check(pod, self.running_pods(uid))
+    }
+
+    /// The desired pods that run or may run, but `uid`: not failed, not finished.
+    fn running_pods<'a>(&'a self, uid: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
+        self.pods.iter().filter_map(move |(u, p)| {
+            let finished = || {
+                self.status
+                    .phase(u)
+                    .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
+            };
+            (u != uid && !self.failed.contains(u) && !finished()).then_some(&**p)
+        })
+    }
+
+    /// Fails `pod` for `r` (the mark, an event, the counter) and hands it to its worker, which
+    /// stops anything of it that runs and writes its Failed status.
+    fn reject(&self, pod: Arc<Pod>, r: &Rejection) {
+        let failure = match &self.admission {
+            Some(a) => a.reject(&pod, r),
+            None => {
+                warn!(uid = pod_uid(&pod), reason = %r.reason, "pod rejected at admission: {}", r.message);
+                let f = Failure::new(&r.reason, r.status_message());
+                self.failed.mark(&pod, f.clone());
+                self.recorder
+                    .warning(pod_ref(&pod), &r.reason, r.message.clone());
+                f
+            }
+        };
+        self.workers
+            .update_pod(pod, UpdateType::Kill(KillPodOptions::failed(failure, None)));
     }
 
     /// Handles one batch of pod updates (kubelet's `HandlePodAdditions` / `Updates` / `Removes`).
@@ -119,99 +173,55 @@ impl<S: PodSyncer> SyncLoop<S> {
                 pod.metadata.name.as_deref().unwrap_or(""),
                 pod.metadata.namespace.as_deref().unwrap_or(""),
             );
-            // maxPods counts the pods that may run (not those failed by eviction), and holds for
-            // a pod first seen in an update as well (the edit of a refused manifest).
-            let active = self
-                .pods
-                .keys()
-                .filter(|u| !self.evicted.contains(u))
-                .count();
-            if update.op != PodOp::Remove
-                && !self.pods.contains_key(&uid)
-                && active >= self.max_pods
-            {
-                let msg = format!(
-                    "node has reached maxPods ({}); pod not admitted",
-                    self.max_pods
-                );
-                warn!(pod = name, namespace, uid, "{msg}");
-                if let Some(a) = &self.admission {
-                    a.status.set(
-                        pod.clone(),
-                        k8s_openapi::api::core::v1::PodStatus {
-                            phase: Some("Failed".into()),
-                            reason: Some("OutOfpods".into()),
-                            message: Some(msg.clone()),
-                            ..Default::default()
-                        },
-                    );
-                }
-                self.recorder.warning(pod_ref(&pod), "OutOfpods", msg);
-                self.out_of_pods.insert(uid);
-                continue;
-            }
-            if self.out_of_pods.remove(&uid) && update.op == PodOp::Remove {
-                if let Some(a) = &self.admission {
-                    a.status.remove(&uid);
-                }
-                continue;
-            }
             info!(pod = name, namespace, uid, source = update.source, op = ?update.op, "pod config changed");
             if update.op == PodOp::Remove {
-                self.evicted.forget(&uid);
+                self.failed.forget(&uid);
                 let pod = self.pods.remove(&uid).unwrap_or(pod);
-                self.workers.update_pod(pod, UpdateType::Kill(None));
+                self.workers
+                    .update_pod(pod, UpdateType::Kill(KillPodOptions::removed()));
                 continue;
             }
-            // An evicted pod stays Failed until its manifest changes; a changed one is admitted
+            // A failed pod stays Failed until its manifest changes; a changed one is admitted
             // afresh, like a new pod.
-            let was_evicted = self.evicted.contains(&uid);
-            if was_evicted && self.evicted.message(&pod).is_some() {
-                debug!(
-                    pod = name,
-                    namespace,
-                    uid,
-                    "pod was evicted and its manifest is unchanged; not starting it"
-                );
-                // First seen since the agent started (the record outlives restarts): the worker
-                // makes sure nothing of it runs and shows its Failed/Evicted status.
-                if self.pods.insert(uid, pod.clone()).is_none() {
-                    self.workers.update_pod(pod, UpdateType::Kill(None));
-                }
-                continue;
-            }
-            let adopted = self.adopted.remove(&uid);
-            let fresh = was_evicted || (!self.pods.contains_key(&uid) && !adopted);
-            let previous = self.pods.insert(uid.clone(), pod.clone());
-            // An edit that changes the pod's host ports is admitted again for them (kubelet sees
-            // an edited manifest as a new pod); other edits of a running pod are not.
-            let ports_changed = previous
-                .as_ref()
-                .is_some_and(|p| host_ports::host_ports(p) != host_ports::host_ports(&pod));
-            if let Some(a) = self.admission.as_ref().filter(|_| fresh || ports_changed) {
-                let running = self.pods.iter().filter_map(|(u, p)| {
-                    let finished = || {
-                        a.status
-                            .phase(u)
-                            .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
-                    };
-                    (*u != uid && !self.evicted.contains(u) && !finished()).then_some(&**p)
-                });
-                let rejection = if fresh {
-                    a.check(&pod, running)
-                } else {
-                    host_ports::admit(&pod, running)
-                };
-                if let Some(r) = rejection {
-                    a.reject(&pod, &r);
-                    if !fresh {
-                        // Its running containers go, as the old pod would with kubelet.
-                        self.workers.update_pod(pod, UpdateType::Kill(None));
+            let was_failed = self.failed.contains(&uid);
+            if was_failed {
+                if let Some(failure) = self.failed.failure(&pod) {
+                    debug!(
+                        pod = name,
+                        namespace, uid, "pod failed and its manifest is unchanged; not starting it"
+                    );
+                    // First seen since the agent started (the record outlives restarts): the
+                    // worker makes sure nothing of it runs and shows its Failed status.
+                    if self.pods.insert(uid, pod.clone()).is_none() {
+                        self.workers.update_pod(
+                            pod,
+                            UpdateType::Kill(KillPodOptions::failed(failure, None)),
+                        );
                     }
                     continue;
                 }
+                self.failed.forget(&uid);
             }
-            self.workers.update_pod(pod, UpdateType::Sync);
+            let adopted = self.adopted.remove(&uid);
+            let fresh = was_failed || (!self.pods.contains_key(&uid) && !adopted);
+            // An edit that changes the pod's host ports is admitted again for them (kubelet sees
+            // an edited manifest as a new pod); other edits of a running pod are not.
+            let ports_changed = self
+                .pods
+                .get(&uid)
+                .is_some_and(|p| host_ports::host_ports(p) != host_ports::host_ports(&pod));
+            let rejection = if fresh {
+                self.admission_refusal(&pod, &uid)
+            } else if ports_changed {
+                host_ports::admit(&pod, self.running_pods(&uid))
+            } else {
+                None
+            };
+            self.pods.insert(uid, pod.clone());
+            match rejection {
+                Some(r) => self.reject(pod, &r),
+                None => self.workers.update_pod(pod, UpdateType::Sync),
+            }
         }
     }
 
@@ -245,20 +255,18 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
     }
 
-    /// Housekeeping: once every source has reported, hand the desired UIDs to the housekeeper.
+    /// Housekeeping: once every source has reported, forget the failure records of pods no
+    /// source wants, have a worker clear the statuses no worker owns any more (a pod failed
+    /// while its removal was under way), and hand the desired UIDs to the housekeeper.
     pub fn handle_housekeeping(&mut self) {
         if self.sources_ready.all_ready() {
-            // Eviction records and Failed statuses of pods no source wants any more (a pod
-            // evicted while its removal was under way) go; a live worker keeps its own status.
-            self.evicted.retain(|uid| self.pods.contains_key(uid));
-            if let Some(a) = &self.admission {
-                for uid in a.status.uids() {
-                    if !self.pods.contains_key(&uid)
-                        && !self.workers.is_known(&uid)
-                        && !self.out_of_pods.contains(&uid)
-                    {
-                        a.status.remove(&uid);
-                    }
+            self.failed.retain(|uid| self.pods.contains_key(uid));
+            for uid in self.status.uids() {
+                if !self.pods.contains_key(&uid) && !self.workers.is_known(&uid) {
+                    let mut p = Pod::default();
+                    p.metadata.uid = Some(uid);
+                    self.workers
+                        .update_pod(Arc::new(p), UpdateType::Kill(KillPodOptions::removed()));
                 }
             }
             (self.housekeeper)(self.pods.keys().cloned().collect());
@@ -291,31 +299,13 @@ impl<S: PodSyncer> SyncLoop<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::podworkers::{Periods, Requeue};
+    use crate::podworkers::Periods;
+    use crate::testing::syncer::RecordingSyncer;
     use std::sync::Mutex;
 
-    #[derive(Default)]
-    struct Rec(Mutex<Vec<String>>);
-    impl PodSyncer for Rec {
-        async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(format!("sync {}", pod_uid(&pod)));
-            Ok(Requeue::Normal)
-        }
-        async fn terminate_pod(&self, pod: Arc<Pod>, _: Option<i64>) -> Result<(), String> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(format!("kill {}", pod_uid(&pod)));
-            Ok(())
-        }
-    }
-
     /// Workers over a recording syncer, with no delays.
-    fn recording_workers() -> (Arc<Rec>, WorkQueue, PodWorkers<Rec>) {
-        let rec = Arc::new(Rec::default());
+    fn recording_workers() -> (Arc<RecordingSyncer>, WorkQueue, PodWorkers<RecordingSyncer>) {
+        let rec = RecordingSyncer::new();
         let queue = WorkQueue::default();
         let periods = Periods {
             resync: Duration::ZERO,
@@ -336,7 +326,19 @@ mod tests {
         Arc::new(p)
     }
 
-    #[tokio::test]
+    /// Lets the workers run (paused time: returns once every task waits).
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    fn calls_of(rec: &RecordingSyncer, uid: &str) -> Vec<String> {
+        rec.calls()
+            .into_iter()
+            .filter(|c| c.split(' ').nth(1) == Some(uid))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn add_update_remove_and_housekeeping_dispatch_in_order() {
         let (rec, queue, workers) = recording_workers();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -369,9 +371,14 @@ mod tests {
             "OutOfpods",
             "maxPods=1 refuses the second pod"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        settle().await;
+        assert_eq!(
+            calls_of(&rec, "b"),
+            vec!["kill b None OutOfpods: Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 1, capacity: 1"],
+            "its worker writes its Failed status"
+        );
         l.handle_sync_tick(Instant::now() + Duration::from_secs(1));
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        settle().await;
         let probe = |kind, success| ProbeResult {
             uid: "a".into(),
             container: "c".into(),
@@ -379,22 +386,22 @@ mod tests {
             success,
         };
         l.handle_probe(probe(ProbeKind::Liveness, true));
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        settle().await;
         l.handle_probe(probe(ProbeKind::Liveness, false));
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        settle().await;
         l.handle_config(PodUpdate {
             op: PodOp::Remove,
             source: "file",
             pods: vec![pod("a")],
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        settle().await;
         l.handle_housekeeping();
         assert_eq!(
-            *rec.0.lock().unwrap(),
-            vec!["sync a", "sync a", "sync a", "kill a"],
+            calls_of(&rec, "a"),
+            vec!["sync a", "sync a", "sync a", "kill a None"],
             "a liveness success does not sync; a failure does"
         );
-        assert_eq!(*seen.lock().unwrap(), vec![0]);
+        assert_eq!(*seen.lock().unwrap(), vec![1], "b stays desired (Failed)");
         assert!(workers.is_empty());
     }
 
@@ -410,7 +417,7 @@ mod tests {
         Arc::new(p)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn evicted_pods_are_not_synced_until_their_manifest_changes_and_admission_refuses_under_pressure(
     ) {
         let (rec, queue, workers) = recording_workers();
@@ -418,33 +425,32 @@ mod tests {
         let cfg = crate::source::PodConfig::new(tx);
         let admission = PodAdmitter {
             pressure: Default::default(),
-            evicted: Default::default(),
-            status: Default::default(),
+            failed: Default::default(),
             recorder: Recorder::default(),
             metrics: crate::metrics::Metrics::new(),
             static_pods_are_critical: false,
         };
+        let status = StatusManager::default();
         let mut l = SyncLoop::new(
-            workers,
+            workers.clone(),
             queue,
             cfg.readiness(),
             Box::new(|_| {}),
             Recorder::default(),
             10,
         )
-        .with_admission(admission.clone());
+        .with_admission(admission.clone(), status.clone());
         let update = |op, p| PodUpdate {
             op,
             source: "file",
             pods: vec![p],
         };
-        let settle = || tokio::time::sleep(Duration::from_millis(20));
         l.handle_config(update(PodOp::Add, hashed("a", "h1")));
         settle().await;
         // Evicted: PLEG events and an unchanged manifest do not sync it.
         admission
-            .evicted
-            .mark(&hashed("a", "h1"), "low on memory".into());
+            .failed
+            .mark(&hashed("a", "h1"), Failure::new("Evicted", "low on memory"));
         l.handle_pleg(PodLifecycleEvent {
             uid: "a".into(),
             kind: crate::pleg::PodLifecycleEventType::ContainerDied,
@@ -452,29 +458,29 @@ mod tests {
         });
         l.handle_config(update(PodOp::Update, hashed("a", "h1")));
         settle().await;
-        assert_eq!(*rec.0.lock().unwrap(), vec!["sync a"]);
-        // A changed manifest under DiskPressure is refused at admission, with a Failed status.
+        assert_eq!(rec.calls(), vec!["sync a"]);
+        // A changed manifest under DiskPressure is refused at admission: its worker gets the
+        // kill with kubelet's reason and message, and writes the Failed status.
         admission.pressure.update(
             [("DiskPressure".to_string(), true)].into(),
             Default::default(),
         );
         l.handle_config(update(PodOp::Update, hashed("a", "h2")));
         settle().await;
-        assert_eq!(rec.0.lock().unwrap().len(), 1);
-        let st = admission.status.get("a").unwrap();
         assert_eq!(
-            (st.phase.as_deref(), st.message.as_deref()),
-            (
-                Some("Failed"),
-                Some("Pod was rejected: The node had condition: [DiskPressure]. ")
-            )
+            rec.calls(),
+            vec![
+                "sync a",
+                "kill a None Evicted: Pod was rejected: The node had condition: [DiskPressure]. "
+            ]
         );
+        assert_eq!(admission.recorder.list()[0].reason, "Evicted");
         // A pod the runtime ran when the agent started is adopted, even under pressure.
         l.adopted.insert("b".into());
         l.handle_config(update(PodOp::Add, hashed("b", "h1")));
         settle().await;
-        assert_eq!(*rec.0.lock().unwrap(), vec!["sync a", "sync b"]);
-        rec.0.lock().unwrap().pop();
+        assert_eq!(calls_of(&rec, "b"), vec!["sync b"]);
+        rec.clear();
         // Pressure gone and the manifest changed again: it runs.
         admission
             .pressure
@@ -483,16 +489,21 @@ mod tests {
         settle().await;
         l.handle_config(update(PodOp::Remove, hashed("a", "h3")));
         settle().await;
-        assert_eq!(*rec.0.lock().unwrap(), vec!["sync a", "sync a", "kill a"]);
-        assert!(!admission.evicted.contains("a"));
-        // An eviction that lands after the removal leaves nothing behind after housekeeping.
-        admission.evicted.mark(&hashed("a", "h3"), "late".into());
-        admission.status.set(
+        assert_eq!(rec.calls(), vec!["sync a", "kill a None"]);
+        assert!(!admission.failed.contains("a"));
+        // An eviction that lands after the removal leaves nothing behind after housekeeping: the
+        // record goes, and a worker clears the status no worker owns any more.
+        admission
+            .failed
+            .mark(&hashed("a", "h3"), Failure::new("Evicted", "late"));
+        status.set(
             hashed("a", "h3"),
-            crate::eviction::evicted_status(&hashed("a", "h3"), "late"),
+            Failure::new("Evicted", "late").status(&hashed("a", "h3")),
         );
+        rec.clear();
         l.handle_housekeeping();
-        assert!(!admission.evicted.contains("a"));
-        assert!(admission.status.get("a").is_none());
+        settle().await;
+        assert!(!admission.failed.contains("a"));
+        assert_eq!(rec.calls(), vec!["kill a None"]);
     }
 }

@@ -20,10 +20,10 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::warn;
 
 use crate::events::Recorder;
-use crate::eviction::{EvictedPods, NodePressure};
+use crate::eviction::NodePressure;
 use crate::metrics::Metrics;
 use crate::pod::{pod_ref, pod_uid};
-use crate::status::StatusManager;
+use crate::status::failed::{FailedPods, Failure};
 
 /// Why a pod is not admitted (kubelet's `PodAdmitResult` when `Admit` is false).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,18 +41,17 @@ impl Rejection {
     }
 }
 
-/// The admission chain as the sync loop runs it, and what a refusal touches: the record that
-/// keeps the pod from running until its manifest changes, its status, an event and a metric.
+/// The admission chain as the sync loop runs it, and what a refusal records: the mark that
+/// keeps the pod from running until its manifest changes, an event and a metric. The refused
+/// pod's status is written by its worker, from the [`Failure`] [`PodAdmitter::reject`] returns.
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct PodAdmitter {
     /// The node's pressure conditions, from the eviction manager.
     pub pressure: NodePressure,
-    /// Where a refused pod is recorded (with evicted pods: neither runs until its manifest
+    /// Where a refused pod is marked (with evicted pods: neither runs until its manifest
     /// changes).
-    pub evicted: EvictedPods,
-    /// Where its status goes.
-    pub status: StatusManager,
+    pub failed: FailedPods,
     /// Events.
     pub recorder: Recorder,
     /// `kubelet_admission_rejections_total{reason}`.
@@ -73,21 +72,10 @@ impl PodAdmitter {
             .or_else(|| host_ports::admit(pod, running))
     }
 
-    /// True when the pod may run; otherwise fails it as kubelet's `rejectPod` does and returns
-    /// false.
-    pub fn admit<'a>(&self, pod: &Arc<Pod>, running: impl IntoIterator<Item = &'a Pod>) -> bool {
-        match self.check(pod, running) {
-            None => true,
-            Some(r) => {
-                self.reject(pod, &r);
-                false
-            }
-        }
-    }
-
-    /// Fails `pod` for `r`: phase Failed with the reason and `Pod was rejected: <message>`, a
-    /// Warning event, the counter, and the record that keeps it from running.
-    pub fn reject(&self, pod: &Arc<Pod>, r: &Rejection) {
+    /// Records the refusal of `pod` for `r` as kubelet's `rejectPod` does: the mark, a Warning
+    /// event with the reason, the counter and a log line. Returns the failure the pod's worker
+    /// writes as its status: phase Failed, the reason, `Pod was rejected: <message>`.
+    pub fn reject(&self, pod: &Pod, r: &Rejection) -> Failure {
         warn!(
             pod = pod.metadata.name.as_deref().unwrap_or(""),
             namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -96,12 +84,8 @@ impl PodAdmitter {
             "pod rejected at admission: {}",
             r.message
         );
-        let message = r.status_message();
-        self.evicted.mark_failed(pod, &r.reason, message.clone());
-        self.status.set(
-            pod.clone(),
-            crate::eviction::failed_status(pod, &r.reason, &message),
-        );
+        let failure = Failure::new(&r.reason, r.status_message());
+        self.failed.mark(pod, failure.clone());
         self.recorder
             .warning(pod_ref(pod), &r.reason, r.message.clone());
         self.metrics
@@ -110,5 +94,6 @@ impl PodAdmitter {
                 reason: r.reason.clone(),
             })
             .inc();
+        failure
     }
 }

@@ -6,6 +6,7 @@
 //! kubelet extends it (StopContainer: timeout + grace period; PullImage: no deadline).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +59,110 @@ fn unix_channel(socket: PathBuf) -> Channel {
     ))
 }
 
+/// CRI's runtime service, as nodelet uses it (kubelet's `internalapi.RuntimeService`): sandboxes, containers, exec.
+/// Implemented by [`Cri`] over the socket, and by a recording fake in unit tests.
+pub trait RuntimeService: Send + Sync + 'static {
+    /// `Version`: runtime name and version.
+    fn version(&self) -> impl Future<Output = CriResult<cri::VersionResponse>> + Send;
+
+    /// `RunPodSandbox`: returns the sandbox ID.
+    fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+    ) -> impl Future<Output = CriResult<String>> + Send;
+
+    /// `StopPodSandbox`.
+    fn stop_pod_sandbox(&self, id: &str) -> impl Future<Output = CriResult<()>> + Send;
+
+    /// `RemovePodSandbox` (removes its containers too).
+    fn remove_pod_sandbox(&self, id: &str) -> impl Future<Output = CriResult<()>> + Send;
+
+    /// `PodSandboxStatus` (without verbose info).
+    fn pod_sandbox_status(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = CriResult<Option<cri::PodSandboxStatus>>> + Send;
+
+    /// `ListPodSandbox`, optionally filtered by labels.
+    fn list_pod_sandbox(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> impl Future<Output = CriResult<Vec<cri::PodSandbox>>> + Send;
+
+    /// `CreateContainer` in `sandbox_id`: returns the container ID.
+    fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> impl Future<Output = CriResult<String>> + Send;
+
+    /// `StartContainer`.
+    fn start_container(&self, id: &str) -> impl Future<Output = CriResult<()>> + Send;
+
+    /// `StopContainer` with a grace period in seconds (SIGTERM, then SIGKILL after `grace`).
+    /// The call's deadline is `runtimeRequestTimeout + grace`, as kubelet's.
+    fn stop_container(
+        &self,
+        id: &str,
+        grace_seconds: i64,
+    ) -> impl Future<Output = CriResult<()>> + Send;
+
+    /// `RemoveContainer`.
+    fn remove_container(&self, id: &str) -> impl Future<Output = CriResult<()>> + Send;
+
+    /// `ListContainers`, optionally filtered by labels.
+    fn list_containers(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> impl Future<Output = CriResult<Vec<cri::Container>>> + Send;
+
+    /// `ContainerStatus` (without verbose info).
+    fn container_status(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = CriResult<Option<cri::ContainerStatus>>> + Send;
+
+    /// `ExecSync`: runs `cmd` in the container and waits for it, at most `timeout` (zero: no
+    /// limit); the call's own deadline is `timeout` plus `runtimeRequestTimeout`, as kubelet's.
+    /// Returns the exit code, stdout and stderr.
+    fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> impl Future<Output = CriResult<cri::ExecSyncResponse>> + Send;
+
+    /// `ReopenContainerLog`: the runtime reopens the container's log file (after a rotation).
+    fn reopen_container_log(&self, id: &str) -> impl Future<Output = CriResult<()>> + Send;
+}
+
+/// CRI's image service, as nodelet uses it (kubelet's `internalapi.ImageManagerService`).
+/// Implemented by [`Cri`] over the socket, and by a recording fake in unit tests.
+pub trait ImageService: Send + Sync + 'static {
+    /// `ImageStatus`: the image if present.
+    fn image_status(
+        &self,
+        image: &str,
+    ) -> impl Future<Output = CriResult<Option<cri::Image>>> + Send;
+
+    /// `PullImage`: returns the image reference. No deadline (kubelet pulls without one).
+    fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> impl Future<Output = CriResult<String>> + Send;
+
+    /// `ImageFsInfo`: the mount points of the filesystems holding images (the imagefs of the
+    /// eviction signals).
+    fn image_fs_mountpoints(&self) -> impl Future<Output = CriResult<Vec<String>>> + Send;
+}
+
+/// A whole CRI runtime: both services (what the runtime manager drives).
+pub trait CriRuntime: RuntimeService + ImageService {}
+
+impl<T: RuntimeService + ImageService> CriRuntime for T {}
+
 impl Cri {
     /// Clients for the runtime socket and the image socket (may be the same path). Connection is
     /// lazy: a missing socket shows up as `Unavailable` on the first call. `timeout` is
@@ -104,9 +209,10 @@ impl Cri {
             message: s.message().to_owned(),
         })
     }
+}
 
-    /// `Version`: runtime name and version.
-    pub async fn version(&self) -> CriResult<cri::VersionResponse> {
+impl RuntimeService for Cri {
+    async fn version(&self) -> CriResult<cri::VersionResponse> {
         let started = std::time::Instant::now();
         let r = self
             .runtime
@@ -121,8 +227,7 @@ impl Cri {
         self.record(started, "version", r)
     }
 
-    /// `RunPodSandbox`: returns the sandbox ID.
-    pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String> {
+    async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String> {
         let started = std::time::Instant::now();
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
@@ -137,8 +242,7 @@ impl Cri {
             .map(|r| r.pod_sandbox_id)
     }
 
-    /// `StopPodSandbox`.
-    pub async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
+    async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let started = std::time::Instant::now();
         let req = cri::StopPodSandboxRequest {
             pod_sandbox_id: id.into(),
@@ -151,8 +255,7 @@ impl Cri {
         self.record(started, "stop_podsandbox", r).map(drop)
     }
 
-    /// `RemovePodSandbox` (removes its containers too).
-    pub async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
+    async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let started = std::time::Instant::now();
         let req = cri::RemovePodSandboxRequest {
             pod_sandbox_id: id.into(),
@@ -165,8 +268,7 @@ impl Cri {
         self.record(started, "remove_podsandbox", r).map(drop)
     }
 
-    /// `PodSandboxStatus` (without verbose info).
-    pub async fn pod_sandbox_status(&self, id: &str) -> CriResult<Option<cri::PodSandboxStatus>> {
+    async fn pod_sandbox_status(&self, id: &str) -> CriResult<Option<cri::PodSandboxStatus>> {
         let started = std::time::Instant::now();
         let req = cri::PodSandboxStatusRequest {
             pod_sandbox_id: id.into(),
@@ -181,8 +283,7 @@ impl Cri {
             .map(|r| r.status)
     }
 
-    /// `ListPodSandbox`, optionally filtered by labels.
-    pub async fn list_pod_sandbox(
+    async fn list_pod_sandbox(
         &self,
         labels: HashMap<String, String>,
     ) -> CriResult<Vec<cri::PodSandbox>> {
@@ -204,8 +305,7 @@ impl Cri {
         self.record(started, "list_podsandbox", r).map(|r| r.items)
     }
 
-    /// `CreateContainer` in `sandbox_id`: returns the container ID.
-    pub async fn create_container(
+    async fn create_container(
         &self,
         sandbox_id: &str,
         config: cri::ContainerConfig,
@@ -226,8 +326,7 @@ impl Cri {
             .map(|r| r.container_id)
     }
 
-    /// `StartContainer`.
-    pub async fn start_container(&self, id: &str) -> CriResult<()> {
+    async fn start_container(&self, id: &str) -> CriResult<()> {
         let started = std::time::Instant::now();
         let req = cri::StartContainerRequest {
             container_id: id.into(),
@@ -240,9 +339,7 @@ impl Cri {
         self.record(started, "start_container", r).map(drop)
     }
 
-    /// `StopContainer` with a grace period in seconds (SIGTERM, then SIGKILL after `grace`).
-    /// The call's deadline is `runtimeRequestTimeout + grace`, as kubelet's.
-    pub async fn stop_container(&self, id: &str, grace_seconds: i64) -> CriResult<()> {
+    async fn stop_container(&self, id: &str, grace_seconds: i64) -> CriResult<()> {
         let started = std::time::Instant::now();
         let req = cri::StopContainerRequest {
             container_id: id.into(),
@@ -257,8 +354,7 @@ impl Cri {
         self.record(started, "stop_container", r).map(drop)
     }
 
-    /// `RemoveContainer`.
-    pub async fn remove_container(&self, id: &str) -> CriResult<()> {
+    async fn remove_container(&self, id: &str) -> CriResult<()> {
         let started = std::time::Instant::now();
         let req = cri::RemoveContainerRequest {
             container_id: id.into(),
@@ -271,8 +367,7 @@ impl Cri {
         self.record(started, "remove_container", r).map(drop)
     }
 
-    /// `ListContainers`, optionally filtered by labels.
-    pub async fn list_containers(
+    async fn list_containers(
         &self,
         labels: HashMap<String, String>,
     ) -> CriResult<Vec<cri::Container>> {
@@ -295,8 +390,7 @@ impl Cri {
             .map(|r| r.containers)
     }
 
-    /// `ContainerStatus` (without verbose info).
-    pub async fn container_status(&self, id: &str) -> CriResult<Option<cri::ContainerStatus>> {
+    async fn container_status(&self, id: &str) -> CriResult<Option<cri::ContainerStatus>> {
         let started = std::time::Instant::now();
         let req = cri::ContainerStatusRequest {
             container_id: id.into(),
@@ -311,10 +405,7 @@ impl Cri {
             .map(|r| r.status)
     }
 
-    /// `ExecSync`: runs `cmd` in the container and waits for it, at most `timeout` (zero: no
-    /// limit); the call's own deadline is `timeout` plus `runtimeRequestTimeout`, as kubelet's.
-    /// Returns the exit code, stdout and stderr.
-    pub async fn exec_sync(
+    async fn exec_sync(
         &self,
         id: &str,
         cmd: Vec<String>,
@@ -335,8 +426,7 @@ impl Cri {
         self.record(started, "exec_sync", r)
     }
 
-    /// `ReopenContainerLog`: the runtime reopens the container's log file (after a rotation).
-    pub async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
+    async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
         let started = std::time::Instant::now();
         let req = cri::ReopenContainerLogRequest {
             container_id: id.into(),
@@ -348,9 +438,10 @@ impl Cri {
             .await;
         self.record(started, "reopen_container_log", r).map(drop)
     }
+}
 
-    /// `ImageStatus`: the image if present.
-    pub async fn image_status(&self, image: &str) -> CriResult<Option<cri::Image>> {
+impl ImageService for Cri {
+    async fn image_status(&self, image: &str) -> CriResult<Option<cri::Image>> {
         let started = std::time::Instant::now();
         let req = cri::ImageStatusRequest {
             image: Some(cri::ImageSpec {
@@ -367,8 +458,7 @@ impl Cri {
         self.record(started, "image_status", r).map(|r| r.image)
     }
 
-    /// `PullImage`: returns the image reference. No deadline (kubelet pulls without one).
-    pub async fn pull_image(
+    async fn pull_image(
         &self,
         image: &str,
         sandbox_config: Option<cri::PodSandboxConfig>,
@@ -386,9 +476,7 @@ impl Cri {
         self.record(started, "pull_image", r).map(|r| r.image_ref)
     }
 
-    /// `ImageFsInfo`: the mount points of the filesystems holding images (the imagefs of the
-    /// eviction signals).
-    pub async fn image_fs_mountpoints(&self) -> CriResult<Vec<String>> {
+    async fn image_fs_mountpoints(&self) -> CriResult<Vec<String>> {
         let started = std::time::Instant::now();
         let r = self
             .image

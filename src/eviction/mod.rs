@@ -10,9 +10,9 @@
 //! - [`admission`]: pods refused while the node is under pressure.
 //! - [`provider`]: the agent's side: signals from this node, pods, kills through the pod workers.
 //!
-//! This module also holds what the rest of the agent shares with the manager: [`EvictedPods`]
-//! (pods that stay Failed/Evicted until their manifest changes) and [`NodePressure`] (conditions,
-//! signals and recent evictions, served on `/node`).
+//! This module also holds what the rest of the agent shares with the manager: [`NodePressure`]
+//! (conditions, signals and recent evictions, served on `/node`). Evicted pods are recorded in
+//! [`crate::status::failed::FailedPods`], and stay Failed/Evicted until their manifest changes.
 
 pub mod admission;
 pub mod manager;
@@ -23,203 +23,20 @@ pub mod signals;
 pub mod state;
 pub mod threshold;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-/// The reason on a pod failed by eviction or refused at admission (kubelet's `Evicted`).
-pub const REASON: &str = "Evicted";
+/// The reason on a pod failed by eviction or refused under pressure (kubelet's `Evicted`).
+pub const REASON: &str = crate::status::failed::EVICTED;
 
 /// The node conditions eviction drives, in the order they are reported.
 pub const CONDITIONS: [&str; 3] = ["MemoryPressure", "DiskPressure", "PIDPressure"];
 
 /// How many recent evictions [`NodePressure`] keeps.
 const RECENT_EVICTIONS: usize = 32;
-
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-struct Evicted {
-    config_hash: Option<String>,
-    /// `Evicted`, or an admission reason such as `NodePorts` (records written before reasons
-    /// were kept are evictions).
-    #[serde(default = "evicted_reason")]
-    reason: String,
-    message: String,
-}
-
-fn evicted_reason() -> String {
-    REASON.into()
-}
-
-/// Why a pod was failed without running: kubelet's status reason and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// `Evicted`, `OutOfpods`, `NodePorts`, ...
-    pub reason: String,
-    /// The status message.
-    pub message: String,
-}
-
-impl Failure {
-    /// The pod's status: phase Failed with this reason and message (see [`failed_status`]).
-    pub fn status(&self, pod: &Pod) -> PodStatus {
-        failed_status(pod, &self.reason, &self.message)
-    }
-}
-
-#[derive(Default)]
-struct EvictedInner {
-    pods: HashMap<String, Evicted>,
-    /// Where the record is kept across restarts (`<root-dir>/evicted-pods.json`), if anywhere.
-    path: Option<PathBuf>,
-}
-
-/// Pods failed by eviction or refused at admission, by UID, with the manifest hash
-/// (`kubernetes.io/config.hash`) they were failed with. Such a pod is not started again until its
-/// manifest changes (a new hash) or is removed. Cheap to clone; shared by the sync loop, the pod
-/// workers and the eviction manager. With [`EvictedPods::persistent`] the record survives a
-/// restart of the agent, as a Failed pod does in kubelet's API server.
-#[derive(Clone, Default)]
-pub struct EvictedPods(Arc<Mutex<EvictedInner>>);
-
-fn config_hash(pod: &Pod) -> Option<String> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(crate::pod::CONFIG_HASH_ANNOTATION)
-        .cloned()
-}
-
-impl EvictedPods {
-    /// A record kept in the JSON file `path` (a map UID → hash and message), loaded now. A
-    /// missing or unreadable file starts empty (logged); writes replace it atomically.
-    pub fn persistent(path: PathBuf) -> Self {
-        let pods = match std::fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
-                tracing::warn!(path = %path.display(), error = %e, "cannot parse evicted pods record; starting empty");
-                HashMap::new()
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "cannot read evicted pods record; starting empty");
-                HashMap::new()
-            }
-        };
-        Self(Arc::new(Mutex::new(EvictedInner {
-            pods,
-            path: Some(path),
-        })))
-    }
-
-    fn save(inner: &EvictedInner) {
-        let Some(path) = &inner.path else { return };
-        let tmp = path.with_extension("json.tmp");
-        let r = serde_json::to_vec(&inner.pods)
-            .map_err(std::io::Error::other)
-            .and_then(|b| std::fs::write(&tmp, b))
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = r {
-            tracing::warn!(path = %path.display(), error = %e, "cannot save evicted pods record");
-        }
-    }
-
-    /// Marks the pod failed with `message` (its status becomes Failed/Evicted).
-    pub fn mark(&self, pod: &Pod, message: String) {
-        self.mark_failed(pod, REASON, message);
-    }
-
-    /// Marks the pod failed with `reason` and `message` (an admission refusal: `NodePorts`, ...).
-    pub fn mark_failed(&self, pod: &Pod, reason: &str, message: String) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.pods.insert(
-            crate::pod::pod_uid(pod).to_owned(),
-            Evicted {
-                config_hash: config_hash(pod),
-                reason: reason.to_owned(),
-                message,
-            },
-        );
-        Self::save(&m);
-    }
-
-    /// The message the pod was failed with, when it was and its manifest is unchanged. A pod
-    /// whose manifest changed is forgotten here (it may run again) and gets `None`.
-    pub fn message(&self, pod: &Pod) -> Option<String> {
-        self.failure(pod).map(|f| f.message)
-    }
-
-    /// Why the pod was failed, when it was and its manifest is unchanged; as
-    /// [`EvictedPods::message`].
-    pub fn failure(&self, pod: &Pod) -> Option<Failure> {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let uid = crate::pod::pod_uid(pod);
-        let e = m.pods.get(uid)?;
-        if e.config_hash == config_hash(pod) {
-            return Some(Failure {
-                reason: e.reason.clone(),
-                message: e.message.clone(),
-            });
-        }
-        m.pods.remove(uid);
-        Self::save(&m);
-        None
-    }
-
-    /// True when the UID is marked, whatever its manifest.
-    pub fn contains(&self, uid: &str) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pods
-            .contains_key(uid)
-    }
-
-    /// Forgets every pod for which `keep` is false (housekeeping: pods no source wants).
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let before = m.pods.len();
-        m.pods.retain(|uid, _| keep(uid));
-        if m.pods.len() != before {
-            Self::save(&m);
-        }
-    }
-
-    /// Forgets the pod (its manifest was removed).
-    pub fn forget(&self, uid: &str) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if m.pods.remove(uid).is_some() {
-            Self::save(&m);
-        }
-    }
-}
-
-/// The status of a pod failed by eviction or refused at admission (kubelet's eviction
-/// `PodStatus`): phase Failed, reason Evicted, the message, the QoS class, and a Ready condition
-/// that is False.
-pub fn evicted_status(pod: &Pod, message: &str) -> PodStatus {
-    failed_status(pod, REASON, message)
-}
-
-/// The status of a pod failed before or instead of running (kubelet's eviction status and
-/// `rejectPod`): phase Failed, `reason`, `message`, the QoS class, and a Ready condition that is
-/// False with the same reason.
-pub fn failed_status(pod: &Pod, reason: &str, message: &str) -> PodStatus {
-    PodStatus {
-        phase: Some("Failed".into()),
-        reason: Some(reason.into()),
-        message: Some(message.to_owned()),
-        qos_class: Some(crate::qos::pod_qos_class(pod).as_str().into()),
-        conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
-            type_: "Ready".into(),
-            status: "False".into(),
-            reason: Some(reason.into()),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    }
-}
 
 /// One signal as last observed, for `/node`.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -343,43 +160,6 @@ mod tests {
             .into(),
         );
         p
-    }
-
-    #[test]
-    fn an_evicted_pod_stays_evicted_until_its_manifest_changes() {
-        let e = EvictedPods::default();
-        e.mark(
-            &pod("u", "h1"),
-            "The node was low on resource: memory.".into(),
-        );
-        assert!(e.message(&pod("u", "h1")).is_some());
-        assert!(e.message(&pod("other", "h1")).is_none());
-        assert!(e.message(&pod("u", "h2")).is_none(), "a new manifest runs");
-        assert!(!e.contains("u"));
-        let s = evicted_status(&pod("u", "h1"), "m");
-        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
-        assert_eq!(
-            (s.phase.as_deref(), s.reason.as_deref()),
-            (Some("Failed"), Some("Evicted"))
-        );
-    }
-
-    #[test]
-    fn the_record_survives_a_restart() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("evicted-pods.json");
-        let e = EvictedPods::persistent(path.clone());
-        e.mark(&pod("u", "h1"), "low".into());
-        e.mark(&pod("v", "h1"), "low".into());
-        e.forget("v");
-        let again = EvictedPods::persistent(path.clone());
-        assert_eq!(again.message(&pod("u", "h1")).as_deref(), Some("low"));
-        assert!(!again.contains("v"));
-        std::fs::write(&path, "not json").unwrap();
-        assert!(
-            !EvictedPods::persistent(path).contains("u"),
-            "a broken file starts empty"
-        );
     }
 
     #[test]

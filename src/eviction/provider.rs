@@ -14,12 +14,12 @@ use super::manager::{EvictionNode, Resource};
 use super::notifier::MemcgNotifier;
 use super::signals::{self, Observation};
 use super::threshold::Threshold;
-use super::{EvictedPods, REASON};
+use super::REASON;
 use crate::cm::cgroupfs::Hierarchies;
 use crate::cm::CgroupLayout;
 use crate::events::Recorder;
-use crate::kuberuntime::KubeRuntimeManager;
-use crate::podworkers::{PodWorkers, UpdateType};
+use crate::podworkers::{KillPodOptions, PodSyncer, PodWorkers, UpdateType};
+use crate::status::failed::{FailedPods, Failure};
 use crate::status::StatusManager;
 
 /// PSI trigger of the cgroup v2 notifier: 100 ms of memory stall in any 1 s window.
@@ -166,23 +166,23 @@ fn ephemeral_request(pod: &Pod) -> i64 {
         .sum()
 }
 
-/// The agent's [`EvictionNode`].
-pub struct AgentNode {
+/// The agent's [`EvictionNode`], killing through the pod workers of syncer `S`.
+pub struct AgentNode<S: PodSyncer> {
     /// Where signals are read.
     pub paths: Paths,
     /// Active pods come from here.
     pub status: StatusManager,
     /// Evicted pods are marked here.
-    pub evicted: EvictedPods,
+    pub failed: FailedPods,
     /// Kills go here.
-    pub workers: PodWorkers<KubeRuntimeManager>,
+    pub workers: PodWorkers<S>,
     /// The Evicted event goes here.
     pub recorder: Recorder,
     /// Kernel notifications, when `kernelMemcgNotification` is on.
     pub notifier: Option<Arc<MemcgNotifier>>,
 }
 
-impl EvictionNode for AgentNode {
+impl<S: PodSyncer> EvictionNode for AgentNode<S> {
     fn observe(&mut self) -> HashMap<String, Observation> {
         self.paths.observe()
     }
@@ -193,7 +193,7 @@ impl EvictionNode for AgentNode {
         self.status
             .active_pods()
             .into_iter()
-            .filter(|p| !self.evicted.contains(crate::pod::pod_uid(p)))
+            .filter(|p| !self.failed.contains(crate::pod::pod_uid(p)))
             .collect()
     }
 
@@ -229,11 +229,17 @@ impl EvictionNode for AgentNode {
         }
     }
 
+    /// Marks the pod evicted, records the event, and hands the kill (with the failure the
+    /// worker writes as the pod's status) to the pod's worker.
     fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String) {
-        self.evicted.mark(&pod, message.clone());
+        let failure = Failure::new(REASON, message.clone());
+        self.failed.mark(&pod, failure.clone());
         self.recorder
             .warning(crate::pod::pod_ref(&pod), REASON, message);
-        self.workers.update_pod(pod, UpdateType::Kill(Some(grace)));
+        self.workers.update_pod(
+            pod,
+            UpdateType::Kill(KillPodOptions::failed(failure, Some(grace))),
+        );
     }
 
     fn is_cleaned_up(&self, uid: &str) -> bool {

@@ -4,7 +4,8 @@
 //! The first failure sets the delay to `initial`; each failure within the window doubles it up to
 //! `max`; an entry whose last failure is more than `2 * max` old starts over (so a container that
 //! ran cleanly for 10 minutes under the default 5-minute cap is back to 10 s). Times are
-//! wall-clock nanoseconds passed in by the caller, so tests need no clock.
+//! wall-clock nanoseconds passed in by the caller (from its injected clock), so tests need no
+//! clock.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -114,13 +115,6 @@ impl Backoff {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|k, _| !k.starts_with(prefix));
     }
-}
-
-/// Wall-clock now in nanoseconds since the epoch (the time base of CRI timestamps).
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, ns)
 }
 
 #[cfg(test)]

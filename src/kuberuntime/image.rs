@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Container;
 
-use crate::cri::{api, Cri};
+use crate::cri::{api, ImageService};
 
 /// Why an image is not available, with kubelet's waiting reasons.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,7 +47,7 @@ impl ImageError {
 /// `Always` pulls every time, `IfNotPresent` pulls when ImageStatus finds nothing, `Never` only
 /// looks.
 pub async fn ensure_image(
-    cri: &Cri,
+    cri: &impl ImageService,
     c: &Container,
     sandbox: &api::PodSandboxConfig,
 ) -> Result<String, ImageError> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::cri::{api, Cri};
+use crate::cri::{api, RuntimeService};
 
 /// Rotation policy.
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +61,7 @@ pub fn rename_current(log: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// One pass over the running containers of this node's pods.
-pub async fn rotate_once(cri: &Cri, node_name: &str, policy: LogPolicy) {
+pub async fn rotate_once(cri: &impl RuntimeService, node_name: &str, policy: LogPolicy) {
     let sel = [(super::labels::NODE_NAME.to_string(), node_name.to_string())].into();
     let listed = tokio::try_join!(
         cri.list_pod_sandbox(sel),
@@ -109,7 +109,12 @@ pub async fn rotate_once(cri: &Cri, node_name: &str, policy: LogPolicy) {
 }
 
 /// Rotates every `interval` until the task is dropped.
-pub async fn run(cri: Cri, node_name: String, policy: LogPolicy, interval: Duration) {
+pub async fn run(
+    cri: impl RuntimeService,
+    node_name: String,
+    policy: LogPolicy,
+    interval: Duration,
+) {
     let mut tick = tokio::time::interval(interval);
     loop {
         tick.tick().await;

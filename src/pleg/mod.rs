@@ -3,7 +3,7 @@
 //!
 //! The generic PLEG relists: ListPodSandbox and ListContainers (two CRI calls however many pods
 //! run), diffed against the previous listing; only pods that changed get status calls (in
-//! parallel, at most [`STATUS_CONCURRENCY`] at once), which refresh the [`cache::PodCache`]. Events
+//! parallel, at most [`STATUS_CONCURRENCY`] at once), which refresh the [`PodCache`]. Events
 //! go out on a bounded channel of [`CHANNEL_CAPACITY`]; what does not fit is dropped and counted
 //! (`kubelet_pleg_discard_events`), as kubelet does.
 //!
@@ -13,7 +13,6 @@
 //! every [`RELIST_PERIOD_WITH_EVENTS`] as a safety net; when it breaks, every [`RELIST_PERIOD`]
 //! until it is back.
 
-pub mod cache;
 pub mod events;
 
 use std::collections::{HashMap, HashSet};
@@ -24,11 +23,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use crate::cri::{api, Cri, CriError};
+use crate::container::cache::PodCache;
+use crate::cri::{api, Cri, CriError, RuntimeService};
 use crate::kuberuntime::labels;
-use crate::kuberuntime::runtime_status::get_pod_status;
+use crate::kuberuntime::status::get_pod_status;
 use crate::metrics::Metrics;
-use cache::PodCache;
 
 /// Capacity of the PLEG channel (kubelet's `plegChannelCapacity`); events beyond it are dropped.
 pub const CHANNEL_CAPACITY: usize = 1000;
@@ -138,9 +137,10 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<PodLifecycleEvent> {
     out
 }
 
-/// The generic (and event-driven) PLEG.
-pub struct Pleg {
-    cri: Cri,
+/// The generic (and event-driven) PLEG, over any CRI runtime service (the socket client by
+/// default).
+pub struct Pleg<R: RuntimeService = Cri> {
+    cri: R,
     node_name: String,
     cache: PodCache,
     tx: crossbeam_channel::Sender<PodLifecycleEvent>,
@@ -151,10 +151,10 @@ pub struct Pleg {
     stream_healthy: AtomicBool,
 }
 
-impl Pleg {
+impl<R: RuntimeService> Pleg<R> {
     /// A PLEG for the pods of `node_name`, sending on `tx` and refreshing `cache`.
     pub fn new(
-        cri: Cri,
+        cri: R,
         node_name: String,
         cache: PodCache,
         tx: crossbeam_channel::Sender<PodLifecycleEvent>,
@@ -224,7 +224,7 @@ impl Pleg {
         if let Some(st) = self.cache.latest(&uid) {
             let mut st = (*st).clone();
             if let Some(c) = st.containers.iter_mut().find(|c| c.id == container_id) {
-                c.state = Some(crate::kuberuntime::runtime_status::ContainerState::Exited);
+                c.state = Some(crate::container::ContainerState::Exited);
                 c.exit_code = exit_code;
                 c.finished_at = exited_at_ns;
                 self.cache.set(&uid, st, Instant::now());

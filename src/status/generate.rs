@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::kuberuntime::runtime_status::{ContainerState, RuntimeContainer, RuntimePodStatus};
+use crate::container::{ContainerState, RuntimeContainer, RuntimePodStatus};
 use crate::qos::pod_qos_class;
 
 /// The last error of starting a container: (kubelet waiting reason, message).
@@ -276,7 +276,7 @@ pub fn generate_pod_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kuberuntime::runtime_status::SandboxStatus;
+    use crate::container::SandboxStatus;
 
     fn pod(policy: &str) -> Pod {
         serde_yaml::from_str(&format!(

@@ -1,6 +1,7 @@
 //! Status manager (kubelet's `status_manager.go`): the latest status of every pod the agent
 //! handles, written by pod workers after each sync and read by the server (`GET /pods`).
 
+pub mod failed;
 pub mod generate;
 
 use std::collections::HashMap;

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use nodelet::cri::{api, Cri};
+use nodelet::cri::{api, Cri, RuntimeService};
 use nodelet::kuberuntime::labels;
 
 /// The CRI socket of the test containerd (`NODELET_CRI_ENDPOINT`, else the env scripts' default).

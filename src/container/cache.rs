@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::kuberuntime::runtime_status::RuntimePodStatus;
+use super::RuntimePodStatus;
 
 #[derive(Default)]
 struct Inner {

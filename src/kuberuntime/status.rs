@@ -1,0 +1,243 @@
+//! GetPodStatus (kubelet's `kuberuntime_manager.go` `GetPodStatus`): one pod's sandboxes and
+//! containers, newest first, read through CRI by label `io.kubernetes.pod.uid`; the pod cache
+//! reads ("newer than" the pod's last sync); and the pod status the worker records from them
+//! (kubelet's `generateAPIPodStatus`, with the pod start metric).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::labels;
+use super::KubeRuntimeManager;
+use crate::container::{ContainerState, RuntimeContainer, RuntimePodStatus, SandboxStatus};
+use crate::cri::{api, CriError, CriResult, CriRuntime, RuntimeService};
+use crate::pod::pod_uid;
+use crate::status::generate::generate_pod_status;
+
+/// Reads the pod's status from the runtime: ListPodSandbox and ListContainers filtered by the
+/// UID label, PodSandboxStatus for the newest sandbox (for its IPs) and ContainerStatus for every
+/// container (exit codes, times). kubelet's `GetPodStatus`.
+pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<RuntimePodStatus> {
+    let sel: HashMap<String, String> = [(labels::POD_UID.to_string(), uid.to_string())].into();
+    let (sandboxes, containers) =
+        tokio::try_join!(cri.list_pod_sandbox(sel.clone()), cri.list_containers(sel))?;
+    let mut out = RuntimePodStatus::default();
+    for s in sandboxes {
+        out.sandboxes.push(SandboxStatus {
+            attempt: s.metadata.as_ref().map_or(0, |m| m.attempt),
+            ready: s.state == api::PodSandboxState::SandboxReady as i32,
+            created_at: s.created_at,
+            ips: Vec::new(),
+            sandbox_hash: s
+                .annotations
+                .get(labels::SANDBOX_HASH)
+                .cloned()
+                .unwrap_or_default(),
+            id: s.id,
+        });
+    }
+    out.sandboxes
+        .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+    if let Some(newest) = out.sandboxes.first_mut().filter(|s| s.ready) {
+        if let Some(st) = cri.pod_sandbox_status(&newest.id).await? {
+            if let Some(net) = st.network {
+                if !net.ip.is_empty() {
+                    newest.ips.push(net.ip);
+                }
+                newest
+                    .ips
+                    .extend(net.additional_ips.into_iter().map(|i| i.ip));
+            }
+        }
+    }
+    // A container removed between the list and its status call is simply gone.
+    let statuses =
+        futures::future::join_all(containers.iter().map(|c| cri.container_status(&c.id))).await;
+    let mut kept = Vec::with_capacity(containers.len());
+    for (c, st) in containers.into_iter().zip(statuses) {
+        match st {
+            Err(e) if e.code == tonic::Code::NotFound => continue,
+            Err(e) => return Err(e),
+            Ok(st) => kept.push((c, st)),
+        }
+    }
+    for (c, st) in kept {
+        let st = st.unwrap_or_default();
+        out.containers.push(RuntimeContainer {
+            sandbox_id: c.pod_sandbox_id,
+            name: c
+                .labels
+                .get(labels::CONTAINER_NAME)
+                .cloned()
+                .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
+                .unwrap_or_default(),
+            attempt: c.metadata.as_ref().map_or(0, |m| m.attempt),
+            state: Some(ContainerState::from(st.state)),
+            hash: c
+                .annotations
+                .get(labels::CONTAINER_HASH)
+                .cloned()
+                .unwrap_or_default(),
+            is_init: c.annotations.contains_key(labels::CONTAINER_IS_INIT),
+            created_at: c.created_at,
+            started_at: st.started_at,
+            finished_at: st.finished_at,
+            exit_code: st.exit_code,
+            reason: st.reason,
+            message: st.message,
+            image: c.image.map(|i| i.image).unwrap_or_default(),
+            image_ref: c.image_ref,
+            id: c.id,
+        });
+    }
+    out.containers.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then(b.attempt.cmp(&a.attempt))
+    });
+    Ok(out)
+}
+
+impl<R: CriRuntime> KubeRuntimeManager<R> {
+    /// Writes the pod's status from the runtime's view of it (the pod worker's write).
+    pub(super) fn record_status(&self, pod: &Arc<Pod>, rt: &RuntimePodStatus, init_failed: bool) {
+        let uid = pod_uid(pod);
+        let errors = self
+            .start_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .cloned()
+            .unwrap_or_default();
+        let st = generate_pod_status(pod, rt, &errors, &self.settings.node_ip, init_failed);
+        let all_running = st
+            .container_statuses
+            .iter()
+            .flatten()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        // Only pods this agent started: an adopted pod's start was measured by its predecessor.
+        let started_here = rt
+            .sandboxes
+            .first()
+            .is_some_and(|s| s.created_at >= self.agent_start_ns);
+        if all_running && started_here && st.phase.as_deref() == Some("Running") {
+            self.observe_pod_start(pod, uid);
+        }
+        self.status.set(pod.clone(), st);
+        self.refresh_status_metrics();
+    }
+
+    /// `kubelet_pod_start_duration_seconds`: from `config.seen` to all containers running, once
+    /// per pod.
+    fn observe_pod_start(&self, pod: &Pod, uid: &str) {
+        if !self
+            .started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned())
+        {
+            return;
+        }
+        let seen = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::pod::CONFIG_SEEN_ANNOTATION));
+        if let Some(t) = seen.and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok()) {
+            let secs = (self.clock.epoch_ns() as i128 - t.as_nanosecond()) as f64 / 1e9;
+            if secs >= 0.0 {
+                self.metrics.pod_start_duration.observe(secs);
+            }
+        }
+    }
+
+    /// Running pods and containers by state, from the statuses.
+    pub(super) fn refresh_status_metrics(&self) {
+        self.metrics
+            .running_pods
+            .set(self.status.running_pods() as i64);
+        for (state, n) in self.status.container_state_counts() {
+            self.metrics
+                .running_containers
+                .get_or_create(&crate::metrics::ContainerStateLabel {
+                    container_state: state.into(),
+                })
+                .set(n);
+        }
+    }
+
+    /// The pod's runtime status, from the PLEG's cache when it is newer than this pod's last
+    /// sync, else read from the runtime (kubelet's `GetNewerThan` on the pod cache).
+    pub(super) async fn current_status(&self, uid: &str) -> Result<RuntimePodStatus, CriError> {
+        let since = self
+            .last_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .copied();
+        if let Some(st) = since.and_then(|t| self.cache.get_newer_than(uid, t)) {
+            return Ok((*st).clone());
+        }
+        self.fresh_status(uid).await
+    }
+
+    /// Reads the pod's status from the runtime, records it in the cache and as this pod's
+    /// last sync time.
+    pub(super) async fn fresh_status(&self, uid: &str) -> Result<RuntimePodStatus, CriError> {
+        let at = self.clock.now();
+        let st = get_pod_status(&self.cri, uid).await?;
+        self.cache.set(uid, st.clone(), at);
+        self.last_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned(), at);
+        Ok(st)
+    }
+
+    /// Every pod the runtime has a sandbox for on this node, as a minimal pod (name, namespace,
+    /// UID, and the grace period its containers were created with); housekeeping compares them
+    /// with the desired pods.
+    pub async fn runtime_pods(&self) -> Result<Vec<Pod>, CriError> {
+        let sel: HashMap<String, String> = [(
+            labels::NODE_NAME.to_string(),
+            self.settings.node_name.clone(),
+        )]
+        .into();
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(sel),
+            self.cri.list_containers(HashMap::new())
+        )?;
+        let grace: HashMap<&str, i64> = containers
+            .iter()
+            .filter_map(|c| {
+                Some((
+                    c.labels.get(labels::POD_UID)?.as_str(),
+                    c.annotations
+                        .get(labels::POD_TERMINATION_GRACE_PERIOD)?
+                        .parse()
+                        .ok()?,
+                ))
+            })
+            .collect();
+        let mut pods: HashMap<String, Pod> = HashMap::new();
+        for s in sandboxes {
+            let Some(uid) = s.labels.get(labels::POD_UID).cloned() else {
+                continue;
+            };
+            pods.entry(uid.clone()).or_insert_with(|| {
+                let mut p = Pod::default();
+                p.metadata.name = s.labels.get(labels::POD_NAME).cloned();
+                p.metadata.namespace = s.labels.get(labels::POD_NAMESPACE).cloned();
+                let g = grace.get(uid.as_str()).copied();
+                p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                    termination_grace_period_seconds: g,
+                    ..Default::default()
+                });
+                p.metadata.uid = Some(uid);
+                p
+            });
+        }
+        Ok(pods.into_values().collect())
+    }
+}

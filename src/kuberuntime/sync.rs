@@ -1,0 +1,339 @@
+//! SyncPod (kubelet's `kuberuntime_manager.go` `SyncPod`): one sync of a pod. Read its state
+//! (the pod cache when newer than its last sync), compute the actions, hold back containers in
+//! CrashLoopBackOff, kill what must go, make sure the pod cgroup exists, create the sandbox if
+//! needed, start the next init container or the app containers, clean up dead containers and
+//! record the pod's status.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{info, warn};
+
+use super::actions::{self, compute_pod_actions, PodActions, ToStart};
+use super::kill::grace_seconds;
+use super::status::get_pod_status;
+use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
+use crate::container::{ContainerState, RuntimePodStatus};
+use crate::cri::{api, CriRuntime};
+use crate::pod::{pod_ref, pod_uid};
+use crate::podworkers::Requeue;
+
+/// The sandbox a sync starts containers in: its ID, config and the pod's IPs.
+struct SandboxInfo {
+    id: String,
+    config: api::PodSandboxConfig,
+    ips: Vec<String>,
+}
+
+impl<R: CriRuntime> KubeRuntimeManager<R> {
+    /// One sync of `pod`; asks to be synced again when a container's back-off ends.
+    pub(super) async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
+        let uid = pod_uid(pod).to_owned();
+        if let Some(failure) = self.failed.failure(pod) {
+            // Failed by eviction (its kill is queued behind this sync) or refused at admission:
+            // nothing is started until the manifest changes.
+            self.status.set(pod.clone(), failure.status(pod));
+            return Ok(Requeue::Normal);
+        }
+        let rt = self.current_status(&uid).await?;
+        let mut actions = compute_pod_actions(pod, &rt);
+        let wait = self.apply_crash_backoff(pod, &rt, &mut actions);
+        let grace = grace_seconds(pod, None);
+        if actions.kill_pod {
+            info!(pod = %pod_ref(pod), uid, recreate_sandbox = actions.create_sandbox.is_some(), "stopping pod containers and sandbox");
+            self.kill_running(pod, &rt, grace).await?;
+        }
+        // The pod cgroup exists with kubelet's values before anything runs in it (kubelet's
+        // `EnsureExists` on every sync); the QoS cgroups are updated first.
+        let cgroup = self
+            .cm
+            .ensure_pod(pod)
+            .map_err(|e| SyncError::Cgroup(e.to_string()))?;
+        let sb = if let Some(attempt) = actions.create_sandbox {
+            self.create_sandbox(pod, &rt, attempt, cgroup).await?
+        } else if let Some(id) = actions.sandbox_id.clone() {
+            let sb = rt.sandboxes.first().cloned().unwrap_or_default();
+            SandboxInfo {
+                id,
+                config: sandbox::sandbox_config(&self.settings, pod, sb.attempt, cgroup),
+                ips: sb.ips,
+            }
+        } else {
+            // Finished pod: nothing to start.
+            let rt = get_pod_status(&self.cri, &uid).await?;
+            self.record_status(pod, &rt, actions.init_failed);
+            return Ok(Requeue::Normal);
+        };
+        // A pod on the host network has the node's addresses (kubelet's podIPs for it).
+        let ips = if sandbox::is_host_network(pod) {
+            vec![self.settings.node_ip.clone()]
+        } else {
+            sb.ips.clone()
+        };
+        let to_kill: Vec<(String, String)> = actions
+            .containers_to_kill
+            .iter()
+            .map(|(id, name, reason)| {
+                let why = match reason {
+                    actions::KillReason::SpecChanged => {
+                        format!("Container {name} definition changed, will be restarted")
+                    }
+                    actions::KillReason::NotInSpec => {
+                        format!("Container {name} is not in the pod spec any more")
+                    }
+                };
+                self.recorder.normal(pod_ref(pod), "Killing", why);
+                (id.clone(), name.clone())
+            })
+            .collect();
+        // Stopped before anything starts: a replacement may need the same host port.
+        self.stop_containers(pod, to_kill, grace).await?;
+
+        let mut first_err = None;
+        if let Some(init) = &actions.next_init {
+            if let Err(e) = self.start_one(pod, init, true, &sb, &ips).await {
+                first_err = Some(e);
+            }
+        } else {
+            let starts = actions
+                .containers_to_start
+                .iter()
+                .map(|s| self.start_one(pod, s, false, &sb, &ips));
+            first_err = futures::future::join_all(starts)
+                .await
+                .into_iter()
+                .find_map(Result::err);
+        }
+        let rt = self.fresh_status(&uid).await?;
+        crate::gc::remove_dead_containers(&self.cri, &rt).await;
+        self.record_status(pod, &rt, actions.init_failed);
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        // PLEG events bring the pod back when its containers change; a container in back-off
+        // is started again when its delay is over.
+        Ok(wait.map_or(Requeue::Normal, Requeue::After))
+    }
+
+    /// Creates the pod's sandbox with `attempt` in `cgroup` (RunPodSandbox, then
+    /// PodSandboxStatus for its IPs). A failure is kubelet's FailedCreatePodSandBox: the pod
+    /// stays Pending, visible, with an event.
+    async fn create_sandbox(
+        &self,
+        pod: &Arc<Pod>,
+        rt: &RuntimePodStatus,
+        attempt: u32,
+        cgroup: String,
+    ) -> Result<SandboxInfo, SyncError> {
+        let uid = pod_uid(pod);
+        let config = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup);
+        let created = match std::fs::create_dir_all(&config.log_directory) {
+            Ok(()) => self
+                .cri
+                .run_pod_sandbox(config.clone())
+                .await
+                .map_err(SyncError::from),
+            Err(e) => Err(SyncError::Start {
+                container: String::new(),
+                reason: "CreateContainerError",
+                message: format!(
+                    "cannot create pod log directory {}: {e}",
+                    config.log_directory
+                ),
+            }),
+        };
+        let id = match created {
+            Ok(id) => id,
+            Err(e) => {
+                self.recorder.warning(
+                    pod_ref(pod),
+                    "FailedCreatePodSandBox",
+                    format!("Failed to create pod sandbox: {e}"),
+                );
+                self.record_status(pod, rt, false);
+                return Err(e);
+            }
+        };
+        self.metrics.started_pods.inc();
+        info!(pod = %pod_ref(pod), uid, sandbox = %id, attempt, "created pod sandbox");
+        let ips = match self.cri.pod_sandbox_status(&id).await? {
+            Some(st) => st
+                .network
+                .map(|n| {
+                    std::iter::once(n.ip)
+                        .chain(n.additional_ips.into_iter().map(|i| i.ip))
+                        .filter(|i| !i.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        Ok(SandboxInfo { id, config, ips })
+    }
+
+    /// Pulls the image if needed, then creates and starts one container (kubelet's
+    /// `startContainer`). A failure is recorded as the container's waiting reason, with an event.
+    async fn start_one(
+        &self,
+        pod: &Pod,
+        start: &ToStart,
+        is_init: bool,
+        sb: &SandboxInfo,
+        pod_ips: &[String],
+    ) -> Result<(), SyncError> {
+        let spec = pod.spec.as_ref().ok_or_else(|| SyncError::Start {
+            container: String::new(),
+            reason: "CreateContainerConfigError",
+            message: "pod has no spec".into(),
+        })?;
+        let list = if is_init {
+            spec.init_containers.as_deref().unwrap_or(&[])
+        } else {
+            &spec.containers[..]
+        };
+        let c = &list[start.index];
+        let uid = pod_uid(pod);
+        let fail = |reason: &'static str, message: String| {
+            self.set_start_error(uid, &c.name, Some((reason.to_owned(), message.clone())));
+            self.recorder.warning(
+                pod_ref(pod),
+                if reason.starts_with("ErrImage") {
+                    "Failed"
+                } else {
+                    "FailedCreate"
+                },
+                format!("container {}: {reason}: {message}", c.name),
+            );
+            warn!(pod = %pod_ref(pod), uid, container = %c.name, reason, error = %message, "container start failed");
+            SyncError::Start {
+                container: c.name.clone(),
+                reason,
+                message,
+            }
+        };
+        let image = c.image.clone().unwrap_or_default();
+        let pull_key = format!("{uid}/{image}");
+        let now = self.clock.epoch_ns();
+        if let Some(left) = self.pull_backoff.remaining_since_update(&pull_key, now) {
+            return Err(fail(
+                "ImagePullBackOff",
+                format!(
+                    "Back-off pulling image {image:?} ({}s left)",
+                    left.as_secs()
+                ),
+            ));
+        }
+        let image_ref = match image::ensure_image(&self.cri, c, &sb.config).await {
+            Ok(r) => r,
+            Err(e) => {
+                if matches!(e, image::ImageError::Pull { .. }) {
+                    self.pull_backoff.next(&pull_key, self.clock.epoch_ns());
+                }
+                return Err(fail(e.reason(), e.to_string()));
+            }
+        };
+        let inputs = container::ContainerInputs {
+            restart_count: start.restart_count,
+            image_ref: &image_ref,
+            pod_ips,
+            is_init,
+        };
+        let mut config = container::container_config(&self.settings, pod, c, &inputs)
+            .map_err(|e| fail("CreateContainerConfigError", e.message))?;
+        match hosts_file::ensure_hosts_file(&self.settings, pod, pod_ips) {
+            Ok(Some(mount)) => config.mounts.push(mount),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(fail(
+                    "CreateContainerConfigError",
+                    format!("cannot write the pod's hosts file: {e}"),
+                ))
+            }
+        }
+        let log_dir = PathBuf::from(&sb.config.log_directory).join(&c.name);
+        std::fs::create_dir_all(&log_dir).map_err(|e| {
+            fail(
+                "CreateContainerError",
+                format!("cannot create log directory {}: {e}", log_dir.display()),
+            )
+        })?;
+        let id = self
+            .cri
+            .create_container(&sb.id, config, sb.config.clone())
+            .await
+            .map_err(|e| fail("CreateContainerError", e.message))?;
+        self.cri
+            .start_container(&id)
+            .await
+            .map_err(|e| fail("RunContainerError", e.message))?;
+        self.set_start_error(uid, &c.name, None);
+        self.metrics.started_containers.inc();
+        self.recorder.normal(
+            pod_ref(pod),
+            "Started",
+            format!("Started container {}", c.name),
+        );
+        info!(pod = %pod_ref(pod), uid, container = %c.name, restart_count = start.restart_count, init = is_init, "started container");
+        Ok(())
+    }
+
+    /// CrashLoopBackOff (kubelet's `doBackOff`): a container that exited and is due to restart
+    /// waits its back-off delay from its finish time. Waiting containers are taken out of
+    /// `actions` and shown as waiting with reason CrashLoopBackOff; returns the shortest wait.
+    fn apply_crash_backoff(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        actions: &mut PodActions,
+    ) -> Option<Duration> {
+        let uid = pod_uid(pod);
+        let spec = pod.spec.as_ref()?;
+        let now = self.clock.epoch_ns();
+        let mut wait: Option<Duration> = None;
+        let mut held = |name: &str| -> bool {
+            let Some(last) = rt
+                .latest(name)
+                .filter(|c| c.state() == ContainerState::Exited)
+            else {
+                return false;
+            };
+            let key = format!("{uid}/{name}");
+            match self.crash_backoff.remaining(&key, last.finished_at, now) {
+                Some(left) => {
+                    let delay = self.crash_backoff.current(&key).unwrap_or_default();
+                    // kubelet's wording and pod spelling (`name_namespace(uid)`).
+                    let msg = format!(
+                        "back-off {}s restarting failed container={name} pod={}_{}({uid})",
+                        delay.as_secs(),
+                        pod.metadata.name.as_deref().unwrap_or(""),
+                        pod.metadata.namespace.as_deref().unwrap_or("")
+                    );
+                    self.recorder.warning(
+                        pod_ref(pod),
+                        "BackOff",
+                        format!("Back-off restarting failed container {name}: {msg}"),
+                    );
+                    self.set_start_error(uid, name, Some(("CrashLoopBackOff".into(), msg)));
+                    wait = Some(wait.map_or(left, |w| w.min(left)));
+                    true
+                }
+                None => {
+                    self.crash_backoff.next(&key, last.finished_at);
+                    false
+                }
+            }
+        };
+        if let Some(init) = actions.next_init.clone() {
+            let name = &spec.init_containers.as_deref().unwrap_or(&[])[init.index].name;
+            if held(name) {
+                actions.next_init = None;
+            }
+        }
+        actions
+            .containers_to_start
+            .retain(|s| !held(&spec.containers[s.index].name));
+        wait
+    }
+}

@@ -1,0 +1,279 @@
+//! computePodActions: a pure function of the pod spec and the runtime's view.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::container::{ContainerState, RuntimeContainer, RuntimePodStatus, SandboxStatus};
+use crate::kuberuntime::actions::*;
+use crate::kuberuntime::labels::container_hash;
+
+fn pod(policy: &str, inits: &[&str], apps: &[&str]) -> Pod {
+    let list = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| format!("{{name: {n}, image: busybox}}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    serde_yaml::from_str(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u}}\nspec: {{restartPolicy: {policy}, initContainers: [{}], containers: [{}]}}",
+        list(inits),
+        list(apps)
+    ))
+    .unwrap()
+}
+
+fn sandbox(p: &Pod, ready: bool, attempt: u32) -> SandboxStatus {
+    SandboxStatus {
+        id: format!("sb{attempt}"),
+        attempt,
+        ready,
+        created_at: attempt as i64,
+        ips: vec![],
+        sandbox_hash: sandbox_hash(p),
+    }
+}
+
+fn container(
+    p: &Pod,
+    name: &str,
+    state: ContainerState,
+    exit: i32,
+    attempt: u32,
+) -> RuntimeContainer {
+    let spec = p.spec.as_ref().unwrap();
+    let c = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name);
+    RuntimeContainer {
+        id: format!("{name}-{attempt}"),
+        sandbox_id: "sb0".into(),
+        name: name.into(),
+        attempt,
+        state: Some(state),
+        hash: c.map(container_hash).unwrap_or_default(),
+        exit_code: exit,
+        is_init: spec
+            .init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == name),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn new_pod_creates_sandbox_and_starts_all_containers() {
+    let p = pod("Always", &[], &["a", "b"]);
+    let a = compute_pod_actions(&p, &RuntimePodStatus::default());
+    assert_eq!(a.create_sandbox, Some(0));
+    assert!(!a.kill_pod);
+    assert_eq!(
+        a.containers_to_start
+            .iter()
+            .map(|s| s.index)
+            .collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+}
+
+#[test]
+fn init_containers_run_one_by_one_before_apps() {
+    let p = pod("Always", &["i1", "i2"], &["a"]);
+    let a = compute_pod_actions(&p, &RuntimePodStatus::default());
+    assert_eq!(
+        a.next_init,
+        Some(ToStart {
+            index: 0,
+            restart_count: 0
+        })
+    );
+    assert!(a.containers_to_start.is_empty());
+
+    let mut st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![container(&p, "i1", ContainerState::Running, 0, 0)],
+    };
+    let a = compute_pod_actions(&p, &st);
+    assert_eq!(a.next_init, None);
+    assert!(
+        a.containers_to_start.is_empty(),
+        "wait for the running init container"
+    );
+
+    st.containers = vec![container(&p, "i1", ContainerState::Exited, 0, 0)];
+    assert_eq!(
+        compute_pod_actions(&p, &st).next_init,
+        Some(ToStart {
+            index: 1,
+            restart_count: 0
+        })
+    );
+
+    st.containers = vec![
+        container(&p, "i2", ContainerState::Exited, 0, 0),
+        container(&p, "i1", ContainerState::Exited, 0, 0),
+    ];
+    let a = compute_pod_actions(&p, &st);
+    assert_eq!(a.next_init, None);
+    assert_eq!(
+        a.containers_to_start,
+        vec![ToStart {
+            index: 0,
+            restart_count: 0
+        }]
+    );
+}
+
+#[test]
+fn failed_init_container_restarts_unless_never() {
+    let p = pod("Always", &["i1"], &["a"]);
+    let st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)],
+    };
+    assert_eq!(
+        compute_pod_actions(&p, &st).next_init,
+        Some(ToStart {
+            index: 0,
+            restart_count: 1
+        })
+    );
+    let p = pod("Never", &["i1"], &["a"]);
+    let st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)],
+    };
+    let a = compute_pod_actions(&p, &st);
+    assert!(a.init_failed && a.next_init.is_none());
+}
+
+#[test]
+fn changed_spec_restarts_only_that_container() {
+    let p = pod("Always", &[], &["a", "b"]);
+    let mut st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![
+            container(&p, "a", ContainerState::Running, 0, 0),
+            container(&p, "b", ContainerState::Running, 0, 0),
+        ],
+    };
+    assert_eq!(
+        compute_pod_actions(&p, &st),
+        PodActions {
+            sandbox_id: Some("sb0".into()),
+            ..Default::default()
+        }
+    );
+    st.containers[1].hash = "old".into();
+    let a = compute_pod_actions(&p, &st);
+    assert_eq!(
+        a.containers_to_kill,
+        vec![("b-0".to_string(), "b".to_string(), KillReason::SpecChanged)]
+    );
+    assert_eq!(
+        a.containers_to_start,
+        vec![ToStart {
+            index: 1,
+            restart_count: 1
+        }]
+    );
+    assert!(!a.kill_pod && a.create_sandbox.is_none());
+}
+
+#[test]
+fn exited_containers_follow_the_restart_policy() {
+    for (policy, exit, restart) in [
+        ("Always", 0, true),
+        ("Always", 1, true),
+        ("OnFailure", 0, false),
+        ("OnFailure", 1, true),
+        ("Never", 1, false),
+    ] {
+        let p = pod(policy, &[], &["a"]);
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, true, 0)],
+            containers: vec![container(&p, "a", ContainerState::Exited, exit, 0)],
+        };
+        let a = compute_pod_actions(&p, &st);
+        assert_eq!(
+            !a.containers_to_start.is_empty(),
+            restart,
+            "{policy} {exit}"
+        );
+        assert_eq!(
+            a.kill_pod, !restart,
+            "{policy} {exit}: stop the sandbox of a finished pod"
+        );
+    }
+}
+
+#[test]
+fn dead_sandbox_is_recreated_with_next_attempt_unless_finished() {
+    let p = pod("Always", &[], &["a"]);
+    let st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, false, 0)],
+        containers: vec![container(&p, "a", ContainerState::Exited, 137, 0)],
+    };
+    let a = compute_pod_actions(&p, &st);
+    assert_eq!(a.create_sandbox, Some(1));
+    assert!(a.kill_pod);
+    assert_eq!(
+        a.containers_to_start,
+        vec![ToStart {
+            index: 0,
+            restart_count: 1
+        }]
+    );
+    let p = pod("Never", &[], &["a"]);
+    let st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, false, 0)],
+        containers: vec![container(&p, "a", ContainerState::Exited, 0, 0)],
+    };
+    assert_eq!(compute_pod_actions(&p, &st).create_sandbox, None);
+    let p = pod("Never", &["i1"], &["a"]);
+    let st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, false, 0)],
+        containers: vec![container(&p, "i1", ContainerState::Exited, 1, 0)],
+    };
+    assert_eq!(
+        compute_pod_actions(&p, &st).create_sandbox,
+        None,
+        "a failed Never pod is not retried"
+    );
+}
+
+#[test]
+fn host_network_change_recreates_the_sandbox() {
+    let p = pod("Always", &[], &["a"]);
+    let mut st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![container(&p, "a", ContainerState::Running, 0, 0)],
+    };
+    st.sandboxes[0].sandbox_hash = "different".into();
+    let a = compute_pod_actions(&p, &st);
+    assert_eq!(a.create_sandbox, Some(1));
+    assert!(a.kill_pod);
+}
+
+#[test]
+fn containers_removed_from_spec_are_killed() {
+    let p = pod("Always", &[], &["a"]);
+    let mut gone = container(&p, "a", ContainerState::Running, 0, 0);
+    gone.name = "old".into();
+    gone.id = "old-0".into();
+    let st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![container(&p, "a", ContainerState::Running, 0, 0), gone],
+    };
+    let a = compute_pod_actions(&p, &st);
+    assert_eq!(
+        a.containers_to_kill,
+        vec![(
+            "old-0".to_string(),
+            "old".to_string(),
+            KillReason::NotInSpec
+        )]
+    );
+}

@@ -1,0 +1,91 @@
+//! KillPod, and pods failed without running, against the fake runtime.
+
+use super::*;
+
+#[tokio::test]
+async fn kill_stops_containers_with_the_pods_grace_then_the_sandbox_then_removes_everything() {
+    let h = harness();
+    let p = pod(&format!(
+        "{{terminationGracePeriodSeconds: 5, containers: [{}]}}",
+        apps(&["a", "b"])
+    ));
+    h.sync(&p).await.unwrap();
+    let dir = h.mgr.settings().root_dir.join("pods/u1");
+    assert!(dir.join("etc-hosts").exists());
+    h.rt.clear_calls();
+    h.mgr
+        .terminate_pod(p.clone(), KillPodOptions::removed())
+        .await
+        .unwrap();
+    let calls = h.rt.calls();
+    let pos = |c: &str| calls.iter().position(|x| x == c).unwrap();
+    let stop_sb = pos("StopPodSandbox sb1");
+    assert!(pos("StopContainer a grace=5") < stop_sb);
+    assert!(pos("StopContainer b grace=5") < stop_sb);
+    assert!(stop_sb < pos("RemovePodSandbox sb1"));
+    assert!(h.rt.sandboxes().is_empty());
+    assert!(h.status.get("u1").is_none(), "a removed pod has no status");
+    assert!(!dir.exists());
+    assert!(!h.cgroups.has("/kubepods/besteffort/podu1"));
+    assert!(h
+        .recorder
+        .list()
+        .iter()
+        .any(|e| e.reason == "Killing" && e.message.starts_with("Pod removed")));
+}
+
+#[tokio::test]
+async fn an_eviction_kill_uses_its_grace_and_leaves_the_pod_failed() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
+    h.sync(&p).await.unwrap();
+    let f = Failure::new("Evicted", "The node was low on resource: memory.");
+    h.mgr
+        .terminate_pod(p.clone(), KillPodOptions::failed(f, Some(1)))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.rt.calls_of("StopContainer"),
+        vec!["StopContainer c grace=1"]
+    );
+    let st = h.status();
+    assert_eq!(
+        (
+            st.phase.as_deref(),
+            st.reason.as_deref(),
+            st.message.as_deref()
+        ),
+        (
+            Some("Failed"),
+            Some("Evicted"),
+            Some("The node was low on resource: memory.")
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_pod_rejected_before_it_ran_costs_two_list_calls_and_no_kill_event() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
+    let f = Failure::new("NodePorts", "Pod was rejected: Predicate NodePorts failed");
+    h.mgr
+        .terminate_pod(p.clone(), KillPodOptions::failed(f, None))
+        .await
+        .unwrap();
+    assert_eq!(h.rt.calls(), vec!["ListPodSandbox", "ListContainers"]);
+    assert_eq!(h.status().reason.as_deref(), Some("NodePorts"));
+    assert!(h.recorder.list().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_pod_is_not_started_until_its_manifest_changes() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
+    h.failed.mark(&p, Failure::new("Evicted", "low on memory"));
+    h.sync(&p).await.unwrap();
+    assert!(h.rt.calls().is_empty(), "no runtime call at all");
+    assert_eq!(h.status().reason.as_deref(), Some("Evicted"));
+    let edited = versioned("h2", &format!("{{containers: [{}]}}", apps(&["c"])));
+    h.sync(&edited).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["c"]);
+}

@@ -1,0 +1,155 @@
+//! The runtime manager against the recording fake runtime: what a sync ([`sync`]) and a kill
+//! ([`kill`]) ask of CRI, in which order, and the status the worker writes, on fake time (no
+//! sleeping). This module holds the harness.
+
+mod actions;
+mod kill;
+mod sync;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+use super::{KubeRuntimeManager, Settings, Shared};
+use crate::clock::FakeClock;
+use crate::cm::resources::{CgroupPolicy, NodeResources};
+use crate::cm::{CgroupLayout, ContainerManager, NodeConfig};
+use crate::container::cache::PodCache;
+use crate::cri::api::ContainerState as Cs;
+use crate::events::Recorder;
+use crate::podworkers::{KillPodOptions, PodSyncer, Requeue};
+use crate::status::failed::{FailedPods, Failure};
+use crate::status::StatusManager;
+use crate::testing::cgroups::MemCgroups;
+use crate::testing::runtime::FakeRuntime;
+
+pub(super) struct Harness {
+    pub(super) rt: FakeRuntime,
+    pub(super) clock: FakeClock,
+    pub(super) mgr: KubeRuntimeManager<FakeRuntime>,
+    pub(super) status: StatusManager,
+    pub(super) recorder: Recorder,
+    pub(super) failed: FailedPods,
+    pub(super) cgroups: Arc<MemCgroups>,
+    _tmp: tempfile::TempDir,
+}
+
+pub(super) fn harness() -> Harness {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = FakeClock::new(1_800_000_000_000_000_000);
+    let rt = FakeRuntime::new(clock.clone());
+    let mut settings = Settings::example();
+    settings.pod_logs_dir = tmp.path().join("logs");
+    settings.root_dir = tmp.path().join("root");
+    let cgroups = Arc::new(MemCgroups::default());
+    let cm = ContainerManager::new(
+        cgroups.clone(),
+        NodeConfig {
+            layout: CgroupLayout {
+                root: "/".into(),
+                per_qos: true,
+                systemd: false,
+            },
+            policy: CgroupPolicy::default(),
+            capacity: NodeResources {
+                cpu_milli: 2000,
+                memory: 8 << 30,
+                pids: 4096,
+            },
+            system_reserved: NodeResources::default(),
+            kube_reserved: NodeResources::default(),
+            enforce_pods: true,
+            qos_reserved_memory: None,
+        },
+    );
+    let (status, recorder, failed) = (
+        StatusManager::default(),
+        Recorder::default(),
+        FailedPods::default(),
+    );
+    let shared = Shared {
+        cm: Arc::new(cm),
+        status: status.clone(),
+        recorder: recorder.clone(),
+        metrics: crate::metrics::Metrics::new(),
+        cache: PodCache::default(),
+        failed: failed.clone(),
+        clock: clock.shared(),
+    };
+    let mgr = KubeRuntimeManager::new(rt.clone(), settings, shared).unwrap();
+    Harness {
+        rt,
+        clock,
+        mgr,
+        status,
+        recorder,
+        failed,
+        cgroups,
+        _tmp: tmp,
+    }
+}
+
+/// A pod `web-node1` (UID `u1`, manifest version `hash`) with the given spec fields and
+/// containers.
+pub(super) fn versioned(hash: &str, spec: &str) -> Arc<Pod> {
+    Arc::new(
+        serde_yaml::from_str(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-node1, namespace: default, uid: u1, annotations: {{kubernetes.io/config.hash: {hash}}}}}\nspec: {spec}"
+        ))
+        .unwrap(),
+    )
+}
+
+pub(super) fn pod(spec: &str) -> Arc<Pod> {
+    versioned("h1", spec)
+}
+
+pub(super) fn apps(names: &[&str]) -> String {
+    let list: Vec<String> = names
+        .iter()
+        .map(|n| format!("{{name: {n}, image: 'busybox:1.36'}}"))
+        .collect();
+    list.join(", ")
+}
+
+impl Harness {
+    pub(super) async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, String> {
+        self.mgr.sync_pod(pod.clone()).await
+    }
+
+    /// What the PLEG does when the runtime changes: a fresh view of the pod in the cache.
+    pub(super) async fn pleg_sees_it(&self) {
+        self.clock.advance(Duration::from_millis(1));
+        let seen = super::status::get_pod_status(&self.rt, "u1").await.unwrap();
+        self.mgr
+            .cache
+            .set("u1", seen, crate::clock::Clock::now(&self.clock));
+    }
+
+    /// Container `name` exits with `code`, and the PLEG sees it.
+    pub(super) async fn exit(&self, name: &str, code: i32) {
+        self.rt.exit(name, code);
+        self.pleg_sees_it().await;
+    }
+
+    pub(super) fn status(&self) -> PodStatus {
+        self.status.get("u1").unwrap()
+    }
+
+    /// The waiting reason of container `name` in the pod's status.
+    pub(super) fn waiting(&self, name: &str) -> Option<String> {
+        let st = self.status();
+        st.container_statuses
+            .iter()
+            .flatten()
+            .chain(st.init_container_statuses.iter().flatten())
+            .find(|c| c.name == name)?
+            .state
+            .as_ref()?
+            .waiting
+            .as_ref()?
+            .reason
+            .clone()
+    }
+}

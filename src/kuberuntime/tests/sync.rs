@@ -1,0 +1,309 @@
+//! SyncPod against the fake runtime.
+
+use super::*;
+
+#[tokio::test]
+async fn a_new_pod_gets_its_cgroup_a_sandbox_then_its_containers() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a", "b"])));
+    assert_eq!(h.sync(&p).await, Ok(Requeue::Normal));
+    let calls = h.rt.calls();
+    let pos = |c: &str| calls.iter().position(|x| x == c).unwrap();
+    assert!(pos("RunPodSandbox web-node1") < pos("CreateContainer a"));
+    assert!(pos("CreateContainer a") < pos("StartContainer a"));
+    assert_eq!(h.rt.running(), vec!["a", "b"]);
+    assert!(h.cgroups.has("/kubepods/besteffort/podu1"));
+    let sb = h.rt.sandbox_config().unwrap();
+    assert_eq!(sb.hostname, "web-node1");
+    assert_eq!(
+        sb.linux.unwrap().cgroup_parent,
+        "/kubepods/besteffort/podu1"
+    );
+    let st = h.status();
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(st.pod_ip.as_deref(), Some("10.88.0.1"));
+    // Each container mounts the pod's managed hosts file.
+    let mounts = h.rt.container_config("a").unwrap().mounts;
+    assert_eq!(mounts[0].container_path, "/etc/hosts");
+}
+
+#[tokio::test]
+async fn init_containers_run_one_at_a_time_before_the_app_containers() {
+    let h = harness();
+    let p = pod(&format!(
+        "{{initContainers: [{}], containers: [{}]}}",
+        apps(&["i1", "i2"]),
+        apps(&["app"])
+    ));
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["i1"]);
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.calls_of("CreateContainer").len(), 1, "i1 still runs");
+    h.exit("i1", 0).await;
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["i2"]);
+    assert_eq!(h.status().phase.as_deref(), Some("Pending"));
+    h.exit("i2", 0).await;
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["app"]);
+    assert_eq!(
+        h.rt.calls_of("CreateContainer"),
+        vec![
+            "CreateContainer i1",
+            "CreateContainer i2",
+            "CreateContainer app"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_init_container_restarts_with_back_off() {
+    let h = harness();
+    let p = pod(&format!(
+        "{{initContainers: [{}], containers: [{}]}}",
+        apps(&["init"]),
+        apps(&["app"])
+    ));
+    h.sync(&p).await.unwrap();
+    h.exit("init", 1).await;
+    // First failure: restarted at once.
+    assert_eq!(h.sync(&p).await, Ok(Requeue::Normal));
+    assert_eq!(h.rt.running(), vec!["init"]);
+    h.clock.advance(Duration::from_secs(1));
+    h.exit("init", 1).await;
+    // Second: held for the back-off, the pod synced again when it ends.
+    // The delay runs from the container's finish, a moment (the PLEG's) before this sync.
+    match h.sync(&p).await {
+        Ok(Requeue::After(d)) => assert!(
+            d <= Duration::from_secs(10) && d > Duration::from_millis(9900),
+            "{d:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(h.rt.running().is_empty());
+    assert_eq!(h.waiting("init").as_deref(), Some("CrashLoopBackOff"));
+    h.clock.advance(Duration::from_secs(10));
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["init"]);
+    assert!(h.rt.calls_of("CreateContainer app").is_empty());
+}
+
+#[tokio::test]
+async fn an_init_container_failing_under_restart_policy_never_fails_the_pod() {
+    let h = harness();
+    let p = pod(&format!(
+        "{{restartPolicy: Never, initContainers: [{}], containers: [{}]}}",
+        apps(&["init"]),
+        apps(&["app"])
+    ));
+    h.sync(&p).await.unwrap();
+    h.exit("init", 1).await;
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.status().phase.as_deref(), Some("Failed"));
+    assert_eq!(h.rt.calls_of("StopPodSandbox").len(), 1);
+    assert!(h.rt.calls_of("CreateContainer app").is_empty());
+}
+
+#[tokio::test]
+async fn a_crashing_container_restarts_at_once_then_waits_doubling_delays() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
+    h.sync(&p).await.unwrap();
+    let mut waits = Vec::new();
+    for _ in 0..4 {
+        h.clock.advance(Duration::from_secs(1));
+        h.exit("c", 2).await;
+        match h.sync(&p).await.unwrap() {
+            Requeue::After(d) => {
+                // From the container's finish, a moment (the PLEG's) before this sync.
+                waits.push((d.as_millis() as u64 + 50) / 1000);
+                assert!(h.rt.running().is_empty());
+                assert_eq!(h.waiting("c").as_deref(), Some("CrashLoopBackOff"));
+                h.clock.advance(d);
+                h.sync(&p).await.unwrap();
+            }
+            Requeue::Normal => waits.push(0),
+        }
+        assert_eq!(h.rt.running(), vec!["c"]);
+    }
+    assert_eq!(waits, vec![0, 10, 20, 40]);
+    let attempts: Vec<u32> = h.rt.containers().iter().map(|c| c.2).collect();
+    assert_eq!(
+        attempts.last(),
+        Some(&4),
+        "restart count carried as the attempt"
+    );
+    assert!(
+        h.rt.containers().len() <= 2,
+        "one dead container kept per name"
+    );
+}
+
+#[tokio::test]
+async fn restart_policies_decide_what_runs_again() {
+    for (policy, code, restarts, phase) in [
+        ("OnFailure", 0, false, "Succeeded"),
+        ("OnFailure", 3, true, "Running"),
+        ("Never", 3, false, "Failed"),
+    ] {
+        let h = harness();
+        let p = pod(&format!(
+            "{{restartPolicy: {policy}, containers: [{}]}}",
+            apps(&["c"])
+        ));
+        h.sync(&p).await.unwrap();
+        h.exit("c", code).await;
+        h.sync(&p).await.unwrap();
+        assert_eq!(!h.rt.running().is_empty(), restarts, "{policy} {code}");
+        assert_eq!(h.status().phase.as_deref(), Some(phase), "{policy} {code}");
+        if !restarts {
+            assert_eq!(h.rt.calls_of("StopPodSandbox").len(), 1, "finished pod");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failed_create_shows_create_container_error_and_is_retried() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
+    h.rt.fail_next("create_container", "no space left on device");
+    let e = h.sync(&p).await.unwrap_err();
+    assert!(e.contains("CreateContainerError"), "{e}");
+    assert_eq!(h.waiting("c").as_deref(), Some("CreateContainerError"));
+    assert!(h
+        .recorder
+        .list()
+        .iter()
+        .any(|e| e.reason == "FailedCreate" && e.message.contains("no space left")));
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["c"]);
+    assert_eq!(h.waiting("c"), None);
+}
+
+#[tokio::test]
+async fn a_failed_start_shows_run_container_error_and_is_retried() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
+    h.rt.fail_next("start_container", "exec: \"/no/such\": not found");
+    let e = h.sync(&p).await.unwrap_err();
+    assert!(e.contains("RunContainerError"), "{e}");
+    assert_eq!(h.waiting("c").as_deref(), Some("RunContainerError"));
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["c"]);
+}
+
+#[tokio::test]
+async fn a_missing_image_is_err_image_pull_then_image_pull_back_off() {
+    let h = harness();
+    let p = pod("{containers: [{name: c, image: 'busybox:missing'}]}");
+    assert!(h.sync(&p).await.unwrap_err().contains("ErrImagePull"));
+    assert_eq!(h.waiting("c").as_deref(), Some("ErrImagePull"));
+    assert_eq!(h.rt.calls_of("PullImage").len(), 1);
+    // Within the back-off: no pull at all.
+    assert!(h.sync(&p).await.unwrap_err().contains("ImagePullBackOff"));
+    assert_eq!(h.waiting("c").as_deref(), Some("ImagePullBackOff"));
+    assert_eq!(h.rt.calls_of("PullImage").len(), 1);
+    h.clock.advance(Duration::from_secs(10));
+    assert!(h.sync(&p).await.unwrap_err().contains("ErrImagePull"));
+    assert_eq!(h.rt.calls_of("PullImage").len(), 2);
+}
+
+#[tokio::test]
+async fn image_pull_policies_follow_kubelet() {
+    let h = harness();
+    let p = pod("{containers: [{name: c, image: 'other:1', imagePullPolicy: Never}]}");
+    assert!(h.sync(&p).await.unwrap_err().contains("ErrImageNeverPull"));
+    assert!(h.rt.calls_of("PullImage").is_empty());
+    let h = harness();
+    let p = pod("{containers: [{name: c, image: 'busybox:1.36', imagePullPolicy: Always}]}");
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.calls_of("PullImage"), vec!["PullImage busybox:1.36"]);
+    assert!(h.rt.calls_of("ImageStatus").is_empty());
+}
+
+#[tokio::test]
+async fn a_dead_sandbox_is_recreated_with_the_next_attempt_and_containers_restart() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a", "b"])));
+    h.sync(&p).await.unwrap();
+    h.rt.kill_sandboxes();
+    h.pleg_sees_it().await;
+    h.sync(&p).await.unwrap();
+    let sandboxes = h.rt.sandboxes();
+    assert_eq!(sandboxes.last().map(|s| (s.1, s.2)), Some((true, 1)));
+    assert_eq!(h.rt.running(), vec!["a", "b"]);
+    let new_sb = &sandboxes.last().unwrap().0;
+    assert!(h
+        .rt
+        .containers()
+        .iter()
+        .filter(|c| c.1 == Cs::ContainerRunning)
+        .all(|c| &c.3 == new_sb && c.2 == 1));
+}
+
+#[tokio::test]
+async fn a_changed_container_is_stopped_with_the_grace_period_before_its_replacement_starts() {
+    let h = harness();
+    let p = pod(&format!(
+        "{{terminationGracePeriodSeconds: 7, containers: [{}]}}",
+        apps(&["a", "b"])
+    ));
+    h.sync(&p).await.unwrap();
+    h.rt.clear_calls();
+    let edited = versioned(
+        "h2",
+        "{terminationGracePeriodSeconds: 7, containers: [{name: a, image: 'busybox:1.36'}, {name: b, image: 'busybox:1.36', command: [sleep, '9']}]}",
+    );
+    h.sync(&edited).await.unwrap();
+    let calls = h.rt.calls();
+    let pos = |c: &str| calls.iter().position(|x| x == c).unwrap();
+    assert!(pos("StopContainer b grace=7") < pos("CreateContainer b"));
+    assert!(
+        h.rt.calls_of("StopContainer a").is_empty(),
+        "a is untouched"
+    );
+    assert!(h.rt.calls_of("RunPodSandbox").is_empty());
+    assert_eq!(h.rt.running(), vec!["a", "b"]);
+}
+
+#[tokio::test]
+async fn a_host_network_pod_has_the_nodes_ip_and_asks_for_no_hostname() {
+    let h = harness();
+    let p = pod("{hostNetwork: true, containers: [{name: c, image: 'busybox:1.36', env: [{name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]}]}");
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.sandbox_config().unwrap().hostname, "");
+    assert_eq!(h.status().pod_ip.as_deref(), Some("10.0.0.10"));
+    let env = h.rt.container_config("c").unwrap().envs;
+    assert_eq!(
+        (env[0].key.as_str(), env[0].value.as_str()),
+        ("IP", "10.0.0.10")
+    );
+}
+
+#[tokio::test]
+async fn a_sync_reads_the_pod_cache_when_it_is_newer_than_the_last_sync() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
+    h.sync(&p).await.unwrap();
+    // The PLEG saw the pod after this sync: the next sync acts on its view, and reads the
+    // runtime only once, at its end (without the cache it would read it twice).
+    h.pleg_sees_it().await;
+    h.rt.clear_calls();
+    h.sync(&p).await.unwrap();
+    assert_eq!(
+        h.rt.calls_of("ListPodSandbox").len(),
+        1,
+        "{:?}",
+        h.rt.calls()
+    );
+    // With nothing newer than the last sync, the sync reads the runtime first.
+    h.rt.clear_calls();
+    h.mgr.cache.delete("u1");
+    h.sync(&p).await.unwrap();
+    assert_eq!(
+        h.rt.calls_of("ListPodSandbox").len(),
+        2,
+        "{:?}",
+        h.rt.calls()
+    );
+}

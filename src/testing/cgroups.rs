@@ -1,0 +1,70 @@
+//! An in-memory cgroup manager for unit tests of logic above the cgroup tree: it records which
+//! cgroups exist and each create and destroy, in order.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::cm::cgroupfs::{CgroupError, CgroupManager};
+use crate::cm::resources::ResourceConfig;
+
+/// The fake: cgroup name → the last values written.
+#[derive(Default)]
+pub struct MemCgroups {
+    cgroups: Mutex<BTreeMap<String, ResourceConfig>>,
+    log: Mutex<Vec<String>>,
+}
+
+impl MemCgroups {
+    /// `create <cgroup>` / `destroy <cgroup>`, in order.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// True when `cgroup` exists.
+    pub fn has(&self, cgroup: &str) -> bool {
+        self.cgroups.lock().unwrap().contains_key(cgroup)
+    }
+}
+
+impl CgroupManager for MemCgroups {
+    fn create(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
+        self.cgroups
+            .lock()
+            .unwrap()
+            .insert(cgroup.into(), cfg.clone());
+        self.log.lock().unwrap().push(format!("create {cgroup}"));
+        Ok(())
+    }
+
+    fn update(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
+        self.create(cgroup, cfg)
+    }
+
+    fn destroy(&self, cgroup: &str) -> Result<(), CgroupError> {
+        let mut m = self.cgroups.lock().unwrap();
+        let gone: Vec<String> = m
+            .keys()
+            .filter(|k| *k == cgroup || k.starts_with(&format!("{cgroup}/")))
+            .cloned()
+            .collect();
+        for k in gone {
+            m.remove(&k);
+            self.log.lock().unwrap().push(format!("destroy {k}"));
+        }
+        Ok(())
+    }
+
+    fn exists(&self, cgroup: &str) -> bool {
+        self.has(cgroup)
+    }
+
+    fn pod_uids_under(&self, cgroup: &str) -> Vec<String> {
+        self.cgroups
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| k.starts_with(cgroup))
+            .filter_map(|k| k.rsplit('/').next()?.strip_prefix("pod").map(str::to_owned))
+            .collect()
+    }
+}

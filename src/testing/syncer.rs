@@ -1,0 +1,91 @@
+//! A recording pod syncer for the pod worker and sync loop tests: each call is recorded as
+//! `sync <name>`, `kill <name> <grace>` or `kill <name> <grace> <reason>: <message>` for a kill
+//! with a failure (`<name>` is `metadata.name`, else the UID); a gated
+//! syncer makes each call wait for a permit, so a test can hold work in progress.
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::podworkers::{KillPodOptions, PodSyncer, Requeue};
+
+/// The recording syncer.
+pub struct RecordingSyncer {
+    calls: Mutex<Vec<String>>,
+    gate: Option<tokio::sync::Semaphore>,
+}
+
+impl RecordingSyncer {
+    /// Calls go through at once.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            calls: Mutex::new(Vec::new()),
+            gate: None,
+        })
+    }
+
+    /// Each call waits for a permit from [`RecordingSyncer::release`].
+    pub fn gated() -> Arc<Self> {
+        Arc::new(Self {
+            calls: Mutex::new(Vec::new()),
+            gate: Some(tokio::sync::Semaphore::new(0)),
+        })
+    }
+
+    /// Lets `n` more calls through.
+    pub fn release(&self, n: usize) {
+        if let Some(g) = &self.gate {
+            g.add_permits(n);
+        }
+    }
+
+    /// The calls so far.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// Forgets the calls so far.
+    pub fn clear(&self) {
+        self.calls.lock().unwrap().clear();
+    }
+
+    async fn pass(&self) {
+        if let Some(g) = &self.gate {
+            g.acquire().await.unwrap().forget();
+        }
+    }
+}
+
+fn name(pod: &Pod) -> String {
+    pod.metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| crate::pod::pod_uid(pod).to_owned())
+}
+
+impl PodSyncer for RecordingSyncer {
+    async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
+        self.pass().await;
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("sync {}", name(&pod)));
+        Ok(Requeue::Normal)
+    }
+
+    async fn terminate_pod(&self, pod: Arc<Pod>, opts: KillPodOptions) -> Result<(), String> {
+        self.pass().await;
+        let what = match (&opts.grace, &opts.failure) {
+            (_, Some(f)) => format!(
+                "kill {} {:?} {}: {}",
+                name(&pod),
+                opts.grace,
+                f.reason,
+                f.message
+            ),
+            (g, None) => format!("kill {} {g:?}", name(&pod)),
+        };
+        self.calls.lock().unwrap().push(what);
+        Ok(())
+    }
+}
