@@ -7,7 +7,6 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,12 +22,12 @@ use crate::kuberuntime::sandbox::parse_resolv_conf;
 use crate::kuberuntime::{KubeRuntimeManager, Settings};
 use crate::metrics::Metrics;
 use crate::pleg::Pleg;
-use crate::podworkers::{Periods, PodWorkers, UpdateType, WorkQueue};
+use crate::podworkers::{Periods, PodWorkers, WorkQueue};
 use crate::source::checkpoint::CheckpointStore;
 use crate::source::file::FileSource;
 use crate::source::PodConfig;
 use crate::status::StatusManager;
-use crate::syncloop::{Channels, Housekeeper, SyncLoop};
+use crate::syncloop::{Channels, SyncLoop};
 
 /// Command-line settings that are not in the configuration file (kubelet's flags).
 #[derive(Debug, Clone)]
@@ -267,7 +266,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
             stop_rx.clone(),
         );
         threads.push(spawn_thread("file-source", move || {
-            crate::source::file::run(src, period, pc, stop)
+            crate::source::file::run(src, period, pc, stop, crate::clock::system())
         }));
     }
     let sources_ready = pod_config
@@ -283,7 +282,12 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
                 .collect()
         })
         .unwrap_or_default();
-    let housekeeper = housekeeper(manager, workers.clone(), rt.handle().clone());
+    let housekeeper = crate::housekeeping::housekeeper(
+        manager,
+        workers.clone(),
+        metrics.clone(),
+        rt.handle().clone(),
+    );
     threads.push(start_eviction_manager(
         &config,
         crate::eviction::provider::AgentNode {
@@ -481,54 +485,4 @@ async fn wait_for_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
-}
-
-/// Housekeeping (kubelet's `HandlePodCleanups`): kill pods the runtime has that no source wants
-/// and no worker handles — pods whose manifest went away while the agent was down — and remove
-/// pod cgroups that no pod owns.
-fn housekeeper(
-    manager: Arc<KubeRuntimeManager>,
-    workers: PodWorkers<KubeRuntimeManager>,
-    rt: tokio::runtime::Handle,
-) -> Housekeeper {
-    let busy = Arc::new(AtomicBool::new(false));
-    Box::new(move |desired: HashSet<String>| {
-        if busy.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let (manager, workers, busy) = (manager.clone(), workers.clone(), busy.clone());
-        rt.spawn(async move {
-            match manager.runtime_pods().await {
-                Ok(pods) => {
-                    // Pod cgroups that no desired, running or terminating pod owns.
-                    let mut in_use: HashSet<String> = workers.known_uids();
-                    in_use.extend(pods.iter().map(|p| crate::pod::pod_uid(p).to_owned()));
-                    manager.cm().cleanup_orphans(&desired, &in_use);
-                    in_use.extend(desired.iter().cloned());
-                    for uid in
-                        crate::gc::remove_orphaned_pod_dirs(&manager.settings().root_dir, &in_use)
-                    {
-                        info!(uid, "removed orphaned pod directory");
-                    }
-                    for pod in pods {
-                        let uid = crate::pod::pod_uid(&pod).to_owned();
-                        if !desired.contains(&uid) && !workers.is_known(&uid) {
-                            info!(
-                                pod = pod.metadata.name.as_deref().unwrap_or(""),
-                                namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
-                                uid,
-                                "killing pod that no source wants"
-                            );
-                            workers.update_pod(
-                                Arc::new(pod),
-                                UpdateType::Kill(crate::podworkers::KillPodOptions::removed()),
-                            );
-                        }
-                    }
-                }
-                Err(e) => warn!(error = %e, "housekeeping: cannot list runtime pods"),
-            }
-            busy.store(false, Ordering::Release);
-        });
-    })
 }

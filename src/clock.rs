@@ -3,11 +3,15 @@
 //!
 //! Two readings: a monotonic [`Instant`] (deadlines, periods, "newer than") and the wall clock in
 //! nanoseconds since the Unix epoch (the runtime's timestamps: container start and finish times,
-//! back-off since a container exited). [`SystemClock`] reads the machine's clocks; [`FakeClock`]
-//! moves only when a test advances it. Async code waits with tokio's time, which tests pause.
+//! back-off since a container exited). Threads that wait in `crossbeam_channel::select!` take
+//! their timers from [`Clock::after`]. [`SystemClock`] reads the machine's clocks; [`FakeClock`]
+//! moves only when a test advances it, and fires the timers then due. Async code waits with
+//! tokio's time, which tests pause.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender};
 
 /// A source of time.
 pub trait Clock: Send + Sync + 'static {
@@ -15,6 +19,9 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Instant;
     /// Wall-clock time, nanoseconds since the Unix epoch.
     fn epoch_ns(&self) -> i64;
+    /// A channel that receives the time once, `d` from now (`crossbeam_channel::after` on this
+    /// clock).
+    fn after(&self, d: Duration) -> Receiver<Instant>;
 }
 
 /// The clock handle components keep.
@@ -34,6 +41,10 @@ impl Clock for SystemClock {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i64)
     }
+
+    fn after(&self, d: Duration) -> Receiver<Instant> {
+        crossbeam_channel::after(d)
+    }
 }
 
 /// The system clock as a [`SharedClock`].
@@ -41,22 +52,51 @@ pub fn system() -> SharedClock {
     Arc::new(SystemClock)
 }
 
+#[derive(Debug)]
+struct Fake {
+    now: Instant,
+    epoch_ns: i64,
+    timers: Vec<(Instant, Sender<Instant>)>,
+}
+
 /// A clock that stands still until [`FakeClock::advance`] moves it. Cheap to clone; clones
-/// share the time.
+/// share the time and the timers.
 #[derive(Debug, Clone)]
-pub struct FakeClock(Arc<Mutex<(Instant, i64)>>);
+pub struct FakeClock(Arc<Mutex<Fake>>);
 
 impl FakeClock {
     /// A clock at the real monotonic now and at `epoch_ns` on the wall clock.
     pub fn new(epoch_ns: i64) -> Self {
-        Self(Arc::new(Mutex::new((Instant::now(), epoch_ns))))
+        Self(Arc::new(Mutex::new(Fake {
+            now: Instant::now(),
+            epoch_ns,
+            timers: Vec::new(),
+        })))
     }
 
-    /// Moves both readings forward by `d`.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Fake> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves both readings forward by `d`, and fires the timers due by then.
     pub fn advance(&self, d: Duration) {
-        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        t.0 += d;
-        t.1 += d.as_nanos() as i64;
+        let mut f = self.lock();
+        f.now += d;
+        f.epoch_ns += d.as_nanos() as i64;
+        let now = f.now;
+        f.timers.retain(|(due, tx)| {
+            if *due <= now {
+                let _ = tx.send(now);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Timers set and not yet due (their receivers may have been dropped since).
+    pub fn pending_timers(&self) -> usize {
+        self.lock().timers.len()
     }
 
     /// This clock as a [`SharedClock`].
@@ -67,11 +107,23 @@ impl FakeClock {
 
 impl Clock for FakeClock {
     fn now(&self) -> Instant {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).0
+        self.lock().now
     }
 
     fn epoch_ns(&self) -> i64 {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).1
+        self.lock().epoch_ns
+    }
+
+    fn after(&self, d: Duration) -> Receiver<Instant> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut f = self.lock();
+        let due = f.now + d;
+        if d.is_zero() {
+            let _ = tx.send(f.now);
+        } else {
+            f.timers.push((due, tx));
+        }
+        rx
     }
 }
 
@@ -88,5 +140,21 @@ mod tests {
         assert_eq!(shared.now() - t0, Duration::from_millis(1500));
         assert_eq!(shared.epoch_ns() - e0, 1_500_000_000);
         assert!(SystemClock.epoch_ns() > 1_700_000_000_000_000_000);
+    }
+
+    #[test]
+    fn fake_timers_fire_when_the_clock_passes_them() {
+        let c = FakeClock::new(0);
+        let t0 = c.now();
+        let short = c.after(Duration::from_millis(10));
+        let long = c.after(Duration::from_secs(10));
+        assert!(short.try_recv().is_err());
+        c.advance(Duration::from_millis(10));
+        assert_eq!(short.try_recv(), Ok(t0 + Duration::from_millis(10)));
+        assert!(long.try_recv().is_err());
+        assert_eq!(c.pending_timers(), 1);
+        c.advance(Duration::from_secs(10));
+        assert!(long.try_recv().is_ok());
+        assert!(c.after(Duration::ZERO).try_recv().is_ok());
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! - [`config`]: the KubeletConfiguration file.
 //! - [`source`]: pod sources (static manifest directory) → ADD/UPDATE/REMOVE.
-//! - [`syncloop`]: the sync loop that dispatches to pod workers; [`admission`]: pods refused
+//! - [`syncloop`]: the sync loop that dispatches to pod workers; [`housekeeping`]: its clean-up
+//!   passes; [`admission`]: pods refused
 //!   before they run.
 //! - [`podworkers`]: one task per pod; latest update wins, kills are never lost.
 //! - [`kuberuntime`]: pod spec → CRI calls (sandbox, images, containers, labels, actions).
@@ -32,6 +33,7 @@ pub mod events;
 pub mod eviction;
 pub mod gc;
 pub mod hash;
+pub mod housekeeping;
 pub mod kuberuntime;
 pub mod metrics;
 pub mod node;

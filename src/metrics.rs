@@ -78,6 +78,8 @@ pub struct Metrics {
     pub pod_start_duration: Histogram,
     /// Pod worker sync/kill durations, seconds (`kubelet_pod_worker_duration_seconds`).
     pub pod_worker_duration: Family<OperationLabel, Histogram>,
+    /// Housekeeping pass durations, seconds (`kubelet_housekeeping_duration_seconds`).
+    pub housekeeping_duration: Histogram,
     /// Cgroup manager operation durations, seconds (`kubelet_cgroup_manager_duration_seconds`).
     pub cgroup_manager_duration: Family<OperationLabel, Histogram>,
     /// Pods evicted, by signal (`kubelet_evictions`).
@@ -143,6 +145,12 @@ impl Metrics {
                 "Duration in seconds to sync a single pod, by operation type",
                 Family::new_with_constructor(|| Histogram::new(latency_buckets())),
             ),
+            housekeeping_duration: reg(
+                &mut r,
+                "kubelet_housekeeping_duration_seconds",
+                "Duration in seconds of housekeeping passes",
+                Histogram::new(latency_buckets()),
+            ),
             cgroup_manager_duration: reg(
                 &mut r,
                 "kubelet_cgroup_manager_duration_seconds",
@@ -167,22 +175,27 @@ impl Metrics {
             process_open_fds: reg(&mut r, "process_open_fds", "Number of open file descriptors", Gauge::default()),
             registry: r,
         };
-        // Zero samples from the start, so rate() and alerts work before the first eviction.
-        for s in crate::eviction::threshold::SIGNALS {
-            m.evictions
+        Arc::new(m)
+    }
+
+    /// Zero samples of `kubelet_evictions{eviction_signal}` for each of `signals` and of
+    /// `nodelet_node_condition{condition}` for each of `conditions`, so that rate() and alerts
+    /// work before the first eviction (the eviction manager calls this as it starts).
+    pub fn init_eviction_series(&self, signals: &[&str], conditions: &[&str]) {
+        for s in signals {
+            self.evictions
                 .get_or_create(&SignalLabel {
                     eviction_signal: (*s).into(),
                 })
                 .inc_by(0);
         }
-        for c in crate::eviction::CONDITIONS {
-            m.node_condition
+        for c in conditions {
+            self.node_condition
                 .get_or_create(&ConditionLabel {
-                    condition: c.into(),
+                    condition: (*c).into(),
                 })
                 .set(0);
         }
-        Arc::new(m)
     }
 
     /// Counts one refused manifest.

@@ -15,6 +15,9 @@ pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 /// Annotation holding the mirror pod's hash (mirror pods are not created by nodelet yet).
 pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
+/// Default `terminationGracePeriodSeconds` (the API default), seconds.
+pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
+
 /// UID of a pod (empty when unset).
 pub fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or("")

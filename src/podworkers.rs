@@ -318,7 +318,10 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
                         inner.periods.backoff
                     }
                 };
-                inner.queue.enqueue(&uid, Instant::now() + due);
+                // tokio's time, so that tests on paused time see the queue move with it.
+                inner
+                    .queue
+                    .enqueue(&uid, tokio::time::Instant::now().into_std() + due);
             }
             Work::Kill(pod, opts) => {
                 wake = None;

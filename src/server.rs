@@ -33,14 +33,19 @@ pub struct ServerState {
     pub pressure: crate::eviction::NodePressure,
 }
 
-/// `ok`, or 500 with the reason when the PLEG has not relisted within its threshold.
+/// `ok`, or 500 with the reason when the PLEG has not relisted within its threshold, or not yet
+/// at all (kubelet's healthz with its PLEG check: it fails until the runtime has been listed).
 async fn healthz(State(s): State<ServerState>) -> (StatusCode, String) {
-    match s.pleg.get().map(|p| p.healthy(std::time::Instant::now())) {
-        Some(Err(msg)) => (
+    let health = match s.pleg.get() {
+        Some(p) => p.healthy(std::time::Instant::now()),
+        None => Err("pleg has yet to be successful (waiting for the container runtime)".into()),
+    };
+    match health {
+        Err(msg) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("[-]pleg failed: {msg}\n"),
         ),
-        _ => (StatusCode::OK, "ok".into()),
+        Ok(()) => (StatusCode::OK, "ok".into()),
     }
 }
 

@@ -71,7 +71,8 @@ fn unknown_fields_are_named_in_a_warning() {
         format!("{HEAD}imageGCHighThresholdPercent: 85\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+    let log = dir.path().join("stderr.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
         .args([
             "--config",
             path.to_str().unwrap(),
@@ -79,17 +80,34 @@ fn unknown_fields_are_named_in_a_warning() {
             dir.path().join("root").to_str().unwrap(),
         ])
         .env("NO_COLOR", "1")
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("waiting for the container runtime")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never waited for the runtime"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Unhealthy while no relist has succeeded (kubelet's PLEG check).
+    let health = reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz")).unwrap();
+    assert_eq!(health.status().as_u16(), 500);
+    assert!(health
+        .text()
+        .unwrap()
+        .contains("pleg has yet to be successful"));
     // SIGTERM: the agent stops cleanly while still waiting for the runtime.
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
         .status();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(
         stderr.contains("imageGCHighThresholdPercent") && stderr.contains("fancyNewThing"),
         "{stderr}"
@@ -98,7 +116,7 @@ fn unknown_fields_are_named_in_a_warning() {
         stderr.contains("waiting for the container runtime"),
         "{stderr}"
     );
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(status.code(), Some(0), "{stderr}");
 }
 
 #[test]

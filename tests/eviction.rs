@@ -125,7 +125,7 @@ fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() 
     );
 
     // An evicted pod stays Failed while its manifest is unchanged...
-    std::thread::sleep(Duration::from_secs(3));
+    n.wait_for_housekeeping(2);
     assert!(n.runtime.sandboxes(&hog_uid).is_empty());
     assert_eq!(phase_reason_message(&n, "hog").1, "Evicted");
     // ...a changed manifest is admitted afresh: refused while MemoryPressure holds (BestEffort,
@@ -151,7 +151,7 @@ fn besteffort_hog_is_evicted_before_any_oom_kill_and_guaranteed_keeps_running() 
         "refused status after restart",
         || phase_reason_message(&n, "hog").2 == refused,
     );
-    std::thread::sleep(Duration::from_secs(2));
+    n.wait_for_housekeeping(1);
     assert!(n.runtime.sandboxes(&hog_uid).is_empty());
     assert_eq!(n.runtime.container_status(&g.id).state, 1);
     // ...until the manifest changes again with no pressure left.
@@ -223,7 +223,8 @@ fn disk_pressure_refuses_new_pods_but_not_critical_or_running_ones_and_never_evi
         .runtime
         .try_container_status(&early.id)
         .is_none_or(|s| s.state != 1));
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(n.log().contains("no pod may be evicted"), "{}", n.log());
+    wait_until(Duration::from_secs(10), "no pod may be evicted", || {
+        n.log().contains("no pod may be evicted")
+    });
     assert_eq!(n.runtime.container_status(&c.id).state, 1);
 }

@@ -252,7 +252,7 @@ fn sigkill_and_restart_restarts_no_container() {
         n.pod("duo")
             .is_some_and(|p| p["status"]["phase"] == "Running")
     });
-    std::thread::sleep(Duration::from_secs(5));
+    n.wait_for_housekeeping(2);
     let after = running_by_name(&n.runtime.containers(&uid));
     assert_eq!(after.len(), 2);
     for name in ["alpha", "beta"] {
@@ -367,7 +367,7 @@ fn broken_manifests_are_reported_and_the_good_pod_runs() {
         "first good pod still running"
     );
     std::fs::remove_file(n.manifests().join("uid-escape.yaml")).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    n.wait_for_housekeeping(1);
     assert_eq!(
         std::fs::read_to_string(victim.join("canary")).unwrap(),
         "precious"
@@ -392,7 +392,7 @@ fn a_broken_edit_keeps_the_pod_across_an_agent_restart() {
     });
     n.kill9();
     n.start();
-    std::thread::sleep(Duration::from_secs(5));
+    n.wait_for_housekeeping(2);
     let after = running_by_name(&n.runtime.containers(&uid));
     assert_eq!(
         after.get("c").map(|c| &c.id),

@@ -68,7 +68,12 @@ impl PodAdmitter {
         pod: &Pod,
         running: impl IntoIterator<Item = &'a Pod>,
     ) -> Option<Rejection> {
-        crate::eviction::admission::admit(pod, &self.pressure, self.static_pods_are_critical)
+        let pressure = crate::eviction::admission::conditions_in_force(&self.pressure);
+        crate::eviction::admission::refusal(pod, &pressure, self.static_pods_are_critical)
+            .map(|message| Rejection {
+                reason: crate::eviction::REASON.into(),
+                message,
+            })
             .or_else(|| host_ports::admit(pod, running))
     }
 

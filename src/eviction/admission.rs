@@ -3,13 +3,12 @@
 //! With no pressure condition every pod is admitted, and critical pods always are. With
 //! MemoryPressure alone, BestEffort pods are refused unless they tolerate the
 //! `node.kubernetes.io/memory-pressure` taint; with any other condition (DiskPressure,
-//! PIDPressure) every pod is refused, with reason Evicted and the message
-//! `The node had condition: [<conditions>]. `; [`crate::admission`] fails the pod with it.
+//! PIDPressure) every pod is refused with the message `The node had condition: [<conditions>]. `;
+//! [`crate::admission`] fails the pod with it, with reason Evicted.
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{is_critical, NodePressure, CONDITIONS, REASON};
-use crate::admission::Rejection;
+use super::{is_critical, NodePressure, CONDITIONS};
 use crate::qos::{pod_qos_class, QosClass};
 
 /// The taint kubelet's admission lets a BestEffort pod tolerate under MemoryPressure.
@@ -44,18 +43,9 @@ pub fn refusal(pod: &Pod, conditions: &[&str], static_pods_are_critical: bool) -
     Some(message)
 }
 
-/// The eviction manager's admit handler (kubelet's eviction `Admit`): the pod's [`Rejection`]
-/// (reason `Evicted`) under the node's current pressure conditions, or `None`.
-pub fn admit(
-    pod: &Pod,
-    pressure: &NodePressure,
-    static_pods_are_critical: bool,
-) -> Option<Rejection> {
-    let on: Vec<&str> = CONDITIONS.into_iter().filter(|c| pressure.has(c)).collect();
-    refusal(pod, &on, static_pods_are_critical).map(|message| Rejection {
-        reason: REASON.into(),
-        message,
-    })
+/// The pressure conditions in force now, in the order kubelet reports them.
+pub fn conditions_in_force(pressure: &NodePressure) -> Vec<&'static str> {
+    CONDITIONS.into_iter().filter(|c| pressure.has(c)).collect()
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{select, tick, Receiver};
+use crossbeam_channel::{select, Receiver};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
@@ -20,6 +20,7 @@ use super::signals::Observation;
 use super::state::PressureState;
 use super::threshold::{Threshold, ThresholdValue};
 use super::{is_critical, EvictionRecord, NodePressure, SignalView, CONDITIONS};
+use crate::clock::SharedClock;
 use crate::metrics::{ConditionLabel, Metrics, SignalLabel};
 
 /// Grace period of a hard eviction, seconds (kubelet ≥ v1.31; older releases passed 0).
@@ -29,6 +30,8 @@ pub const HARD_EVICTION_GRACE_SECONDS: i64 = 1;
 pub const FOLLOW_UP: Duration = Duration::from_secs(2);
 /// The period of those passes.
 pub const FOLLOW_UP_INTERVAL: Duration = Duration::from_millis(10);
+/// How often a pod being evicted is checked for its clean-up.
+pub const CLEANUP_POLL: Duration = Duration::from_millis(50);
 
 /// The resource a signal reclaims, as named in messages and used for ranking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,6 +133,7 @@ pub struct Manager<N: EvictionNode> {
     metrics: Arc<Metrics>,
     /// The "nothing may be evicted" warning was logged in this episode of pressure.
     warned_nothing_to_evict: bool,
+    clock: SharedClock,
 }
 
 /// A quantity as apimachinery writes it: the largest binary suffix that divides it exactly
@@ -192,6 +196,7 @@ impl<N: EvictionNode> Manager<N> {
     /// A manager over `node`, publishing to `pressure` and `metrics`.
     pub fn new(settings: Settings, node: N, pressure: NodePressure, metrics: Arc<Metrics>) -> Self {
         pressure.set_thresholds(settings.thresholds.iter().map(describe).collect());
+        metrics.init_eviction_series(super::threshold::SIGNALS, &super::CONDITIONS);
         Self {
             state: PressureState::new(settings.thresholds.clone(), settings.transition),
             settings,
@@ -199,7 +204,14 @@ impl<N: EvictionNode> Manager<N> {
             pressure,
             metrics,
             warned_nothing_to_evict: false,
+            clock: crate::clock::system(),
         }
+    }
+
+    /// Reads time (passes, waits, periods, kill times) from `clock`.
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The node (for tests).
@@ -296,7 +308,7 @@ impl<N: EvictionNode> Manager<N> {
                 .spec
                 .as_ref()
                 .and_then(|s| s.termination_grace_period_seconds)
-                .unwrap_or(crate::source::manifest::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+                .unwrap_or(crate::pod::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
             self.settings.max_pod_grace_seconds.min(own)
         };
         let message = format!(
@@ -319,7 +331,7 @@ impl<N: EvictionNode> Manager<N> {
             "evicting pod"
         );
         self.node.kill(pod.clone(), grace, message.clone());
-        let issued = SystemTime::now();
+        let issued = SystemTime::UNIX_EPOCH + Duration::from_nanos(self.clock.epoch_ns() as u64);
         let nanos = |t: SystemTime| {
             t.duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as i64)
@@ -357,7 +369,7 @@ impl<N: EvictionNode> Manager<N> {
     }
 
     /// Waits until the evicted pod is cleaned up, at most max(10 s, grace × 1.5), polling every
-    /// 50 ms. A soft eviction's wait (its grace may be long) ends early on a notification, so a
+    /// [`CLEANUP_POLL`]. A soft eviction's wait (its grace may be long) ends early on a notification, so a
     /// hard threshold crossed meanwhile is acted on at once.
     fn wait_for_cleanup(
         &self,
@@ -366,10 +378,10 @@ impl<N: EvictionNode> Manager<N> {
         stop: &Receiver<()>,
     ) -> Waited {
         let limit = Duration::from_secs(10).max(Duration::from_millis(e.grace as u64 * 1500));
-        let start = Instant::now();
+        let start = self.clock.now();
         let soft = e.grace > HARD_EVICTION_GRACE_SECONDS;
         let never = crossbeam_channel::never();
-        while start.elapsed() < limit {
+        while self.clock.now().duration_since(start) < limit {
             if self.node.is_cleaned_up(&e.uid) {
                 return Waited::CleanedUp;
             }
@@ -380,7 +392,7 @@ impl<N: EvictionNode> Manager<N> {
                         return Waited::Woken(at);
                     }
                 },
-                default(Duration::from_millis(50)) => {},
+                recv(self.clock.after(CLEANUP_POLL)) -> _ => {},
             }
         }
         warn!(uid = %e.uid, "evicted pod not cleaned up in time; continuing");
@@ -391,7 +403,7 @@ impl<N: EvictionNode> Manager<N> {
     /// node conditions, so that admission sees them before the first pods arrive.
     pub fn prime(&mut self) {
         self.node.rearm(&self.settings.thresholds);
-        self.synchronize(Instant::now(), None);
+        self.synchronize(self.clock.now(), None);
     }
 
     /// Runs until `stop` fires or closes: a pass on every notification (`wake` carries its wall
@@ -402,13 +414,14 @@ impl<N: EvictionNode> Manager<N> {
     /// strictly below it. So a notified pass that finds nothing met is followed by passes every
     /// [`FOLLOW_UP_INTERVAL`] for [`FOLLOW_UP`], each timed from the notification.
     pub fn run(mut self, mut wake: Receiver<(SystemTime, String)>, stop: Receiver<()>) {
-        let period = tick(self.settings.monitoring_period);
+        let period = self.settings.monitoring_period;
+        let mut next_period = self.clock.now() + period;
         self.node.rearm(&self.settings.thresholds);
         // The first pass at once, so admission sees the conditions before the first pods come.
         let mut notified = None;
         let mut follow_up: Option<(Instant, SystemTime)> = None;
         loop {
-            match self.synchronize(Instant::now(), notified) {
+            match self.synchronize(self.clock.now(), notified) {
                 Some(e) => {
                     follow_up = None;
                     match self.wait_for_cleanup(&e, &wake, &stop) {
@@ -427,13 +440,13 @@ impl<N: EvictionNode> Manager<N> {
                 }
                 None => {
                     if let (Some(at), None) = (notified, follow_up) {
-                        follow_up = Some((Instant::now() + FOLLOW_UP, at));
+                        follow_up = Some((self.clock.now() + FOLLOW_UP, at));
                     }
                 }
             }
             let follow = match follow_up {
-                Some((until, _)) if Instant::now() < until => {
-                    crossbeam_channel::after(FOLLOW_UP_INTERVAL)
+                Some((until, _)) if self.clock.now() < until => {
+                    self.clock.after(FOLLOW_UP_INTERVAL)
                 }
                 _ => {
                     follow_up = None;
@@ -453,7 +466,8 @@ impl<N: EvictionNode> Manager<N> {
                     }
                 },
                 recv(follow) -> _ => follow_up.map(|(_, at)| at),
-                recv(period) -> _ => {
+                recv(self.clock.after(next_period.saturating_duration_since(self.clock.now()))) -> _ => {
+                    next_period = self.clock.now() + period;
                     self.node.rearm(&self.settings.thresholds);
                     None
                 },
@@ -466,6 +480,7 @@ impl<N: EvictionNode> Manager<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
     use std::collections::HashSet;
 
     #[derive(Default)]
@@ -655,29 +670,49 @@ mod tests {
         assert!(!m.pressure.has("DiskPressure"));
     }
 
+    /// Polls `f` until it holds or `within` (real time) has passed; a wait for another thread,
+    /// not a fixed sleep.
+    fn poll(within: Duration, f: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if f() {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        f()
+    }
+
     /// Without a notifier (kernelMemcgNotification: false) the wake channel is closed: the loop
-    /// must fall back to the period, not spin.
+    /// must fall back to the period, not spin. On fake time: one pass at start, one per period.
     #[test]
     fn a_closed_wake_channel_leaves_the_periodic_check_only() {
         let passes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = || passes.load(std::sync::atomic::Ordering::Relaxed);
         let node = FakeNode {
             passes: passes.clone(),
             available: 1 << 40,
             ..Default::default()
         };
-        let m = manager(vec![threshold(100, 0)], node);
+        let clock = crate::clock::FakeClock::new(0);
+        let m = manager(vec![threshold(100, 0)], node).with_clock(clock.shared());
         let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
         drop(wake_tx);
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
         let t = std::thread::spawn(move || m.run(wake_rx, stop_rx));
-        std::thread::sleep(Duration::from_millis(300));
+        // The first pass, and one more when the closed channel is found closed; then it waits.
+        assert!(poll(Duration::from_secs(5), || count() == 2
+            && clock.pending_timers() > 0));
+        clock.advance(Duration::from_secs(9));
+        clock.advance(Duration::from_secs(1));
+        assert!(
+            poll(Duration::from_secs(5), || count() == 3),
+            "{} passes",
+            count()
+        );
         stop_tx.send(()).unwrap();
         t.join().unwrap();
-        let n = passes.load(std::sync::atomic::Ordering::Relaxed);
-        assert!(
-            (1..=3).contains(&n),
-            "{n} passes in 300 ms with a 10 s period"
-        );
+        assert_eq!(count(), 3, "then one pass per 10 s period, no spinning");
     }
 
     /// A notification whose pass finds the threshold not yet met (the kernel fires exactly at
@@ -685,6 +720,7 @@ mod tests {
     #[test]
     fn a_notification_just_before_the_threshold_is_followed_up() {
         let passes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = || passes.load(std::sync::atomic::Ordering::Relaxed);
         let node = FakeNode {
             passes: passes.clone(),
             available: 200 << 20,
@@ -692,24 +728,33 @@ mod tests {
             pods: vec![(pod("hog", 30, None), 300 << 20, 0)],
             ..Default::default()
         };
-        let m = manager(vec![threshold(100, 0)], node);
+        let clock = crate::clock::FakeClock::new(1_800_000_000_000_000_000);
+        let m = manager(vec![threshold(100, 0)], node).with_clock(clock.shared());
         let pressure = m.pressure.clone();
         let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(1);
         let t = std::thread::spawn(move || m.run(wake_rx, stop_rx));
-        std::thread::sleep(Duration::from_millis(50));
-        let at = SystemTime::now();
+        assert!(poll(Duration::from_secs(5), || count() == 1));
+        let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(clock.epoch_ns() as u64);
         wake_tx.send((at, "memory.available#0".into())).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        // Follow-up passes every 10 ms of (fake) time, until the fifth pass finds it met.
+        let mut steps = 0;
+        while pressure.view().evictions.is_empty() {
+            assert!(
+                steps < 150,
+                "no eviction after {steps} steps, {} passes",
+                count()
+            );
+            let before = count();
+            clock.advance(FOLLOW_UP_INTERVAL);
+            poll(Duration::from_millis(200), || count() > before);
+            steps += 1;
+        }
         stop_tx.send(()).unwrap();
         t.join().unwrap();
+        assert!(count() >= 5);
         let v = pressure.view();
-        assert_eq!(
-            v.evictions.len(),
-            1,
-            "{} passes",
-            passes.load(std::sync::atomic::Ordering::Relaxed)
-        );
+        assert_eq!(v.evictions.len(), 1);
         let nanos = at
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()

@@ -33,7 +33,7 @@ pub fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
     pod.spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(crate::source::manifest::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
+        .unwrap_or(crate::pod::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
         .max(MIN_GRACE_PERIOD_SECONDS)
 }
 

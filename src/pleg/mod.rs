@@ -195,16 +195,18 @@ impl<R: RuntimeService> Pleg<R> {
         }
     }
 
-    /// `Ok` while the last relist is at most [`RELIST_THRESHOLD`] old (or none has been due
-    /// yet), else a message naming its age (kubelet's PLEG `Healthy`).
+    /// `Ok` while the last relist is at most [`RELIST_THRESHOLD`] old, else a message naming its
+    /// age; before the first successful relist, `pleg has yet to be successful` (kubelet's PLEG
+    /// `Healthy`).
     pub fn healthy(&self, now: Instant) -> Result<(), String> {
         match *self.last_relist.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => Err("pleg has yet to be successful".into()),
             Some(t) if now.saturating_duration_since(t) > RELIST_THRESHOLD => Err(format!(
                 "pleg was last seen active {:.0}s ago; threshold is {:.0}s",
                 now.saturating_duration_since(t).as_secs_f64(),
                 RELIST_THRESHOLD.as_secs_f64()
             )),
-            _ => Ok(()),
+            Some(_) => Ok(()),
         }
     }
 
@@ -422,7 +424,11 @@ mod tests {
         });
         let p = Pleg::new(cri, "n".into(), PodCache::default(), tx, Metrics::new());
         let t0 = Instant::now();
-        assert!(p.healthy(t0).is_ok(), "no relist due yet");
+        assert_eq!(
+            p.healthy(t0),
+            Err("pleg has yet to be successful".to_string()),
+            "no relist yet"
+        );
         *p.last_relist.lock().unwrap() = Some(t0);
         assert!(p.healthy(t0 + Duration::from_secs(179)).is_ok());
         let e = p.healthy(t0 + Duration::from_secs(200)).unwrap_err();

@@ -359,15 +359,61 @@ fn react(ev: &notify::Event, watched: &Path) -> Reaction {
     }
 }
 
+/// When the directory is listed next: every `period`, and [`SETTLE`] after an event that may
+/// be followed by more (the earliest such deadline wins). Times come from the caller's clock.
+#[derive(Debug, Clone, Copy)]
+pub struct ListSchedule {
+    period: Duration,
+    next_period: Instant,
+    settle_at: Option<Instant>,
+}
+
+impl ListSchedule {
+    /// A schedule whose first periodic listing is `period` after `now`.
+    pub fn new(now: Instant, period: Duration) -> Self {
+        Self {
+            period,
+            next_period: now + period,
+            settle_at: None,
+        }
+    }
+
+    /// An event that needs a listing once things settle, seen at `now`.
+    pub fn settle(&mut self, now: Instant) {
+        let due = now + SETTLE;
+        self.settle_at = Some(self.settle_at.map_or(due, |t| t.min(due)));
+    }
+
+    /// A listing happened at `now`: the next is a period later, and no settle is pending.
+    pub fn listed(&mut self, now: Instant) {
+        self.settle_at = None;
+        self.next_period = now + self.period;
+    }
+
+    /// True when a listing is due at `now`.
+    pub fn due(&self, now: Instant) -> bool {
+        self.settle_at.is_some_and(|t| t <= now) || self.next_period <= now
+    }
+
+    /// How long from `now` until the next listing is due.
+    pub fn wait(&self, now: Instant) -> Duration {
+        let next = self
+            .settle_at
+            .map_or(self.next_period, |t| t.min(self.next_period));
+        next.saturating_duration_since(now)
+    }
+}
+
 /// Runs the file source on the calling thread until `stop` fires: watches `dir`, re-lists on
-/// changes and every `period`, and feeds `config`. When the directory disappears the watch is
-/// dropped, the path is looked for every [`REWATCH_INTERVAL`], and it is watched and listed again
-/// once it is back.
+/// changes and as [`ListSchedule`] says, and feeds `config`. When the directory disappears the
+/// watch is dropped, the path is looked for every [`REWATCH_INTERVAL`], and it is watched and
+/// listed again once it is back. Time comes from `clock`.
 pub fn run(
     mut source: FileSource,
     period: Duration,
     config: Arc<std::sync::Mutex<PodConfig>>,
     stop: Receiver<()>,
+    clock: crate::clock::SharedClock,
 ) {
     let (ev_tx, ev_rx) = crossbeam_channel::unbounded::<notify::Result<notify::Event>>();
     let mut watcher = match notify::recommended_watcher(move |e| {
@@ -380,8 +426,7 @@ pub fn run(
         }
     };
     let mut watching = false;
-    let ticker = crossbeam_channel::tick(period);
-    let mut settle_at: Option<Instant> = None;
+    let mut schedule = ListSchedule::new(clock.now(), period);
     let mut relist = true;
     loop {
         if !watching {
@@ -399,17 +444,16 @@ pub fn run(
                 .unwrap_or_else(|e| e.into_inner())
                 .set(SOURCE, pods);
             relist = false;
-            settle_at = None;
+            schedule.listed(clock.now());
             watching &= !source.dir_missing();
         }
-        let mut wait = settle_at.map_or(period, |t| t.saturating_duration_since(Instant::now()));
+        let mut wait = schedule.wait(clock.now());
         if !watching && watcher.is_some() {
             // The path is missing: look for it again soon rather than at the next period.
             wait = wait.min(REWATCH_INTERVAL);
         }
         select! {
             recv(stop) -> _ => return,
-            recv(ticker) -> _ => relist = true,
             recv(ev_rx) -> ev => match ev {
                 Ok(Ok(ev)) => match react(&ev, &source.dir) {
                     Reaction::Rewatch => {
@@ -417,10 +461,7 @@ pub fn run(
                         relist = true;
                     }
                     Reaction::Relist => relist = true,
-                    Reaction::Settle => {
-                        let due = Instant::now() + SETTLE;
-                        settle_at = Some(settle_at.map_or(due, |t| t.min(due)));
-                    }
+                    Reaction::Settle => schedule.settle(clock.now()),
                     Reaction::Ignore => {}
                 },
                 Ok(Err(e)) => {
@@ -430,7 +471,7 @@ pub fn run(
                 }
                 Err(_) => return,
             },
-            default(wait) => relist = settle_at.is_some(),
+            recv(clock.after(wait)) -> _ => relist = schedule.due(clock.now()),
         }
     }
 }
@@ -618,6 +659,29 @@ mod tests {
         std::fs::remove_file(m.join("a.yaml")).unwrap();
         assert!(s.list().is_empty());
         assert!(new(&m).list().is_empty());
+    }
+
+    #[test]
+    fn listings_come_each_period_and_a_settle_after_an_event() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = ListSchedule::new(t0, Duration::from_secs(20));
+        assert!(!s.due(t0));
+        assert_eq!(s.wait(t0), Duration::from_secs(20));
+        // A temporary file appears: listed 200 ms later, not before.
+        s.settle(t0 + ms(1000));
+        assert_eq!(s.wait(t0 + ms(1000)), SETTLE);
+        // More events meanwhile do not push the listing back.
+        s.settle(t0 + ms(1100));
+        assert!(!s.due(t0 + ms(1199)));
+        assert!(s.due(t0 + ms(1200)));
+        s.listed(t0 + ms(1200));
+        assert!(!s.due(t0 + ms(1300)));
+        assert_eq!(s.wait(t0 + ms(1200)), Duration::from_secs(20));
+        assert!(
+            s.due(t0 + ms(21_200)),
+            "the period counts from the last listing"
+        );
     }
 
     #[test]

@@ -23,8 +23,7 @@ use crate::pod::{is_dns1123_subdomain, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANN
 /// Namespace UUID under which file pod UIDs are derived (a fixed random v4 UUID of nodelet's).
 const UID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6e0d_e1e7_5a1c_4f0e_9b52_7c1d_0f3a_9e41);
 
-/// Default `terminationGracePeriodSeconds` (API default), seconds.
-pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
+use crate::pod::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS;
 
 /// Decodes one manifest (YAML or JSON, a single `v1` `Pod`), validates it and applies the file-pod
 /// defaults. `file` names the manifest in errors and seeds the UID.

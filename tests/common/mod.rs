@@ -288,6 +288,30 @@ impl Nodelet {
         v["items"].as_array().cloned().unwrap_or_default()
     }
 
+    /// The value of the first `/metrics` sample whose line starts with `prefix` (a metric name,
+    /// with or without labels); 0 when absent.
+    pub fn metric(&self, prefix: &str) -> f64 {
+        self.get("/metrics")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until `n` more housekeeping passes (every 2 s) have run: a marker of the agent's
+    /// progress, used instead of a fixed sleep before checking that something did not happen.
+    pub fn wait_for_housekeeping(&self, n: u32) {
+        let count = || self.metric("kubelet_housekeeping_duration_seconds_count");
+        let target = count() + f64::from(n);
+        wait_until(
+            Duration::from_secs(5 + 4 * u64::from(n)),
+            &format!("{n} housekeeping passes"),
+            || count() >= target,
+        );
+    }
+
     /// The pod named `<name>-<node>` in `/pods`.
     pub fn pod(&self, name: &str) -> Option<serde_json::Value> {
         let full = format!("{name}-{}", self.node);
