@@ -9,7 +9,9 @@
 //!   same sandbox and container configs nodelet builds.
 //!
 //! Run: `cargo bench --bench pod_startup` (needs scripts/env/up.sh). `PODS=N` sets the number of
-//! samples per side (default 20).
+//! samples per side (default 20). `NODELET_BEFORE=/path/to/nodelet` adds a third side: an earlier
+//! build of nodelet, run as a second agent and interleaved with the other two, so that a change
+//! is measured as the ratio after/before in one run.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -134,26 +136,36 @@ fn main() {
         .block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), Arc::clone(&metrics)) });
     rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
 
-    let agent::Agent {
-        dir: _dir,
-        manifests,
-        logs,
-        node,
-        port: _,
-        cgroup_root,
-        mut child,
-    } = agent::start(&format!("bench{}", std::process::id()), "", Stdio::null());
+    let agents: Vec<(&str, agent::Agent)> = std::iter::once((
+        "nodelet",
+        agent::start(&format!("bench{}", std::process::id()), "", Stdio::null()),
+    ))
+    .chain(std::env::var("NODELET_BEFORE").ok().map(|bin| {
+        (
+            "nodelet (before)",
+            agent::start_binary(
+                std::path::Path::new(&bin),
+                &format!("before{}", std::process::id()),
+                "",
+                Stdio::null(),
+            ),
+        )
+    }))
+    .collect();
     // Baseline pods carry another node name, so nodelet's housekeeping leaves them alone.
     let direct_node = format!("direct{}", std::process::id());
     let mut settings = Settings::example();
-    settings.pod_logs_dir = logs.clone();
+    settings.pod_logs_dir = agents[0].1.logs.clone();
     settings.node_name = direct_node.clone();
+    let cgroup_root = agents[0].1.cgroup_root.clone();
 
-    let (mut direct, mut via) = (Vec::new(), Vec::new());
+    let sides = 1 + agents.len();
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); sides];
     let mut sandboxes = Vec::new();
     for i in 0..n {
-        // Alternate which side goes first so that neither always follows an idle gap.
-        for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
+        // Rotate which side goes first so that none always follows an idle gap.
+        for k in 0..sides {
+            let side = (i + k) % sides;
             if side == 0 {
                 let (lat, sb) = rt.block_on(baseline_pod(
                     &cri,
@@ -162,17 +174,18 @@ fn main() {
                     &format!("d{i}"),
                     &direct_node,
                 ));
-                direct.push(lat as f64 / 1e6);
+                samples[0].push(lat as f64 / 1e6);
                 sandboxes.push(sb);
             } else {
+                let a = &agents[side - 1].1;
                 let name = format!("n{i}");
-                let tmp = manifests.join(format!(".{name}.tmp"));
+                let tmp = a.manifests.join(format!(".{name}.tmp"));
                 std::fs::write(&tmp, manifest(&name)).unwrap();
                 let t0 = now_ns();
-                std::fs::rename(&tmp, manifests.join(format!("{name}.yaml"))).unwrap();
+                std::fs::rename(&tmp, a.manifests.join(format!("{name}.yaml"))).unwrap();
                 let uid = nodelet::source::manifest::static_pod_uid(
-                    &manifests.join(format!("{name}.yaml")),
-                    &node,
+                    &a.manifests.join(format!("{name}.yaml")),
+                    &a.node,
                     "default",
                     &name,
                 );
@@ -181,59 +194,72 @@ fn main() {
                     &uid,
                     Instant::now() + Duration::from_secs(30),
                 ));
-                via.push((started - t0) as f64 / 1e6);
+                samples[side].push((started - t0) as f64 / 1e6);
             }
         }
     }
-    let (d50, d90) = (
-        percentile(&mut direct.clone(), 0.5),
-        percentile(&mut direct.clone(), 0.9),
-    );
-    let (n50, n90) = (
-        percentile(&mut via.clone(), 0.5),
-        percentile(&mut via.clone(), 0.9),
-    );
-    let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        .unwrap_or_default();
+    let p = |v: &[f64], q: f64| percentile(&mut v.to_vec(), q);
+    let (d50, d90) = (p(&samples[0], 0.5), p(&samples[0], 0.9));
     println!("pod start-up, manifest written -> container RUNNING (startedAt), {n} pods per side, interleaved:");
     println!("  direct CRI calls (baseline): median {d50:.1} ms, p90 {d90:.1} ms");
-    println!("  nodelet:                     median {n50:.1} ms, p90 {n90:.1} ms");
-    println!(
-        "  ratio nodelet/baseline:      median {:.2}, p90 {:.2}",
-        n50 / d50,
-        n90 / d90
-    );
-    println!("  nodelet RSS with {n} pods: {rss_kb} kB");
+    for (k, (label, a)) in agents.iter().enumerate() {
+        let v = &samples[k + 1];
+        let (m50, m90) = (p(v, 0.5), p(v, 0.9));
+        let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", a.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+            .unwrap_or_default();
+        println!("  {label:<27}: median {m50:.1} ms, p90 {m90:.1} ms; ratio to baseline median {:.2}, p90 {:.2}; RSS with {n} pods {rss_kb} kB", m50 / d50, m90 / d90);
+    }
+    if agents.len() == 2 {
+        let (after, before) = (p(&samples[1], 0.5), p(&samples[2], 0.5));
+        println!(
+            "  nodelet after/before:        median {:.3} (ratios to baseline {:.3} / {:.3})",
+            after / before,
+            after / d50,
+            before / d50
+        );
+    }
 
     // Clean up: nodelet's pods by removing the manifests, the baseline's directly.
-    for e in std::fs::read_dir(&manifests).unwrap().flatten() {
-        let _ = std::fs::remove_file(e.path());
-    }
     let sel = |n: &str| -> HashMap<String, String> {
         [(labels::NODE_NAME.to_string(), n.to_string())].into()
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !rt
-        .block_on(cri.list_pod_sandbox(sel(&node)))
-        .unwrap()
-        .is_empty()
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(100));
+    for (_, a) in &agents {
+        for e in std::fs::read_dir(&a.manifests).unwrap().flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    for s in [sel(&node), sel(&direct_node)]
-        .into_iter()
-        .flat_map(|l| rt.block_on(cri.list_pod_sandbox(l)).unwrap())
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (_, a) in &agents {
+        while !rt
+            .block_on(cri.list_pod_sandbox(sel(&a.node)))
+            .unwrap()
+            .is_empty()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let mut nodes = vec![direct_node.clone()];
+    let mut roots = Vec::new();
+    for (_, mut a) in agents {
+        let _ = a.child.kill();
+        let _ = a.child.wait();
+        nodes.push(a.node.clone());
+        roots.push(a.cgroup_root.clone());
+    }
+    for s in nodes
+        .iter()
+        .flat_map(|n| rt.block_on(cri.list_pod_sandbox(sel(n))).unwrap())
     {
         let _ = rt.block_on(cri.stop_pod_sandbox(&s.id));
         let _ = rt.block_on(cri.remove_pod_sandbox(&s.id));
     }
+    for root in roots {
+        let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &root);
+    }
     assert_eq!(sandboxes.len(), n);
-    let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &cgroup_root);
 }

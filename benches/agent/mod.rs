@@ -29,8 +29,18 @@ pub struct Agent {
 }
 
 /// Starts nodelet as `node` with the base configuration plus `extra` lines, its stderr going to
-/// `stderr`, and waits for `/healthz`.
+/// `stderr`, and waits for `/healthz` to answer.
 pub fn start(node: &str, extra: &str, stderr: Stdio) -> Agent {
+    start_binary(
+        std::path::Path::new(env!("CARGO_BIN_EXE_nodelet")),
+        node,
+        extra,
+        stderr,
+    )
+}
+
+/// [`start`] with another nodelet binary (an earlier build, to compare two in one run).
+pub fn start_binary(bin: &std::path::Path, node: &str, extra: &str, stderr: Stdio) -> Agent {
     assert!(
         std::path::Path::new(SOCKET).exists(),
         "run scripts/env/up.sh first"
@@ -64,7 +74,7 @@ pub fn start(node: &str, extra: &str, stderr: Stdio) -> Agent {
     for m in nodelet::cm::cgroup_mounts() {
         std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
     }
-    let child = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+    let child = Command::new(bin)
         .args([
             "--config",
             cfg.to_str().unwrap(),
