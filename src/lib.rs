@@ -16,8 +16,8 @@
 //!   ranking, one pod per pass, node pressure conditions and admission.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
-//! - [`agent`]: wiring; [`node`]: node facts; [`pod`]: pod identity; [`hash`], [`quantity`]:
-//!   shared helpers.
+//! - [`agent`]: wiring; [`node`]: node facts; [`pod`]: pod identity; [`hash`], [`quantity`],
+//!   [`duration`] (Go-style durations of the configuration): shared helpers.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -26,6 +26,7 @@ pub mod agent;
 pub mod cm;
 pub mod config;
 pub mod cri;
+pub mod duration;
 pub mod events;
 pub mod eviction;
 pub mod gc;

@@ -155,7 +155,7 @@ pub fn parse_thresholds(
             reason: format!("a soft threshold needs an evictionSoftGracePeriod for {signal}"),
         })?;
         let grace_period =
-            crate::config::parse_go_duration(grace).map_err(|reason| ThresholdError {
+            crate::duration::parse_go_duration(grace).map_err(|reason| ThresholdError {
                 field: "evictionSoftGracePeriod",
                 signal: signal.clone(),
                 value: grace.clone(),
