@@ -259,7 +259,9 @@ impl EvictionNode for AgentNode {
                 };
                 let Some(capacity) = capacity else { continue };
                 let inactive = signals::inactive_file(&cgroup).unwrap_or(0);
-                let bytes = capacity - t.value.amount(capacity) + inactive;
+                let bytes = capacity
+                    .saturating_sub(t.value.amount(capacity))
+                    .saturating_add(inactive);
                 if bytes <= 0 {
                     continue;
                 }
