@@ -34,7 +34,7 @@ use crate::podworkers::{PodSyncer, Requeue};
 use crate::status::generate::{generate_pod_status, StartErrors};
 use crate::status::StatusManager;
 use actions::{compute_pod_actions, PodActions, ToStart};
-use backoff::Backoff;
+use backoff::{Backoff, BackoffPolicy};
 use runtime_status::{get_pod_status, ContainerState, RuntimePodStatus};
 use sandbox::ResolvConf;
 use std::time::Duration;
@@ -67,10 +67,10 @@ pub struct Settings {
     pub cgroup_policy: CgroupPolicy,
     /// Node memory capacity, bytes (Burstable oom_score_adj).
     pub memory_capacity: i64,
-    /// Container restart back-off: (initial, max).
-    pub crash_backoff: (Duration, Duration),
-    /// Image pull back-off: (initial, max).
-    pub pull_backoff: (Duration, Duration),
+    /// Container restart back-off (`crashLoopBackOff`).
+    pub crash_backoff: BackoffPolicy,
+    /// Image pull back-off (`imagePullBackOff`).
+    pub pull_backoff: BackoffPolicy,
 }
 
 impl Settings {
@@ -92,8 +92,8 @@ impl Settings {
             root_dir: "/var/lib/nodelet".into(),
             cgroup_policy: CgroupPolicy::default(),
             memory_capacity: 8 << 30,
-            crash_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
-            pull_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
+            crash_backoff: BackoffPolicy::KUBELET,
+            pull_backoff: BackoffPolicy::KUBELET,
         }
     }
 }
@@ -166,13 +166,7 @@ impl KubeRuntimeManager {
         metrics: Arc<Metrics>,
         cache: PodCache,
     ) -> Self {
-        let (ci, cm_) = settings.crash_backoff;
-        let (pi, pm) = settings.pull_backoff;
-        // Validated with the configuration; fall back to kubelet's values if not.
-        let kubelet = || {
-            Backoff::try_new(Duration::from_secs(10), Duration::from_secs(300))
-                .expect("10s <= 300s")
-        };
+        let (crash, pull) = (settings.crash_backoff, settings.pull_backoff);
         Self {
             cri,
             settings,
@@ -183,8 +177,8 @@ impl KubeRuntimeManager {
             start_errors: Mutex::new(HashMap::new()),
             cache,
             last_sync: Mutex::new(HashMap::new()),
-            crash_backoff: Backoff::try_new(ci, cm_).unwrap_or_else(|_| kubelet()),
-            pull_backoff: Backoff::try_new(pi, pm).unwrap_or_else(|_| kubelet()),
+            crash_backoff: Backoff::new(crash),
+            pull_backoff: Backoff::new(pull),
             started: Mutex::new(std::collections::HashSet::new()),
             agent_start_ns: backoff::now_ns(),
             evicted: Default::default(),
