@@ -13,8 +13,8 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 use crate::cm::cgroupfs::{Cgroupfs, Hierarchies};
-use crate::cm::{detect_capacity, CmError, ContainerManager, NodeConfig};
-use crate::config::KubeletConfiguration;
+use crate::cm::{detect_capacity, CmError, ContainerManager};
+use crate::config::Config;
 use crate::container::cache::PodCache;
 use crate::cri::{Cri, ImageService, RuntimeService};
 use crate::events::Recorder;
@@ -60,9 +60,6 @@ pub enum AgentError {
     /// The container manager could not set up the cgroup tree (e.g. `cgroupRoot` is missing).
     #[error("container manager: {0}")]
     ContainerManager(#[from] CmError),
-    /// A back-off in the configuration is out of range.
-    #[error("back-off: {0}")]
-    Backoff(#[from] crate::kuberuntime::backoff::BackoffError),
     /// The healthz listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -73,48 +70,47 @@ pub enum AgentError {
     },
 }
 
-/// Runs the agent until SIGTERM or SIGINT.
+/// Runs the agent until SIGTERM or SIGINT, with the typed configuration (validated at load;
+/// nothing here re-reads the file's strings).
 ///
 /// Errors: [`AgentError`] for anything that prevents start-up; once running, runtime failures
 /// are logged and retried, never fatal.
-pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError> {
+pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let node_name =
         crate::node::node_name(flags.hostname_override.as_deref()).map_err(AgentError::NodeName)?;
     let node_ip = flags.node_ip.unwrap_or_else(crate::node::node_ip);
-    for dir in [flags.root_dir.clone(), PathBuf::from(&config.pod_logs_dir)] {
+    for dir in [flags.root_dir.clone(), config.pod_logs_dir.clone()] {
         std::fs::create_dir_all(&dir).map_err(|source| AgentError::Dir {
             path: dir.clone(),
             source,
         })?;
     }
-    let node_config = NodeConfig::from_config(&config, detect_capacity());
+    let node_config = config.node_config(detect_capacity());
     let metrics = Metrics::new();
-    let resolv = std::fs::read_to_string(&config.resolv_conf).map(|t| parse_resolv_conf(&t)).unwrap_or_else(|e| {
-        warn!(path = %config.resolv_conf, error = %e, "cannot read resolvConf; pods get no host DNS");
-        Default::default()
-    });
+    let resolv = match &config.resolv_conf {
+        // An empty resolvConf means no host resolver for pods, as in kubelet.
+        None => Default::default(),
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => parse_resolv_conf(&text),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "cannot read resolvConf; pods get no host DNS");
+                Default::default()
+            }
+        },
+    };
     let settings = Settings {
         node_name: node_name.clone(),
         hostname: crate::node::hostname(&node_name),
         node_ip: node_ip.to_string(),
-        pod_logs_dir: PathBuf::from(&config.pod_logs_dir),
+        pod_logs_dir: config.pod_logs_dir.clone(),
         resolv_conf: resolv,
-        cluster_dns: config.cluster_dns.clone(),
-        cluster_domain: config.cluster_domain.trim_end_matches('.').to_owned(),
+        cluster_dns: config.cluster_dns.iter().map(ToString::to_string).collect(),
+        cluster_domain: config.cluster_domain.clone(),
         root_dir: flags.root_dir.clone(),
         cgroup_policy: node_config.policy,
         memory_capacity: node_config.capacity.memory,
-        crash_backoff: (
-            config
-                .crash_loop_back_off
-                .initial_container_restart_period
-                .0,
-            config.crash_loop_back_off.max_container_restart_period.0,
-        ),
-        pull_backoff: (
-            config.image_pull_back_off.initial_period.0,
-            config.image_pull_back_off.max_period.0,
-        ),
+        crash_backoff: config.crash_loop_back_off,
+        pull_backoff: config.image_pull_back_off,
     };
     let cm = Arc::new(
         ContainerManager::new(Arc::new(Cgroupfs::new(Hierarchies::current())), node_config)
@@ -137,9 +133,9 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         crate::status::failed::FailedPods::persistent(flags.root_dir.join("evicted-pods.json"));
     let cri = rt.block_on(async {
         Cri::new(
-            &config.runtime_socket(),
-            &config.image_socket(),
-            config.runtime_request_timeout.0,
+            &config.runtime_socket,
+            &config.image_socket,
+            config.runtime_request_timeout,
             metrics.clone(),
         )
     });
@@ -147,12 +143,10 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
     // Serve health and pods before the runtime answers, so operators can see the agent waiting.
     // The healthz listener, and the read-only port when configured; both serve every endpoint.
-    let listeners = [
-        (config.healthz_bind_address.as_str(), config.healthz_port),
-        (config.address.as_str(), config.read_only_port),
-    ];
-    for (ip, port) in listeners.into_iter().filter(|(_, port)| *port != 0) {
-        let addr = SocketAddr::new(ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])), port);
+    for addr in [config.healthz_address, config.read_only_address]
+        .into_iter()
+        .flatten()
+    {
         let state = crate::server::ServerState {
             status: status.clone(),
             metrics: metrics.clone(),
@@ -188,21 +182,16 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     );
     let _ = pleg_slot.set(pleg.clone());
     rt.spawn(crate::pleg::events::run(
-        config.runtime_socket(),
+        config.runtime_socket.clone(),
         pleg.clone(),
     ));
     rt.spawn(pleg.run());
     // Container log rotation (containerLogMaxSize / containerLogMaxFiles).
-    let log_policy = crate::kuberuntime::logs::LogPolicy {
-        max_size: crate::quantity::parse_value(&config.container_log_max_size)
-            .map_or(10 << 20, |v| v as u64),
-        max_files: config.container_log_max_files as usize,
-    };
     rt.spawn(crate::kuberuntime::logs::run(
         cri.clone(),
         node_name.clone(),
-        log_policy,
-        config.container_log_monitor_interval.0,
+        config.container_log,
+        config.container_log_monitor_interval,
     ));
 
     // imagefs: the filesystem CRI names for images, when the runtime says.
@@ -223,7 +212,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
             failed: failed.clone(),
             clock: crate::clock::system(),
         },
-    )?);
+    ));
     // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
     // periodic QoS update).
     let qos_cm = cm.clone();
@@ -238,7 +227,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     });
     let queue = WorkQueue::default();
     let periods = Periods {
-        resync: config.sync_frequency.0,
+        resync: config.sync_frequency,
         backoff: Duration::from_secs(10),
     };
     let workers = PodWorkers::new(manager.clone(), queue.clone(), periods, rt.handle().clone());
@@ -248,13 +237,13 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     let pod_config = Arc::new(Mutex::new(PodConfig::new(config_tx)));
     let mut threads = Vec::new();
-    if !config.static_pod_path.is_empty() {
+    if let Some(static_pod_path) = &config.static_pod_path {
         pod_config
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .register(crate::source::file::SOURCE);
         let src = FileSource::new(
-            PathBuf::from(&config.static_pod_path),
+            static_pod_path.clone(),
             node_name.clone(),
             recorder.clone(),
             metrics.clone(),
@@ -262,7 +251,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         );
         let (pc, period, stop) = (
             pod_config.clone(),
-            config.file_check_frequency.0,
+            config.file_check_frequency,
             stop_rx.clone(),
         );
         threads.push(spawn_thread("file-source", move || {
@@ -298,7 +287,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
                 proc_root: PathBuf::from("/proc"),
                 nodefs: flags.root_dir.clone(),
                 imagefs,
-                pod_logs_dir: PathBuf::from(&config.pod_logs_dir),
+                pod_logs_dir: config.pod_logs_dir.clone(),
             },
             status: status.clone(),
             failed: failed.clone(),
@@ -315,7 +304,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         failed,
         recorder: recorder.clone(),
         metrics: metrics.clone(),
-        static_pods_are_critical: config.static_pods_are_critical,
+        static_pods_are_critical: config.eviction.static_pods_are_critical,
     };
     let mut sync_loop = SyncLoop::new(
         workers,
@@ -323,7 +312,7 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
         sources_ready.clone(),
         housekeeper,
         recorder,
-        config.max_pods as usize,
+        config.max_pods,
     )
     .with_admission(admission, status)
     .with_adopted(adopted);
@@ -350,15 +339,13 @@ pub fn run(config: KubeletConfiguration, flags: Flags) -> Result<(), AgentError>
 /// Starts the eviction manager on a thread of its own, with the kernel memory threshold notifier
 /// (its own thread, waiting in epoll) when `kernelMemcgNotification` is on.
 fn start_eviction_manager(
-    config: &KubeletConfiguration,
+    config: &Config,
     mut node: crate::eviction::provider::AgentNode<KubeRuntimeManager>,
     pressure: crate::eviction::NodePressure,
     metrics: Arc<Metrics>,
     stop: crossbeam_channel::Receiver<()>,
 ) -> std::thread::JoinHandle<()> {
-    use crate::eviction::manager::{Manager, Settings};
-    // Validated with the configuration.
-    let thresholds = config.eviction_thresholds().unwrap_or_default();
+    use crate::eviction::manager::Manager;
     let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
     if config.kernel_memcg_notification {
         match crate::eviction::notifier::MemcgNotifier::new() {
@@ -371,13 +358,7 @@ fn start_eviction_manager(
             }
         }
     }
-    let settings = Settings {
-        thresholds,
-        transition: config.eviction_pressure_transition_period.0,
-        monitoring_period: config.eviction_monitoring_period.0,
-        max_pod_grace_seconds: i64::from(config.eviction_max_pod_grace_period),
-        static_pods_are_critical: config.static_pods_are_critical,
-    };
+    let settings = config.eviction.clone();
     info!(
         thresholds = ?settings.thresholds.iter().map(|t| t.signal.as_str()).collect::<Vec<_>>(),
         notifications = node.notifier.is_some(),

@@ -17,8 +17,9 @@
 //!   ranking, one pod per pass, node pressure conditions and admission.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
-//! - [`agent`]: wiring; [`node`]: node facts; [`clock`]: injected time; [`pod`]: pod identity; [`hash`], [`quantity`]:
-//!   shared helpers.
+//! - [`agent`]: wiring; [`node`]: node facts; [`clock`]: injected time; [`pod`]: pod identity;
+//!   [`hash`], [`quantity`], [`duration`] (Go-style durations of the configuration): shared
+//!   helpers.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -29,6 +30,7 @@ pub mod cm;
 pub mod config;
 pub mod container;
 pub mod cri;
+pub mod duration;
 pub mod events;
 pub mod eviction;
 pub mod gc;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use nodelet::config::KubeletConfiguration;
+use nodelet::config::{Config, KubeletConfiguration};
 
 /// nodelet: a small, fast node agent modeled on the Kubernetes kubelet.
 #[derive(Parser, Debug)]
@@ -71,7 +71,7 @@ enum Command {
 }
 
 fn plan(
-    config: &KubeletConfiguration,
+    config: &Config,
     node: Option<&str>,
     memory: Option<String>,
     cpu: Option<String>,
@@ -84,28 +84,17 @@ fn plan(
             return ExitCode::from(2);
         }
     };
-    let mut capacity = nodelet::cm::detect_capacity();
-    for (flag, value, milli) in [("--node-memory", memory, false), ("--node-cpu", cpu, true)] {
-        let Some(v) = value else { continue };
-        let parsed = if milli {
-            nodelet::quantity::parse_milli(&v)
-        } else {
-            nodelet::quantity::parse_value(&v)
-        };
-        match parsed {
-            Ok(q) if q > 0 => {
-                if milli {
-                    capacity.cpu_milli = q as i64;
-                } else {
-                    capacity.memory = q as i64;
-                }
-            }
-            _ => {
-                eprintln!("nodelet: {flag} {v:?} is not a positive quantity");
-                return ExitCode::from(2);
-            }
+    let capacity = match nodelet::plan::capacity_from_flags(
+        nodelet::cm::detect_capacity(),
+        memory.as_deref(),
+        cpu.as_deref(),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nodelet: {e}");
+            return ExitCode::from(2);
         }
-    }
+    };
     let (yaml, errors) = nodelet::plan::plan(config, &node, capacity, manifests);
     print!("{yaml}");
     for e in &errors {
@@ -162,7 +151,7 @@ fn main() -> ExitCode {
         tracing::warn!(fields = ?loaded.unknown_fields, file = %config_path.display(), "configuration fields not supported by nodelet are ignored");
     }
     if let Some(Command::CheckConfig) = cli.command {
-        match serde_yaml::to_string(&loaded.config) {
+        match serde_yaml::to_string(&loaded.file) {
             Ok(y) => {
                 print!("{y}");
                 return ExitCode::SUCCESS;

@@ -8,11 +8,12 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cm::resources::{pod_resource_config, NodeResources, ResourceConfig};
-use crate::cm::{ContainerManager, NodeConfig};
-use crate::config::KubeletConfiguration;
+use crate::cm::ContainerManager;
+use crate::config::Config;
 use crate::kuberuntime::container::linux_resources;
 use crate::kuberuntime::Settings;
 use crate::qos::pod_qos_class;
+use crate::quantity::{parse_amount, Scale};
 use crate::source::manifest::decode_static_pod;
 
 #[derive(Serialize)]
@@ -75,15 +76,61 @@ struct ContainerPlan {
     hugepage_limits: Vec<String>,
 }
 
+/// A `--node-memory` or `--node-cpu` value that cannot be a capacity (a positive quantity that
+/// fits in an `i64` of bytes or millicores).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} {value:?}: {reason}")]
+pub struct CapacityFlagError {
+    /// The flag, `--node-memory` or `--node-cpu`.
+    pub flag: &'static str,
+    /// The value given.
+    pub value: String,
+    /// Why it cannot be used.
+    pub reason: String,
+}
+
+/// The node capacity to plan for: `detected` with `--node-memory` (bytes) and `--node-cpu`
+/// (millicores) replacing its memory and cpu when given.
+///
+/// Errors: [`CapacityFlagError`] naming the flag when a value is not a quantity, is not
+/// positive, or does not fit in an `i64` of its unit (`--node-cpu 1e17` is 1e20 millicores).
+pub fn capacity_from_flags(
+    detected: NodeResources,
+    memory: Option<&str>,
+    cpu: Option<&str>,
+) -> Result<NodeResources, CapacityFlagError> {
+    let mut capacity = detected;
+    for (flag, value, scale) in [
+        ("--node-memory", memory, Scale::Whole),
+        ("--node-cpu", cpu, Scale::Milli),
+    ] {
+        let Some(value) = value else { continue };
+        let err = |reason: String| CapacityFlagError {
+            flag,
+            value: value.to_owned(),
+            reason,
+        };
+        let amount = parse_amount(value, scale).map_err(|e| err(e.to_string()))?;
+        if amount == 0 {
+            return Err(err("must be more than 0".into()));
+        }
+        match scale {
+            Scale::Milli => capacity.cpu_milli = amount,
+            Scale::Whole => capacity.memory = amount,
+        }
+    }
+    Ok(capacity)
+}
+
 /// The plan for `manifests` on node `node_name` with `capacity`, as YAML, and the errors of the
 /// manifests that were refused (one message each, as the agent reports them).
 pub fn plan(
-    config: &KubeletConfiguration,
+    config: &Config,
     node_name: &str,
     capacity: NodeResources,
     manifests: &[PathBuf],
 ) -> (String, Vec<String>) {
-    let node = NodeConfig::from_config(config, capacity);
+    let node = config.node_config(capacity);
     let layout = node.layout.clone();
     let policy = node.policy;
     // The manager computes values only; its cgroup writer is never called here.
@@ -188,7 +235,10 @@ mod tests {
             memory: 4 << 30,
             pids: 0,
         };
-        let (yaml, errors) = plan(&KubeletConfiguration::default(), "n1", cap, &[m, bad]);
+        let config = crate::config::KubeletConfiguration::default()
+            .to_config(std::path::Path::new("default"))
+            .unwrap();
+        let (yaml, errors) = plan(&config, "n1", cap, &[m, bad]);
         let v: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
         let pod = &v["pods"][0];
         assert_eq!(pod["name"].as_str(), Some("web-n1"));
@@ -206,5 +256,41 @@ mod tests {
             "{}",
             errors[0]
         );
+    }
+
+    #[test]
+    fn capacity_flags_must_be_positive_and_fit() {
+        let detected = NodeResources {
+            cpu_milli: 2000,
+            memory: 1 << 30,
+            pids: 100,
+        };
+        let got = capacity_from_flags(detected, Some("16Gi"), Some("3500m")).unwrap();
+        assert_eq!(
+            got,
+            NodeResources {
+                cpu_milli: 3500,
+                memory: 16 << 30,
+                pids: 100
+            }
+        );
+        assert_eq!(capacity_from_flags(detected, None, None), Ok(detected));
+        for (memory, cpu, flag, reason) in [
+            (
+                None,
+                Some("1e17"),
+                "--node-cpu",
+                "at most 9223372036854775807m",
+            ),
+            (None, Some("9223372036854776"), "--node-cpu", "at most"),
+            (None, Some("0"), "--node-cpu", "more than 0"),
+            (None, Some("-2"), "--node-cpu", "negative"),
+            (Some("8Ei"), None, "--node-memory", "too large"),
+            (Some("lots"), None, "--node-memory", "does not parse"),
+        ] {
+            let e = capacity_from_flags(detected, memory, cpu).unwrap_err();
+            assert_eq!(e.flag, flag, "{e}");
+            assert!(e.to_string().contains(reason), "{e}");
+        }
     }
 }

@@ -106,6 +106,51 @@ pub fn parse_value(text: &str) -> Result<i128, QuantityError> {
     parse_milli(text).map(|m| (m + 999).div_euclid(1000))
 }
 
+/// The unit an amount is kept in by [`parse_amount`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// Milli-units: cpu in millicores (`"250m"` → 250, `"2"` → 2000).
+    Milli,
+    /// Whole units, rounded up: bytes, counts (`"128Mi"` → 134217728).
+    Whole,
+}
+
+/// A quantity that is not a usable amount (see [`parse_amount`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AmountError {
+    /// The text is not a quantity.
+    #[error(transparent)]
+    Parse(#[from] QuantityError),
+    /// The quantity is below zero.
+    #[error("must not be negative")]
+    Negative,
+    /// The quantity does not fit in a signed 64-bit integer of its unit; the largest accepted
+    /// value is given as a quantity (`9223372036854775807m` for cpu).
+    #[error("too large: at most {0} (the largest signed 64-bit integer of its unit)")]
+    TooLarge(String),
+}
+
+/// Parses a non-negative quantity into an `i64` of `scale` units: cpu as millicores (at most
+/// `9223372036854775807m`, about 9.2e15 cpus, so `"1e16"` cpus is refused), memory as bytes,
+/// pids as counts (at most `9223372036854775807`).
+///
+/// Errors: [`AmountError`] when the text is not a quantity, is negative or does not fit.
+pub fn parse_amount(text: &str, scale: Scale) -> Result<i64, AmountError> {
+    let v = match scale {
+        Scale::Milli => parse_milli(text)?,
+        Scale::Whole => parse_value(text)?,
+    };
+    if v < 0 {
+        return Err(AmountError::Negative);
+    }
+    i64::try_from(v).map_err(|_| {
+        AmountError::TooLarge(match scale {
+            Scale::Milli => format!("{}m", i64::MAX),
+            Scale::Whole => i64::MAX.to_string(),
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +193,36 @@ mod tests {
             "9223372036854775808",
         ] {
             assert!(parse_milli(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn amounts_are_non_negative_and_fit_in_an_i64() {
+        use Scale::{Milli, Whole};
+        let too_large = |s: &str| Err(AmountError::TooLarge(s.into()));
+        for (text, scale, want) in [
+            ("250m", Milli, Ok(250)),
+            ("2", Milli, Ok(2000)),
+            ("9223372036854775807m", Milli, Ok(i64::MAX)),
+            (
+                "9223372036854775808m",
+                Milli,
+                too_large("9223372036854775807m"),
+            ),
+            ("1e16", Milli, too_large("9223372036854775807m")),
+            ("-1", Milli, Err(AmountError::Negative)),
+            ("7Ei", Whole, Ok(7 << 60)),
+            ("1e16", Whole, Ok(10_000_000_000_000_000)),
+            ("9223372036854775807", Whole, Ok(i64::MAX)),
+            ("0", Whole, Ok(0)),
+        ] {
+            assert_eq!(parse_amount(text, scale), want, "{text}");
+        }
+        for bad in ["8Ei", "lots", ""] {
+            assert!(
+                matches!(parse_amount(bad, Whole), Err(AmountError::Parse(_))),
+                "{bad}"
+            );
         }
     }
 }

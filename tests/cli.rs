@@ -222,3 +222,103 @@ fn plan_prints_what_nodelet_would_do_and_refuses_bad_manifests() {
         "{stderr}"
     );
 }
+
+/// Runs `nodelet [subcommand] --config <file with HEAD + config>` plus `extra` arguments.
+fn run_command(subcommand: &[&str], config: &str, extra: &[&str]) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, format!("{HEAD}{config}")).unwrap();
+    let manifest = dir.path().join("p.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: busybox}]}\n",
+    )
+    .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .arg("--root-dir")
+        .arg(dir.path().join("root"))
+        .args(subcommand)
+        .args(["--config", path.to_str().unwrap()])
+        .args(["--hostname-override", "n1"])
+        .args(extra)
+        .args(if subcommand == ["plan"] {
+            vec![manifest.to_str().unwrap().to_owned()]
+        } else {
+            vec![]
+        })
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn reservations_that_overflow_exit_2_on_run_check_config_and_plan() {
+    for (config, field, value) in [
+        (
+            "kubeReserved: {cpu: \"1e16\"}\n",
+            "kubeReserved",
+            "cpu=1e16",
+        ),
+        (
+            "systemReserved: {memory: 7Ei}\nkubeReserved: {memory: 7Ei}\n",
+            "systemReserved + kubeReserved",
+            "memory=7Ei + memory=7Ei",
+        ),
+    ] {
+        for subcommand in [&[][..], &["check-config"], &["plan"]] {
+            let out = run_command(subcommand, config, &[]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{subcommand:?} {config}: {stderr}"
+            );
+            assert!(
+                stderr.contains(&format!("for field {field}:")) && stderr.contains(value),
+                "{subcommand:?} {config}: {stderr}"
+            );
+            assert!(out.stdout.is_empty(), "{subcommand:?}: nothing printed");
+        }
+    }
+}
+
+#[test]
+fn plan_refuses_capacities_that_do_not_fit_naming_the_flag() {
+    for (flag, value, reason) in [
+        ("--node-cpu", "1e17", "at most 9223372036854775807m"),
+        ("--node-memory", "8Ei", "too large"),
+        ("--node-memory", "1e19", "too large"),
+    ] {
+        let out = run_command(&["plan"], "", &[flag, value]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(value) && stderr.contains(reason),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn check_config_prints_the_file_in_kubelets_spelling() {
+    let out = run_command(
+        &["check-config"],
+        "kubeReserved: {cpu: 500m}\nevictionHard: {memory.available: 200Mi}\n",
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kubeReserved"]["cpu"].as_str(), Some("500m"));
+    assert_eq!(
+        v["evictionHard"]["memory.available"].as_str(),
+        Some("200Mi")
+    );
+    assert_eq!(v["syncFrequency"].as_str(), Some("1m0s"));
+    assert_eq!(v["containerLogMaxSize"].as_str(), Some("10Mi"));
+    assert_eq!(v["cgroupsPerQOS"].as_bool(), Some(true));
+}

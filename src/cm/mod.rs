@@ -135,7 +135,8 @@ pub fn detect_capacity() -> NodeResources {
     }
 }
 
-/// Node-level settings of the container manager.
+/// Node-level settings of the container manager, built from the typed configuration
+/// (`Config::node_config`); this module does not read the configuration file.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     /// Names.
@@ -144,40 +145,14 @@ pub struct NodeConfig {
     pub policy: CgroupPolicy,
     /// Node capacity.
     pub capacity: NodeResources,
-    /// `systemReserved`.
+    /// `systemReserved` (millicores, bytes, pids).
     pub system_reserved: NodeResources,
-    /// `kubeReserved`.
+    /// `kubeReserved` (millicores, bytes, pids).
     pub kube_reserved: NodeResources,
     /// `enforceNodeAllocatable` contains `pods`.
     pub enforce_pods: bool,
     /// `qosReserved.memory` percent.
     pub qos_reserved_memory: Option<i64>,
-}
-
-impl NodeConfig {
-    /// The container manager's settings from the configuration file and the node's capacity.
-    pub fn from_config(c: &crate::config::KubeletConfiguration, capacity: NodeResources) -> Self {
-        Self {
-            layout: CgroupLayout {
-                root: c.cgroup_root.clone(),
-                per_qos: c.cgroups_per_qos,
-                systemd: c.cgroup_driver == "systemd",
-            },
-            policy: CgroupPolicy {
-                cpu_cfs_quota: c.cpu_cfs_quota,
-                cpu_cfs_period_us: c.cpu_cfs_quota_period.0.as_micros() as u64,
-                pod_pids_limit: c.pod_pids_limit,
-            },
-            capacity,
-            system_reserved: crate::config::reserved_resources(&c.system_reserved),
-            kube_reserved: crate::config::reserved_resources(&c.kube_reserved),
-            enforce_pods: c.enforce_node_allocatable.iter().any(|e| e == "pods"),
-            qos_reserved_memory: c
-                .qos_reserved
-                .get("memory")
-                .and_then(|p| crate::config::parse_percent(p)),
-        }
-    }
 }
 
 /// The container manager: one per agent.
@@ -273,7 +248,9 @@ impl ContainerManager {
         self.update_qos()
     }
 
-    /// Refuses reservations above capacity (kubelet's `validateNodeAllocatable`).
+    /// Refuses reservations above capacity (kubelet's `validateNodeAllocatable`). A sum of
+    /// reservations beyond `i64` counts as `i64::MAX`, above any capacity (the configuration
+    /// refuses such sums before this).
     ///
     /// Errors: [`CmError::OverReserved`] naming the resource.
     pub fn validate_reservations(&self) -> Result<(), CmError> {
@@ -283,9 +260,9 @@ impl ContainerManager {
             self.cfg.kube_reserved,
         );
         for (resource, cap, reserved) in [
-            ("cpu", c.cpu_milli, s.cpu_milli + k.cpu_milli),
-            ("memory", c.memory, s.memory + k.memory),
-            ("pid", c.pids, s.pids + k.pids),
+            ("cpu", c.cpu_milli, s.cpu_milli.saturating_add(k.cpu_milli)),
+            ("memory", c.memory, s.memory.saturating_add(k.memory)),
+            ("pid", c.pids, s.pids.saturating_add(k.pids)),
         ] {
             if reserved > 0 && cap > 0 && reserved > cap {
                 return Err(CmError::OverReserved {

@@ -179,7 +179,7 @@ fn describe(t: &Threshold) -> String {
         format!(
             "{}<{v} for {}",
             t.signal,
-            crate::config::format_go_duration(t.grace_period)
+            crate::duration::format_go_duration(t.grace_period)
         )
     }
 }

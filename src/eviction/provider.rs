@@ -265,7 +265,9 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
                 };
                 let Some(capacity) = capacity else { continue };
                 let inactive = signals::inactive_file(&cgroup).unwrap_or(0);
-                let bytes = capacity - t.value.amount(capacity) + inactive;
+                let bytes = capacity
+                    .saturating_sub(t.value.amount(capacity))
+                    .saturating_add(inactive);
                 if bytes <= 0 {
                     continue;
                 }

@@ -97,7 +97,9 @@ impl PressureState {
 /// The available amount at which a met threshold is resolved: the threshold plus its minimum
 /// reclaim (kubelet's `thresholdsMet` with `enforceMinReclaim`).
 pub fn reclaim_target(t: &Threshold, capacity: i64) -> i64 {
-    t.value.amount(capacity) + t.min_reclaim.map_or(0, |m| m.amount(capacity))
+    t.value
+        .amount(capacity)
+        .saturating_add(t.min_reclaim.map_or(0, |m| m.amount(capacity)))
 }
 
 #[cfg(test)]

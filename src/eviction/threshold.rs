@@ -114,7 +114,8 @@ fn parse_value(
     if q < 0 || (q == 0 && !allow_zero) {
         return Err(err("must be positive"));
     }
-    Ok(Some(ThresholdValue::Quantity(q as i64)))
+    let q = i64::try_from(q).map_err(|_| err("too large"))?;
+    Ok(Some(ThresholdValue::Quantity(q)))
 }
 
 /// Builds the thresholds from the configuration maps.
@@ -133,6 +134,25 @@ pub fn parse_thresholds(
             reclaim.insert(signal.clone(), val);
         }
     }
+    // The amount to reclaim to is the threshold plus its minimum reclaim: both absolute, their
+    // sum must fit (percentages are fractions of a capacity that fits).
+    let checked_reclaim = |field: &str, signal: &String, value: ThresholdValue| {
+        let r = reclaim.get(signal).copied();
+        if let (ThresholdValue::Quantity(q), Some(ThresholdValue::Quantity(m))) = (value, r) {
+            if q.checked_add(m).is_none() {
+                return Err(ThresholdError {
+                    field: "evictionMinimumReclaim",
+                    signal: signal.clone(),
+                    value: min_reclaim[signal].clone(),
+                    reason: format!(
+                        "added to the {field} threshold it is more than {} in all",
+                        i64::MAX
+                    ),
+                });
+            }
+        }
+        Ok(r)
+    };
     let mut out = Vec::new();
     for (signal, v) in hard {
         if let Some(value) = parse_value("evictionHard", signal, v, false)? {
@@ -140,7 +160,7 @@ pub fn parse_thresholds(
                 signal: signal.clone(),
                 value,
                 grace_period: Duration::ZERO,
-                min_reclaim: reclaim.get(signal).copied(),
+                min_reclaim: checked_reclaim("evictionHard", signal, value)?,
             });
         }
     }
@@ -155,7 +175,7 @@ pub fn parse_thresholds(
             reason: format!("a soft threshold needs an evictionSoftGracePeriod for {signal}"),
         })?;
         let grace_period =
-            crate::config::parse_go_duration(grace).map_err(|reason| ThresholdError {
+            crate::duration::parse_go_duration(grace).map_err(|reason| ThresholdError {
                 field: "evictionSoftGracePeriod",
                 signal: signal.clone(),
                 value: grace.clone(),
@@ -165,7 +185,7 @@ pub fn parse_thresholds(
             signal: signal.clone(),
             value,
             grace_period,
-            min_reclaim: reclaim.get(signal).copied(),
+            min_reclaim: checked_reclaim("evictionSoft", signal, value)?,
         });
     }
     for signal in soft_grace.keys() {
@@ -276,6 +296,20 @@ mod tests {
         .unwrap();
         assert_eq!(t[0].grace_period, Duration::from_secs(90));
         assert_eq!(t[0].min_reclaim, Some(ThresholdValue::Quantity(512 << 20)));
+        // A threshold and its minimum reclaim whose sum does not fit in an i64.
+        let big = map(&[("memory.available", "7Ei")]);
+        let grace = map(&[("memory.available", "1m")]);
+        for (hard, soft, grace) in [
+            (&big, &BTreeMap::new(), &BTreeMap::new()),
+            (&BTreeMap::new(), &big, &grace),
+        ] {
+            let e = parse_thresholds(hard, soft, grace, &big).unwrap_err();
+            assert_eq!(
+                (e.field, e.signal.as_str(), e.value.as_str()),
+                ("evictionMinimumReclaim", "memory.available", "7Ei"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

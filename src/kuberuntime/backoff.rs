@@ -21,6 +21,41 @@ pub struct BackoffError {
     pub max: Duration,
 }
 
+/// Validated back-off bounds: the first delay and the cap, with `0 < initial <= max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackoffPolicy {
+    initial: Duration,
+    max: Duration,
+}
+
+impl BackoffPolicy {
+    /// kubelet's container restart and image pull back-off: 10s doubling to 300s.
+    pub const KUBELET: Self = Self {
+        initial: Duration::from_secs(10),
+        max: Duration::from_secs(300),
+    };
+
+    /// Bounds from `initial` doubling to `max`.
+    ///
+    /// Errors: [`BackoffError`] when `initial` is zero or above `max`.
+    pub fn try_new(initial: Duration, max: Duration) -> Result<Self, BackoffError> {
+        if initial.is_zero() || initial > max {
+            return Err(BackoffError { initial, max });
+        }
+        Ok(Self { initial, max })
+    }
+
+    /// The first delay.
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
+    /// The longest delay.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     delay: Duration,
@@ -40,18 +75,20 @@ fn ns(d: Duration) -> i64 {
 }
 
 impl Backoff {
+    /// Back-off within validated bounds.
+    pub fn new(policy: BackoffPolicy) -> Self {
+        Self {
+            initial: policy.initial,
+            max: policy.max,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Back-off from `initial` doubling to `max`.
     ///
     /// Errors: [`BackoffError`] when `initial` is zero or above `max`.
     pub fn try_new(initial: Duration, max: Duration) -> Result<Self, BackoffError> {
-        if initial.is_zero() || initial > max {
-            return Err(BackoffError { initial, max });
-        }
-        Ok(Self {
-            initial,
-            max,
-            entries: Mutex::new(HashMap::new()),
-        })
+        BackoffPolicy::try_new(initial, max).map(Self::new)
     }
 
     fn expired(&self, e: &Entry, at_ns: i64) -> bool {
@@ -150,5 +187,10 @@ mod tests {
         assert!(Backoff::try_new(Duration::ZERO, Duration::from_secs(1)).is_err());
         assert!(Backoff::try_new(Duration::from_secs(2), Duration::from_secs(1)).is_err());
         assert!(Backoff::try_new(Duration::from_secs(1), Duration::from_secs(1)).is_ok());
+        let kubelet = BackoffPolicy::KUBELET;
+        assert_eq!(
+            (kubelet.initial(), kubelet.max()),
+            (Duration::from_secs(10), Duration::from_secs(300))
+        );
     }
 }

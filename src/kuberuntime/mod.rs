@@ -29,7 +29,7 @@ mod tests;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -44,7 +44,7 @@ use crate::podworkers::{KillPodOptions, PodSyncer, Requeue};
 use crate::status::failed::FailedPods;
 use crate::status::generate::StartErrors;
 use crate::status::StatusManager;
-use backoff::{Backoff, BackoffError};
+use backoff::{Backoff, BackoffPolicy};
 use sandbox::ResolvConf;
 
 pub use kill::MIN_GRACE_PERIOD_SECONDS;
@@ -73,10 +73,10 @@ pub struct Settings {
     pub cgroup_policy: CgroupPolicy,
     /// Node memory capacity, bytes (Burstable oom_score_adj).
     pub memory_capacity: i64,
-    /// Container restart back-off: (initial, max).
-    pub crash_backoff: (Duration, Duration),
-    /// Image pull back-off: (initial, max).
-    pub pull_backoff: (Duration, Duration),
+    /// Container restart back-off (`crashLoopBackOff`).
+    pub crash_backoff: BackoffPolicy,
+    /// Image pull back-off (`imagePullBackOff`).
+    pub pull_backoff: BackoffPolicy,
 }
 
 impl Settings {
@@ -99,8 +99,8 @@ impl Settings {
             root_dir: "/var/lib/nodelet".into(),
             cgroup_policy: CgroupPolicy::default(),
             memory_capacity: 8 << 30,
-            crash_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
-            pull_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
+            crash_backoff: BackoffPolicy::KUBELET,
+            pull_backoff: BackoffPolicy::KUBELET,
         }
     }
 }
@@ -168,15 +168,10 @@ pub struct KubeRuntimeManager<R: CriRuntime = Cri> {
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// A manager over `cri` with `settings`.
-    ///
-    /// Errors: [`BackoffError`] when a back-off in `settings` has an initial delay of zero or
-    /// above its cap.
-    pub fn new(cri: R, settings: Settings, shared: Shared) -> Result<Self, BackoffError> {
-        let (ci, cmax) = settings.crash_backoff;
-        let (pi, pmax) = settings.pull_backoff;
-        Ok(Self {
-            crash_backoff: Backoff::try_new(ci, cmax)?,
-            pull_backoff: Backoff::try_new(pi, pmax)?,
+    pub fn new(cri: R, settings: Settings, shared: Shared) -> Self {
+        Self {
+            crash_backoff: Backoff::new(settings.crash_backoff),
+            pull_backoff: Backoff::new(settings.pull_backoff),
             cri,
             settings,
             cm: shared.cm,
@@ -190,7 +185,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             last_sync: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),
             failed: shared.failed,
-        })
+        }
     }
 
     /// The container manager.

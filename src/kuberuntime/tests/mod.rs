@@ -77,7 +77,7 @@ pub(super) fn harness() -> Harness {
         failed: failed.clone(),
         clock: clock.shared(),
     };
-    let mgr = KubeRuntimeManager::new(rt.clone(), settings, shared).unwrap();
+    let mgr = KubeRuntimeManager::new(rt.clone(), settings, shared);
     Harness {
         rt,
         clock,
