@@ -12,7 +12,8 @@
 //! - [`cri`]: the CRI client; [`container`]: the runtime's view of pods and the pod cache.
 //! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
 //! - [`status`]: pod phase, conditions and container states; [`gc`]: dead containers.
-//! - [`cm`] and [`qos`]: pod cgroups and QoS classes.
+//! - [`cm`] and [`qos`]: pod cgroups and QoS classes; [`resources`]: requests and limits of pods
+//!   and containers.
 //! - [`eviction`]: the eviction manager: signals, thresholds, kernel memory notifications,
 //!   ranking, one pod per pass, node pressure conditions and admission.
 //! - [`server`], [`metrics`], [`events`]: what operators see.
@@ -46,6 +47,7 @@ pub mod podworkers;
 pub mod prober;
 pub mod qos;
 pub mod quantity;
+pub mod resources;
 pub mod server;
 pub mod source;
 pub mod status;

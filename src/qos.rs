@@ -124,7 +124,7 @@ pub fn container_oom_score_adj(pod: &Pod, container: &Container, memory_capacity
         QosClass::Guaranteed => GUARANTEED_OOM_SCORE_ADJ,
         QosClass::BestEffort => BESTEFFORT_OOM_SCORE_ADJ,
         QosClass::Burstable => {
-            let request = crate::cm::resources::container_amounts(container)
+            let request = crate::resources::container_amounts(container)
                 .map(|a| a.memory_request)
                 .unwrap_or(0);
             let capacity = memory_capacity.max(1);

@@ -206,7 +206,7 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
             Resource::Memory => {
                 let dir = self.paths.pod_cgroup("memory", pod)?;
                 let ws = signals::working_set_any(&dir)?;
-                Some((ws, crate::cm::resources::pod_amounts(pod).memory_request))
+                Some((ws, crate::resources::pod_amounts(pod).memory_request))
             }
             Resource::EphemeralStorage | Resource::Inodes => {
                 let dir = crate::pod::pod_logs_dir_under(&self.paths.pod_logs_dir, pod);

@@ -192,7 +192,7 @@ pub fn linux_resources(
     pod: &Pod,
     c: &Container,
 ) -> api::LinuxContainerResources {
-    let a = crate::cm::resources::container_amounts(c).unwrap_or_default();
+    let a = crate::resources::container_amounts(c).unwrap_or_default();
     let policy = &settings.cgroup_policy;
     let mut r = api::LinuxContainerResources {
         cpu_shares: crate::cm::resources::milli_cpu_to_shares(a.cpu_request) as i64,

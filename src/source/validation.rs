@@ -118,7 +118,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
     }
     validate_host_ports(spec)?;
     validate_host_namespaces(spec)?;
-    crate::cm::resources::validate_pod_resources(pod).map_err(|e| FieldError {
+    crate::resources::validate_pod_resources(pod).map_err(|e| FieldError {
         value: String::new(),
         reason: e.message,
         field: e.field,
