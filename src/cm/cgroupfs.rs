@@ -11,8 +11,8 @@
 //!   `cpu.max`, `memory.max`, `pids.max`, `hugetlb.<size>.max`, with the controllers enabled in
 //!   each parent's `cgroup.subtree_control`.
 //!
-//! The hierarchies are read from `/proc/self/mountinfo`, or given, which is how unit tests run v2
-//! and v1 against a temporary directory laid out like a cgroupfs.
+//! The hierarchies ([`Hierarchies`]) are read from `/proc/self/mountinfo`, or given, which is how
+//! unit tests run v2 and v1 against a temporary directory laid out like a cgroupfs.
 //!
 //! cgroups-rs was considered and not used: its v1 hierarchy ignores named hierarchies and its v2
 //! root is fixed at `/sys/fs/cgroup` (here the unified mount is `/sys/fs/cgroup/unified`), and it
@@ -20,6 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub use super::hierarchy::Hierarchies;
 use super::resources::ResourceConfig;
 
 /// A failed cgroup operation.
@@ -47,78 +48,6 @@ pub trait CgroupManager: Send + Sync {
     fn exists(&self, cgroup: &str) -> bool;
     /// The pod UIDs of `pod<uid>` directories anywhere below `cgroup` (for orphan clean-up).
     fn pod_uids_under(&self, cgroup: &str) -> Vec<String>;
-}
-
-/// Mounted hierarchies.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Hierarchies {
-    /// cgroup v1 mounts: their controllers (`cpu`, `cpuacct`, `name=systemd`...) and mount point.
-    pub v1: Vec<(Vec<String>, PathBuf)>,
-    /// The cgroup2 mount, if any.
-    pub unified: Option<PathBuf>,
-}
-
-impl Hierarchies {
-    /// Parses `/proc/self/mountinfo` text.
-    pub fn from_mountinfo(text: &str) -> Self {
-        let mut h = Hierarchies::default();
-        for line in text.lines() {
-            let Some((pre, post)) = line.split_once(" - ") else {
-                continue;
-            };
-            let mut post = post.split_whitespace();
-            let (Some(fstype), _, Some(opts)) = (post.next(), post.next(), post.next()) else {
-                continue;
-            };
-            let Some(mount) = pre.split_whitespace().nth(4) else {
-                continue;
-            };
-            match fstype {
-                "cgroup" => {
-                    let controllers = opts
-                        .split(',')
-                        .filter(|o| {
-                            !matches!(*o, "rw" | "ro")
-                                && !o.contains("relatime")
-                                && !o.starts_with("no")
-                        })
-                        .map(str::to_owned)
-                        .collect();
-                    h.v1.push((controllers, PathBuf::from(mount)));
-                }
-                "cgroup2" => h.unified = Some(PathBuf::from(mount)),
-                _ => {}
-            }
-        }
-        h
-    }
-
-    /// The hierarchies of this process.
-    pub fn current() -> Self {
-        Self::from_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
-    }
-
-    /// True when cgroup v2 is the only hierarchy (values go to the unified mount).
-    pub fn is_v2(&self) -> bool {
-        self.v1.is_empty() && self.unified.is_some()
-    }
-
-    /// The mount point of the v1 hierarchy holding `controller`.
-    pub fn v1_mount(&self, controller: &str) -> Option<&Path> {
-        self.v1
-            .iter()
-            .find(|(c, _)| c.iter().any(|x| x == controller))
-            .map(|(_, p)| p.as_path())
-    }
-
-    /// Every mount point.
-    pub fn all_mounts(&self) -> Vec<PathBuf> {
-        self.v1
-            .iter()
-            .map(|(_, p)| p.clone())
-            .chain(self.unified.clone())
-            .collect()
-    }
 }
 
 /// The cgroupfs cgroup manager over the given hierarchies.
@@ -354,30 +283,6 @@ fn collect_pod_dirs(dir: &Path, depth: u32, out: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MOUNTINFO: &str = "\
-25 24 0:22 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs rw,mode=755
-26 25 0:23 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
-27 25 0:24 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-28 25 0:25 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
-29 25 0:26 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-";
-
-    #[test]
-    fn mountinfo_is_parsed_into_hierarchies() {
-        let h = Hierarchies::from_mountinfo(MOUNTINFO);
-        assert_eq!(h.v1.len(), 3);
-        assert_eq!(h.v1_mount("cpu"), Some(Path::new("/sys/fs/cgroup/cpu")));
-        assert_eq!(
-            h.v1_mount("name=systemd"),
-            Some(Path::new("/sys/fs/cgroup/systemd"))
-        );
-        assert_eq!(
-            h.unified.as_deref(),
-            Some(Path::new("/sys/fs/cgroup/unified"))
-        );
-        assert!(!h.is_v2());
-    }
 
     fn fake_v1(tmp: &Path) -> Hierarchies {
         let mut h = Hierarchies::default();

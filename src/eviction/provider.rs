@@ -1,7 +1,7 @@
 //! The eviction manager's view of this node and its hands on it (kubelet's summary provider,
 //! `activePodsFunc`, `killPodFunc` and `podCleanedUpFunc`, plus the notifier registrations):
-//! signals from cgroup files, `/proc` and `statvfs`; pods from the status manager; kills through
-//! the pod workers.
+//! signals from cgroup files, `/proc` (through procfs) and `statvfs`; pods from the status
+//! manager; kills through the pod workers.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,8 +35,6 @@ pub struct Paths {
     pub layout: CgroupLayout,
     /// Node memory capacity, bytes.
     pub memory_capacity: i64,
-    /// `/proc`.
-    pub proc_root: PathBuf,
     /// A directory on nodefs (the agent's root directory).
     pub nodefs: PathBuf,
     /// A directory on imagefs (from CRI `ImageFsInfo`), or `None` when it is nodefs.
@@ -102,7 +100,7 @@ impl Paths {
             out.insert("imagefs.available".to_string(), bytes);
             out.insert("imagefs.inodesFree".to_string(), inodes);
         }
-        if let Some(o) = signals::pid_available(&self.proc_root) {
+        if let Some(o) = signals::pid_available_now() {
             out.insert("pid.available".to_string(), o);
         }
         out
@@ -343,7 +341,6 @@ mod tests {
                 systemd: false,
             },
             memory_capacity: crate::cm::detect_capacity().memory,
-            proc_root: "/proc".into(),
             nodefs: tmp.path().into(),
             imagefs: None,
             pod_logs_dir: tmp.path().into(),
