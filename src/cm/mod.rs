@@ -8,6 +8,7 @@
 //! containers below it. It is destroyed in every hierarchy once the pod is gone; housekeeping also
 //! removes `pod<UID>` cgroups that no pod owns (after an agent restart, say).
 //! The systemd driver spells the same tree as slices ([`name::CgroupName::to_systemd`]).
+//! [`cgroupfs`] writes the values through cgroups-rs, over the hierarchies of [`hierarchy`].
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -455,10 +456,19 @@ mod tests {
 
     #[test]
     fn container_manager_builds_the_qos_tree_and_pod_cgroups() {
+        use cgroupfs::tests::{fixture, CPU_V1, MEMORY_V1};
         let tmp = tempfile::tempdir().unwrap();
         let mut h = cgroupfs::Hierarchies::default();
-        for c in ["cpu", "memory"] {
+        for (c, knobs) in [("cpu", CPU_V1), ("memory", MEMORY_V1)] {
             std::fs::create_dir_all(tmp.path().join(c).join("root")).unwrap();
+            for cg in [
+                "kubepods",
+                "kubepods/burstable",
+                "kubepods/besteffort",
+                "kubepods/burstable/podu1",
+            ] {
+                fixture(&tmp.path().join(c).join("root").join(cg), knobs);
+            }
             h.v1.push((vec![c.to_string()], tmp.path().join(c)));
         }
         let layout = CgroupLayout {
