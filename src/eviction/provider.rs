@@ -1,12 +1,13 @@
 //! The eviction manager's view of this node and its hands on it (kubelet's summary provider,
 //! `activePodsFunc`, `killPodFunc` and `podCleanedUpFunc`, plus the notifier registrations):
-//! signals from cgroup files, `/proc` (through procfs) and `statvfs`; pods from the status
-//! manager; kills through the pod workers.
+//! signals from cgroup files (a pod's `pids.current` through cgroups-rs), `/proc` (through
+//! procfs) and `statvfs`; pods from the status manager; kills through the pod workers.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cgroups_rs::fs::pid::PidController;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, warn};
 
@@ -217,12 +218,11 @@ impl EvictionNode for AgentNode {
             }
             Resource::Pids => {
                 let dir = self.paths.pod_cgroup("pids", pod)?;
-                let n: i64 = std::fs::read_to_string(dir.join("pids.current"))
-                    .ok()?
-                    .trim()
-                    .parse()
+                // pids.current has the same name and format in v1 and v2.
+                let n = PidController::new(dir.clone(), dir, false)
+                    .get_pid_current()
                     .ok()?;
-                Some((n, 0))
+                Some((i64::try_from(n).ok()?, 0))
             }
         }
     }

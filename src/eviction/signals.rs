@@ -10,6 +10,12 @@
 //! - `nodefs.available` / `nodefs.inodesFree`: `statvfs` of the filesystem holding the agent's
 //!   root directory and pod logs; `imagefs.*` the same for the runtime's image filesystem (the
 //!   one CRI `ImageFsInfo` names, or nodefs when it is the same or unknown).
+//!
+//! The memory files are read here rather than through cgroups-rs: its only reader of usage and
+//! `memory.stat` is `MemController::memory_stat`, which reads eleven files per call on v1 (and a
+//! pass runs every 10 ms for 2 s after a notification) and turns a file it cannot read into 0,
+//! so a missing cgroup would look like a node with all its memory available. A pod's
+//! `pids.current` goes through cgroups-rs (`PidController::get_pid_current`, in the provider).
 
 use std::path::Path;
 
