@@ -29,14 +29,8 @@ fn nanos(t: SystemTime) -> i64 {
 }
 
 fn mem_total() -> i64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    text.lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap()
-        .parse::<i64>()
-        .unwrap()
-        * 1024
+    use procfs::Current;
+    procfs::Meminfo::current().unwrap().mem_total as i64
 }
 
 fn oom_kills() -> i64 {

@@ -284,7 +284,6 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
                 hierarchies: Hierarchies::current(),
                 layout: cm.layout().clone(),
                 memory_capacity: cm.memory_capacity(),
-                proc_root: PathBuf::from("/proc"),
                 nodefs: flags.root_dir.clone(),
                 imagefs,
                 pod_logs_dir: config.pod_logs_dir.clone(),

@@ -1,47 +1,96 @@
 //! The cgroup manager (kubelet's `cgroup_manager_linux.go`): create, update and destroy a cgroup
-//! in every mounted hierarchy, writing kubelet's values.
+//! in every mounted hierarchy, writing kubelet's values through cgroups-rs.
 //!
-//! - cgroup v1: each controller hierarchy gets the directory, the `cpu`, `memory`, `pids` and
-//!   `hugetlb` ones get values (`cpu.shares`, `cpu.cfs_period_us`, `cpu.cfs_quota_us`,
-//!   `memory.limit_in_bytes`, `pids.max`, `hugetlb.<size>.limit_in_bytes`); `cpuset` gets its
-//!   parent's cpus and mems so that tasks can join; named hierarchies (`name=systemd`) and the
-//!   hybrid `unified` mount get the directory only, because runc creates the pod path there too.
-//! - cgroup v2 (the unified mount is the only one): `cpu.weight` (from shares:
-//!   `1 + (shares - 2) * 9999 / 262142`, the curve kubelet and runc ≤ 1.1 use; 1024 shares → 39),
-//!   `cpu.max`, `memory.max`, `pids.max`, `hugetlb.<size>.max`, with the controllers enabled in
-//!   each parent's `cgroup.subtree_control`.
+//! nodelet keeps kubelet's tree, names and values (the `cm` module, [`super::resources`],
+//! [`super::name`]); cgroups-rs does the file I/O below them, over the hierarchies of
+//! [`super::hierarchy`]:
 //!
-//! The hierarchies are read from `/proc/self/mountinfo`, or given, which is how unit tests run v2
-//! and v1 against a temporary directory laid out like a cgroupfs.
+//! - cgroup v1: each controller hierarchy and the named `name=systemd` one get the directory
+//!   (`Controller::create`; cgroups-rs's cpuset controller copies `cpuset.cpus` and `cpuset.mems`
+//!   down from the nearest parent that has them, so that tasks can join). Values go through
+//!   `CpuController::set_shares`, `set_cfs_period` and `set_cfs_quota` (`cpu.shares`,
+//!   `cpu.cfs_period_us`, `cpu.cfs_quota_us`), `MemController::set_limit`
+//!   (`memory.limit_in_bytes`), `PidController::set_pid_max` (`pids.max`) and
+//!   `HugeTlbController::set_limit_in_bytes` (`hugetlb.<size>.limit_in_bytes`). The hybrid
+//!   `unified` mount gets the directory only, because runc creates the pod path there too.
+//! - cgroup v2 (the unified mount is the only one): the same calls write `cpu.weight` (from
+//!   shares: `1 + (shares - 2) * 9999 / 262142`, the curve kubelet and runc ≤ 1.1 use; 1024 shares
+//!   → 39), `cpu.max` (`set_cfs_quota_and_period`), `memory.max`, `pids.max` and
+//!   `hugetlb.<size>.max`, once the controllers are enabled in each parent's
+//!   `cgroup.subtree_control`. That file is the one written by hand (see
+//!   `enable_v2_controllers` for why).
 //!
-//! cgroups-rs was considered and not used: its v1 hierarchy ignores named hierarchies and its v2
-//! root is fixed at `/sys/fs/cgroup` (here the unified mount is `/sys/fs/cgroup/unified`), and it
-//! cannot be pointed at a fake cgroupfs for tests.
+//! A knob is written only when it exists: cgroups-rs opens knobs with `File::create`, which the
+//! kernel's cgroupfs refuses for a missing knob but an ordinary directory would obey by creating
+//! a file, so each write checks the knob first. Unit tests lay out a temporary directory like a
+//! cgroupfs with every knob pre-created, so a misspelt knob fails them.
+//!
+//! Removing a cgroup (`rmdir` of it and its children, deepest first) and listing pod cgroups are
+//! directory operations done with `std::fs` ([`super::remove_cgroup_everywhere`]): cgroups-rs's
+//! `Cgroup::delete` sleeps and retries for up to 150 ms per hierarchy when a cgroup is busy, on
+//! the caller's thread (a pod worker), and on v2 does not remove child cgroups.
 
+use std::fmt::Display;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::resources::ResourceConfig;
+use cgroups_rs::fs::cpu::CpuController;
+use cgroups_rs::fs::hugetlb::HugeTlbController;
+use cgroups_rs::fs::memory::MemController;
+use cgroups_rs::fs::pid::PidController;
+use cgroups_rs::fs::{Cgroup, Controller, MaxValue};
 
-/// A failed cgroup operation.
+pub use super::hierarchy::Hierarchies;
+use super::hierarchy::{Unified, V1Mounts};
+use super::resources::{ResourceConfig, DEFAULT_CFS_PERIOD_US};
+
+/// A failed cgroup operation, with the path and the value that failed.
 #[derive(Debug, thiserror::Error)]
-#[error("cgroup {op} {path}: {source}")]
-pub struct CgroupError {
-    /// `create`, `write`, `remove`.
-    pub op: &'static str,
-    /// The file or directory.
-    pub path: PathBuf,
-    /// The I/O error.
-    pub source: std::io::Error,
+pub enum CgroupError {
+    /// A cgroup directory could not be made.
+    #[error("cannot create cgroup directory {path}: {source}")]
+    Create {
+        /// The directory, in its hierarchy.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A knob could not be written (`NotFound` when the knob does not exist).
+    #[error("cannot write {value} to {knob} of {dir}: {source}")]
+    Write {
+        /// The knob, e.g. `memory.limit_in_bytes`.
+        knob: String,
+        /// The value as written.
+        value: String,
+        /// The cgroup's directory, in its hierarchy.
+        dir: PathBuf,
+        /// Why (the kernel's errno, e.g. EBUSY for a memory limit below usage).
+        source: io::Error,
+    },
+    /// A cgroup could not be removed from every hierarchy.
+    #[error("cannot remove cgroup {cgroup}: {source}")]
+    Remove {
+        /// The cgroup (cgroupfs path).
+        cgroup: String,
+        /// The first failure.
+        source: io::Error,
+    },
 }
 
 /// What the container manager needs from cgroups; the real implementation is [`Cgroupfs`].
 pub trait CgroupManager: Send + Sync {
     /// Creates `cgroup` (an absolute cgroupfs path such as `/kubepods/burstable/pod<uid>`) in
     /// every hierarchy and writes `cfg`. Existing cgroups are updated.
+    ///
+    /// Errors: the directory or knob that failed.
     fn create(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError>;
     /// Writes `cfg` to an existing `cgroup`.
+    ///
+    /// Errors: the knob that failed, with its value.
     fn update(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError>;
     /// Removes `cgroup` and its children (deepest first) from every hierarchy.
+    ///
+    /// Errors: the first removal that failed (a cgroup that still has tasks).
     fn destroy(&self, cgroup: &str) -> Result<(), CgroupError>;
     /// True when `cgroup` exists in the hierarchies that hold values (cpu and memory).
     fn exists(&self, cgroup: &str) -> bool;
@@ -49,82 +98,12 @@ pub trait CgroupManager: Send + Sync {
     fn pod_uids_under(&self, cgroup: &str) -> Vec<String>;
 }
 
-/// Mounted hierarchies.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Hierarchies {
-    /// cgroup v1 mounts: their controllers (`cpu`, `cpuacct`, `name=systemd`...) and mount point.
-    pub v1: Vec<(Vec<String>, PathBuf)>,
-    /// The cgroup2 mount, if any.
-    pub unified: Option<PathBuf>,
-}
-
-impl Hierarchies {
-    /// Parses `/proc/self/mountinfo` text.
-    pub fn from_mountinfo(text: &str) -> Self {
-        let mut h = Hierarchies::default();
-        for line in text.lines() {
-            let Some((pre, post)) = line.split_once(" - ") else {
-                continue;
-            };
-            let mut post = post.split_whitespace();
-            let (Some(fstype), _, Some(opts)) = (post.next(), post.next(), post.next()) else {
-                continue;
-            };
-            let Some(mount) = pre.split_whitespace().nth(4) else {
-                continue;
-            };
-            match fstype {
-                "cgroup" => {
-                    let controllers = opts
-                        .split(',')
-                        .filter(|o| {
-                            !matches!(*o, "rw" | "ro")
-                                && !o.contains("relatime")
-                                && !o.starts_with("no")
-                        })
-                        .map(str::to_owned)
-                        .collect();
-                    h.v1.push((controllers, PathBuf::from(mount)));
-                }
-                "cgroup2" => h.unified = Some(PathBuf::from(mount)),
-                _ => {}
-            }
-        }
-        h
-    }
-
-    /// The hierarchies of this process.
-    pub fn current() -> Self {
-        Self::from_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
-    }
-
-    /// True when cgroup v2 is the only hierarchy (values go to the unified mount).
-    pub fn is_v2(&self) -> bool {
-        self.v1.is_empty() && self.unified.is_some()
-    }
-
-    /// The mount point of the v1 hierarchy holding `controller`.
-    pub fn v1_mount(&self, controller: &str) -> Option<&Path> {
-        self.v1
-            .iter()
-            .find(|(c, _)| c.iter().any(|x| x == controller))
-            .map(|(_, p)| p.as_path())
-    }
-
-    /// Every mount point.
-    pub fn all_mounts(&self) -> Vec<PathBuf> {
-        self.v1
-            .iter()
-            .map(|(_, p)| p.clone())
-            .chain(self.unified.clone())
-            .collect()
-    }
-}
-
 /// The cgroupfs cgroup manager over the given hierarchies.
 #[derive(Debug, Clone)]
 pub struct Cgroupfs {
     h: Hierarchies,
+    v1: V1Mounts,
+    unified: Option<Unified>,
 }
 
 fn rel(cgroup: &str) -> Option<&str> {
@@ -132,20 +111,40 @@ fn rel(cgroup: &str) -> Option<&str> {
     (!r.split('/').any(|c| c == ".." || c == ".")).then_some(r)
 }
 
-fn write(path: PathBuf, value: impl ToString) -> Result<(), CgroupError> {
-    std::fs::write(&path, value.to_string()).map_err(|source| CgroupError {
-        op: "write",
-        path,
-        source,
-    })
+/// The I/O error under a cgroups-rs error, errno kept (EBUSY stays EBUSY); otherwise the
+/// cgroups-rs error's own message.
+fn io_error(e: &cgroups_rs::fs::error::Error) -> io::Error {
+    let cause = std::error::Error::source(e).and_then(|c| c.downcast_ref::<io::Error>());
+    match cause {
+        Some(c) => c.raw_os_error().map_or_else(
+            || io::Error::new(c.kind(), c.to_string()),
+            io::Error::from_raw_os_error,
+        ),
+        None => io::Error::other(e.to_string()),
+    }
 }
 
-fn mkdir(path: &Path) -> Result<(), CgroupError> {
-    std::fs::create_dir_all(path).map_err(|source| CgroupError {
-        op: "create",
-        path: path.to_owned(),
+/// Writes `value` to `knob` of the cgroup directory `dir` with `write` (a cgroups-rs setter),
+/// if the knob exists.
+fn set(
+    dir: &Path,
+    knob: &str,
+    value: impl Display,
+    write: impl FnOnce() -> cgroups_rs::fs::error::Result<()>,
+) -> Result<(), CgroupError> {
+    let fail = |source| CgroupError::Write {
+        knob: knob.to_owned(),
+        value: value.to_string(),
+        dir: dir.to_owned(),
         source,
-    })
+    };
+    if !dir.join(knob).is_file() {
+        return Err(fail(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no such knob",
+        )));
+    }
+    write().map_err(|e| fail(io_error(&e)))
 }
 
 /// Kernel spelling of a hugepage size (`2Mi` → `2MB`, `1Gi` → `1GB`).
@@ -155,15 +154,139 @@ fn hugetlb_size(size: &str) -> String {
         .replace("Gi", "GB")
 }
 
-/// cgroup v2 `cpu.weight` from v1 shares (kubelet's `CpuSharesToCpuWeight`).
+/// cgroup v2 `cpu.weight` from v1 shares (kubelet's `CpuSharesToCpuWeight`): 2 → 1, 1024 → 39,
+/// 262144 → 10000.
 pub fn shares_to_weight(shares: u64) -> u64 {
     1 + (shares.saturating_sub(2) * 9999) / 262_142
+}
+
+/// Writes `cfg` to `cg` through its cgroups-rs controllers, with the knob names of its version.
+fn write_values(cg: &Cgroup, cfg: &ResourceConfig) -> Result<(), CgroupError> {
+    let v2 = cg.v2();
+    if let Some(cpu) = cg.controller_of::<CpuController>() {
+        let dir = cpu.path();
+        if let Some(shares) = cfg.cpu_shares {
+            // cgroups-rs writes the number it is given, to cpu.weight on v2: convert it first.
+            let (knob, value) = if v2 {
+                ("cpu.weight", shares_to_weight(shares))
+            } else {
+                ("cpu.shares", shares)
+            };
+            set(dir, knob, value, || cpu.set_shares(value))?;
+        }
+        let quota = cfg.cpu_quota.map(|q| if q <= 0 { -1 } else { q });
+        if v2 {
+            if quota.is_some() || cfg.cpu_period.is_some() {
+                let (quota, period) = (
+                    quota.unwrap_or(-1),
+                    cfg.cpu_period.unwrap_or(DEFAULT_CFS_PERIOD_US),
+                );
+                let line = match quota {
+                    q if q > 0 => format!("{q} {period}"),
+                    _ => format!("max {period}"),
+                };
+                set(dir, "cpu.max", line, || {
+                    cpu.set_cfs_quota_and_period(Some(quota), Some(period))
+                })?;
+            }
+        } else {
+            if let Some(period) = cfg.cpu_period {
+                set(dir, "cpu.cfs_period_us", period, || {
+                    cpu.set_cfs_period(period)
+                })?;
+            }
+            if let Some(quota) = quota {
+                set(dir, "cpu.cfs_quota_us", quota, || cpu.set_cfs_quota(quota))?;
+            }
+        }
+    }
+    if let (Some(mem), Some(limit)) = (
+        cg.controller_of::<MemController>(),
+        cfg.memory_limit.filter(|l| *l > 0),
+    ) {
+        let knob = if v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        set(mem.path(), knob, limit, || mem.set_limit(limit))?;
+    }
+    if let (Some(pids), Some(limit)) = (cg.controller_of::<PidController>(), cfg.pids_limit) {
+        let max = if limit > 0 {
+            MaxValue::Value(limit)
+        } else {
+            MaxValue::Max
+        };
+        set(pids.path(), "pids.max", max, || pids.set_pid_max(max))?;
+    }
+    if let Some(hugetlb) = cg.controller_of::<HugeTlbController>() {
+        for (size, limit) in &cfg.hugepage_limits {
+            let size = hugetlb_size(size);
+            let knob = if v2 {
+                format!("hugetlb.{size}.max")
+            } else {
+                format!("hugetlb.{size}.limit_in_bytes")
+            };
+            let bytes = u64::try_from(*limit).map_err(|_| CgroupError::Write {
+                knob: knob.clone(),
+                value: limit.to_string(),
+                dir: hugetlb.path().to_owned(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "a limit cannot be negative"),
+            })?;
+            set(hugetlb.path(), &knob, bytes, || {
+                hugetlb.set_limit_in_bytes(&size, bytes)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Enables the controllers kubelet uses (cpu, memory, pids, hugetlb; those the root's
+/// `cgroup.controllers` lists) in `cgroup.subtree_control` of the unified root and of every
+/// directory down to `r`'s parent, so that `r` gets their knobs.
+///
+/// The one knob not written through cgroups-rs (nor is `cgroup.controllers`, read here for the
+/// list): cgroups-rs enables controllers only inside `Cgroup::create`, from the list of the fixed
+/// `/sys/fs/cgroup` mount (not the hybrid `unified` mount, nor a fake cgroupfs), one controller
+/// per write with failures ignored, and has no public reader or writer for either file. The knob
+/// is opened like every other: it must exist.
+fn enable_v2_controllers(root: &Path, r: &str) -> Result<(), CgroupError> {
+    let available = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+    let wanted: Vec<String> = ["cpu", "memory", "pids", "hugetlb"]
+        .iter()
+        .filter(|c| available.split_whitespace().any(|a| a == **c))
+        .map(|c| format!("+{c}"))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let value = wanted.join(" ");
+    let mut dir = root.to_path_buf();
+    for comp in r.split('/').filter(|c| !c.is_empty()) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(dir.join("cgroup.subtree_control"))
+            .and_then(|mut f| f.write_all(value.as_bytes()))
+            .map_err(|source| CgroupError::Write {
+                knob: "cgroup.subtree_control".into(),
+                value: value.clone(),
+                dir: dir.clone(),
+                source,
+            })?;
+        dir.push(comp);
+    }
+    Ok(())
 }
 
 impl Cgroupfs {
     /// A manager over `h` (use [`Hierarchies::current`] for this host).
     pub fn new(h: Hierarchies) -> Self {
-        Self { h }
+        Self {
+            v1: V1Mounts::new(&h),
+            unified: h.unified.clone().map(Unified::new),
+            h,
+        }
     }
 
     /// The hierarchies used.
@@ -171,140 +294,56 @@ impl Cgroupfs {
         &self.h
     }
 
-    fn write_v1(&self, r: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
-        if let Some(m) = self.h.v1_mount("cpu") {
-            let d = m.join(r);
-            if let Some(s) = cfg.cpu_shares {
-                write(d.join("cpu.shares"), s)?;
-            }
-            if let Some(p) = cfg.cpu_period {
-                write(d.join("cpu.cfs_period_us"), p)?;
-            }
-            if let Some(q) = cfg.cpu_quota {
-                write(d.join("cpu.cfs_quota_us"), if q <= 0 { -1 } else { q })?;
-            }
+    /// `r` in the hierarchy that holds values: the unified one on a v2 host, else the v1 ones.
+    fn valued(&self, r: &str) -> Option<Cgroup> {
+        match &self.unified {
+            Some(u) if self.h.is_v2() => Some(Cgroup::load(Box::new(u.clone()), r)),
+            _ if !self.v1.is_empty() => Some(Cgroup::load(Box::new(self.v1.clone()), r)),
+            _ => None,
         }
-        if let (Some(m), Some(l)) = (
-            self.h.v1_mount("memory"),
-            cfg.memory_limit.filter(|l| *l > 0),
-        ) {
-            write(m.join(r).join("memory.limit_in_bytes"), l)?;
-        }
-        if let (Some(m), Some(p)) = (self.h.v1_mount("pids"), cfg.pids_limit) {
-            write(
-                m.join(r).join("pids.max"),
-                if p > 0 { p.to_string() } else { "max".into() },
-            )?;
-        }
-        if let Some(m) = self.h.v1_mount("hugetlb") {
-            for (size, l) in &cfg.hugepage_limits {
-                write(
-                    m.join(r)
-                        .join(format!("hugetlb.{}.limit_in_bytes", hugetlb_size(size))),
-                    l,
-                )?;
-            }
-        }
-        Ok(())
     }
 
-    fn write_v2(&self, root: &Path, r: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
-        let d = root.join(r);
-        if let Some(s) = cfg.cpu_shares {
-            write(d.join("cpu.weight"), shares_to_weight(s))?;
-        }
-        if cfg.cpu_quota.is_some() || cfg.cpu_period.is_some() {
-            let period = cfg
-                .cpu_period
-                .unwrap_or(super::resources::DEFAULT_CFS_PERIOD_US);
-            let quota = cfg
-                .cpu_quota
-                .filter(|q| *q > 0)
-                .map_or("max".to_string(), |q| q.to_string());
-            write(d.join("cpu.max"), format!("{quota} {period}"))?;
-        }
-        if let Some(l) = cfg.memory_limit.filter(|l| *l > 0) {
-            write(d.join("memory.max"), l)?;
-        }
-        if let Some(p) = cfg.pids_limit {
-            write(
-                d.join("pids.max"),
-                if p > 0 { p.to_string() } else { "max".into() },
-            )?;
-        }
-        for (size, l) in &cfg.hugepage_limits {
-            write(d.join(format!("hugetlb.{}.max", hugetlb_size(size))), l)?;
-        }
-        Ok(())
-    }
-
-    /// Enables the available controllers for the children of every directory from the unified
-    /// root down to `r`'s parent (v2 needs this before values can be written).
-    fn enable_v2_controllers(root: &Path, r: &str) -> Result<(), CgroupError> {
-        let available =
-            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
-        let wanted: Vec<String> = ["cpu", "memory", "pids", "hugetlb"]
-            .iter()
-            .filter(|c| available.split_whitespace().any(|a| a == **c))
-            .map(|c| format!("+{c}"))
-            .collect();
-        if wanted.is_empty() {
-            return Ok(());
-        }
-        let mut dir = root.to_path_buf();
-        for comp in r.split('/').filter(|c| !c.is_empty()) {
-            write(dir.join("cgroup.subtree_control"), wanted.join(" "))?;
-            dir.push(comp);
-        }
-        Ok(())
-    }
-
-    fn copy_cpuset_from_parent(&self, r: &str) {
-        let Some(m) = self.h.v1_mount("cpuset") else {
-            return;
-        };
-        let mut dir = m.to_path_buf();
-        for comp in r.split('/').filter(|c| !c.is_empty()) {
-            let parent = dir.clone();
-            dir.push(comp);
-            for f in ["cpuset.cpus", "cpuset.mems"] {
-                let mine = std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-                if mine.trim().is_empty() {
-                    if let Ok(v) = std::fs::read_to_string(parent.join(f)) {
-                        let _ = std::fs::write(dir.join(f), v.trim());
-                    }
-                }
-            }
-        }
+    /// `r` in every hierarchy: the v1 ones and the unified one.
+    fn everywhere(&self, r: &str) -> Vec<Cgroup> {
+        let v1 = (!self.v1.is_empty()).then(|| Cgroup::load(Box::new(self.v1.clone()), r));
+        let unified = self
+            .unified
+            .as_ref()
+            .map(|u| Cgroup::load(Box::new(u.clone()), r));
+        v1.into_iter().chain(unified).collect()
     }
 }
 
 impl CgroupManager for Cgroupfs {
     fn create(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
         let Some(r) = rel(cgroup) else { return Ok(()) };
-        for m in self.h.all_mounts() {
-            mkdir(&m.join(r))?;
+        for cg in self.everywhere(r) {
+            for s in cg.subsystems() {
+                let c = s.to_controller();
+                c.create().map_err(|e| CgroupError::Create {
+                    path: c.path().to_owned(),
+                    source: io_error(&e),
+                })?;
+            }
         }
-        self.copy_cpuset_from_parent(r);
         self.update(cgroup, cfg)
     }
 
     fn update(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
         let Some(r) = rel(cgroup) else { return Ok(()) };
-        match (&self.h.unified, self.h.is_v2()) {
-            (Some(root), true) => {
-                Self::enable_v2_controllers(root, r)?;
-                self.write_v2(root, r, cfg)
-            }
-            _ => self.write_v1(r, cfg),
+        if let (true, Some(root)) = (self.h.is_v2(), &self.h.unified) {
+            enable_v2_controllers(root, r)?;
+        }
+        match self.valued(r) {
+            Some(cg) => write_values(&cg, cfg),
+            None => Ok(()),
         }
     }
 
     fn destroy(&self, cgroup: &str) -> Result<(), CgroupError> {
         super::remove_cgroup_everywhere(&self.h.all_mounts(), cgroup).map_err(|source| {
-            CgroupError {
-                op: "remove",
-                path: PathBuf::from(cgroup),
+            CgroupError::Remove {
+                cgroup: cgroup.to_owned(),
                 source,
             }
         })
@@ -312,12 +351,14 @@ impl CgroupManager for Cgroupfs {
 
     fn exists(&self, cgroup: &str) -> bool {
         let Some(r) = rel(cgroup) else { return false };
-        if self.h.is_v2() {
-            return self.h.unified.as_ref().is_some_and(|u| u.join(r).is_dir());
-        }
-        ["cpu", "memory"]
-            .iter()
-            .all(|c| self.h.v1_mount(c).is_none_or(|m| m.join(r).is_dir()))
+        let Some(cg) = self.valued(r) else {
+            return true;
+        };
+        cg.controller_of::<CpuController>()
+            .is_none_or(|c| c.exists())
+            && cg
+                .controller_of::<MemController>()
+                .is_none_or(|c| c.exists())
     }
 
     fn pod_uids_under(&self, cgroup: &str) -> Vec<String> {
@@ -352,44 +393,76 @@ fn collect_pod_dirs(dir: &Path, depth: u32, out: &mut Vec<String>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
-    const MOUNTINFO: &str = "\
-25 24 0:22 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs rw,mode=755
-26 25 0:23 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
-27 25 0:24 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-28 25 0:25 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
-29 25 0:26 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-";
+    /// v1 knobs with the kernel's defaults, by controller.
+    pub(crate) const CPU_V1: &[(&str, &str)] = &[
+        ("cpu.shares", "1024"),
+        ("cpu.cfs_period_us", "100000"),
+        ("cpu.cfs_quota_us", "-1"),
+    ];
+    pub(crate) const MEMORY_V1: &[(&str, &str)] =
+        &[("memory.limit_in_bytes", "9223372036854771712")];
+    const PIDS: &[(&str, &str)] = &[("pids.max", "max"), ("pids.current", "0")];
+    const CPUSET: &[(&str, &str)] = &[("cpuset.cpus", ""), ("cpuset.mems", "")];
+    /// v2 knobs of a cgroup below the root, with the kernel's defaults.
+    const V2: &[(&str, &str)] = &[
+        ("cgroup.subtree_control", ""),
+        ("cpu.weight", "100"),
+        ("cpu.max", "max 100000"),
+        ("memory.max", "max"),
+        ("pids.max", "max"),
+    ];
 
-    #[test]
-    fn mountinfo_is_parsed_into_hierarchies() {
-        let h = Hierarchies::from_mountinfo(MOUNTINFO);
-        assert_eq!(h.v1.len(), 3);
-        assert_eq!(h.v1_mount("cpu"), Some(Path::new("/sys/fs/cgroup/cpu")));
-        assert_eq!(
-            h.v1_mount("name=systemd"),
-            Some(Path::new("/sys/fs/cgroup/systemd"))
-        );
-        assert_eq!(
-            h.unified.as_deref(),
-            Some(Path::new("/sys/fs/cgroup/unified"))
-        );
-        assert!(!h.is_v2());
+    /// Lays out `dir` like a cgroup directory: each knob a file holding its value (youki's
+    /// `set_fixture`). The code under test writes only to files that exist.
+    pub(crate) fn fixture(dir: &Path, knobs: &[(&str, &str)]) {
+        std::fs::create_dir_all(dir).unwrap();
+        for (knob, value) in knobs {
+            std::fs::write(dir.join(knob), value).unwrap();
+        }
     }
 
-    fn fake_v1(tmp: &Path) -> Hierarchies {
+    /// Every file below `dir`: a write to a knob that was not pre-created would add one.
+    pub(crate) fn files(dir: &Path) -> BTreeSet<PathBuf> {
+        let mut out = BTreeSet::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    out.insert(e.path());
+                }
+            }
+        }
+        out
+    }
+
+    /// v1 hierarchies cpu, memory, pids and cpuset with knobs in `cgroups` (and the root), the
+    /// named systemd hierarchy, and a hybrid unified mount.
+    fn fake_v1(tmp: &Path, cgroups: &[&str]) -> Hierarchies {
         let mut h = Hierarchies::default();
-        for c in ["cpu", "memory", "pids", "cpuset"] {
-            std::fs::create_dir_all(tmp.join(c)).unwrap();
+        for (c, knobs) in [
+            ("cpu", CPU_V1),
+            ("memory", MEMORY_V1),
+            ("pids", PIDS),
+            ("cpuset", CPUSET),
+        ] {
+            for cg in cgroups {
+                fixture(&tmp.join(c).join(cg), knobs);
+            }
             h.v1.push((vec![c.to_string()], tmp.join(c)));
         }
-        std::fs::write(tmp.join("cpuset/cpuset.cpus"), "0-1\n").unwrap();
-        std::fs::write(tmp.join("cpuset/cpuset.mems"), "0\n").unwrap();
+        fixture(
+            &tmp.join("cpuset"),
+            &[("cpuset.cpus", "0-1\n"), ("cpuset.mems", "0\n")],
+        );
         std::fs::create_dir_all(tmp.join("systemd")).unwrap();
         h.v1.push((vec!["name=systemd".to_string()], tmp.join("systemd")));
-        std::fs::create_dir_all(tmp.join("unified")).unwrap();
+        fixture(&tmp.join("unified"), &[("cgroup.controllers", "hugetlb")]);
         h.unified = Some(tmp.join("unified"));
         h
     }
@@ -404,7 +477,12 @@ mod tests {
     #[test]
     fn v1_create_writes_values_in_every_hierarchy() {
         let tmp = tempfile::tempdir().unwrap();
-        let cg = Cgroupfs::new(fake_v1(tmp.path()));
+        let t = tmp.path();
+        let cg = Cgroupfs::new(fake_v1(
+            t,
+            &["kubepods", "kubepods/burstable", "kubepods/burstable/podu1"],
+        ));
+        let knobs = files(t);
         let cfg = ResourceConfig {
             cpu_shares: Some(512),
             cpu_quota: Some(50_000),
@@ -414,7 +492,7 @@ mod tests {
             ..Default::default()
         };
         cg.create("/kubepods/burstable/podu1", &cfg).unwrap();
-        let t = tmp.path();
+        assert_eq!(files(t), knobs, "only pre-created knobs are written");
         assert_eq!(
             read(t.join("cpu/kubepods/burstable/podu1/cpu.shares")),
             "512"
@@ -435,10 +513,11 @@ mod tests {
             read(t.join("pids/kubepods/burstable/podu1/pids.max")),
             "100"
         );
-        assert_eq!(
-            read(t.join("cpuset/kubepods/burstable/podu1/cpuset.cpus")),
-            "0-1"
-        );
+        for level in ["kubepods", "kubepods/burstable", "kubepods/burstable/podu1"] {
+            let d = t.join("cpuset").join(level);
+            assert_eq!(read(d.join("cpuset.cpus")), "0-1", "{level}");
+            assert_eq!(read(d.join("cpuset.mems")), "0", "{level}");
+        }
         assert!(
             t.join("systemd/kubepods/burstable/podu1").is_dir(),
             "named hierarchy too"
@@ -448,9 +527,34 @@ mod tests {
             "hybrid unified mount too"
         );
         assert!(
-            !t.join("unified/kubepods/burstable/podu1/cpu.weight")
-                .exists(),
+            std::fs::read_dir(t.join("unified/kubepods/burstable/podu1"))
+                .unwrap()
+                .next()
+                .is_none(),
             "no values in hybrid unified"
+        );
+        // No limit: quota -1, pids max; a zero memory limit leaves the knob alone.
+        cg.update(
+            "/kubepods/burstable/podu1",
+            &ResourceConfig {
+                cpu_quota: Some(0),
+                memory_limit: Some(0),
+                pids_limit: Some(-1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            read(t.join("cpu/kubepods/burstable/podu1/cpu.cfs_quota_us")),
+            "-1"
+        );
+        assert_eq!(
+            read(t.join("pids/kubepods/burstable/podu1/pids.max")),
+            "max"
+        );
+        assert_eq!(
+            read(t.join("memory/kubepods/burstable/podu1/memory.limit_in_bytes")),
+            "134217728"
         );
         assert!(cg.exists("/kubepods/burstable/podu1"));
         assert_eq!(cg.pod_uids_under("/kubepods"), vec!["u1".to_string()]);
@@ -463,13 +567,49 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_knob_is_an_error_naming_knob_value_and_cgroup() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        let cg = Cgroupfs::new(fake_v1(t, &["kubepods"]));
+        std::fs::remove_file(t.join("pids/kubepods/pids.max")).unwrap();
+        let knobs = files(t);
+        let err = cg
+            .update(
+                "/kubepods",
+                &ResourceConfig {
+                    pids_limit: Some(100),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&err, CgroupError::Write { knob, value, source, .. }
+                if knob == "pids.max" && value == "100" && source.kind() == io::ErrorKind::NotFound),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot write 100 to pids.max of {}: no such knob",
+                t.join("pids/kubepods").display()
+            )
+        );
+        assert_eq!(files(t), knobs, "the missing knob is not created");
+    }
+
+    #[test]
     fn v2_create_writes_weight_max_and_enables_controllers() {
         let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(
-            tmp.path().join("cgroup.controllers"),
-            "cpuset cpu io memory pids",
-        )
-        .unwrap();
+        fixture(
+            tmp.path(),
+            &[
+                ("cgroup.controllers", "cpuset cpu io memory pids"),
+                ("cgroup.subtree_control", ""),
+            ],
+        );
+        fixture(&tmp.path().join("kubepods"), V2);
+        fixture(&tmp.path().join("kubepods/podu2"), V2);
+        let knobs = files(tmp.path());
         let cg = Cgroupfs::new(Hierarchies {
             v1: vec![],
             unified: Some(tmp.path().to_owned()),
@@ -479,13 +619,20 @@ mod tests {
             cpu_quota: Some(50_000),
             cpu_period: Some(100_000),
             memory_limit: Some(1 << 27),
+            pids_limit: Some(100),
             ..Default::default()
         };
         cg.create("/kubepods/podu2", &cfg).unwrap();
+        assert_eq!(
+            files(tmp.path()),
+            knobs,
+            "only pre-created knobs are written"
+        );
         let d = tmp.path().join("kubepods/podu2");
         assert_eq!(read(d.join("cpu.weight")), "39");
         assert_eq!(read(d.join("cpu.max")), "50000 100000");
         assert_eq!(read(d.join("memory.max")), "134217728");
+        assert_eq!(read(d.join("pids.max")), "100");
         assert_eq!(
             read(tmp.path().join("cgroup.subtree_control")),
             "+cpu +memory +pids"
@@ -505,6 +652,7 @@ mod tests {
         .unwrap();
         assert_eq!(read(d.join("cpu.max")), "max 100000");
         assert!(cg.exists("/kubepods/podu2"));
+        assert!(!cg.exists("/kubepods/podu3"));
     }
 
     #[test]

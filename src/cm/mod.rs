@@ -8,6 +8,7 @@
 //! containers below it. It is destroyed in every hierarchy once the pod is gone; housekeeping also
 //! removes `pod<UID>` cgroups that no pod owns (after an agent restart, say).
 //! The systemd driver spells the same tree as slices ([`name::CgroupName::to_systemd`]).
+//! [`cgroupfs`] writes the values through cgroups-rs, over the hierarchies of [`hierarchy`].
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use tracing::{info, warn};
 use crate::qos::{pod_qos_class, QosClass};
 
 pub mod cgroupfs;
+pub mod hierarchy;
 pub mod name;
 pub mod resources;
 
@@ -117,17 +119,14 @@ pub enum CmError {
     Cgroup(#[from] CgroupError),
 }
 
-/// Node capacity: cpu from the online cpus, memory from `/proc/meminfo` MemTotal, pids from
-/// `kernel.pid_max`.
+/// Node capacity: cpu from the online cpus (millicores), memory from `/proc/meminfo` MemTotal
+/// (bytes), pids from `kernel.pid_max`, both through procfs; what cannot be read is 0.
 pub fn detect_capacity() -> NodeResources {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
     let memory = procfs::Current::current()
         .map(|m: procfs::Meminfo| m.mem_total as i64)
         .unwrap_or(0);
-    let pids = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0);
+    let pids = procfs::sys::kernel::pid_max().map_or(0, i64::from);
     NodeResources {
         cpu_milli: cpus * 1000,
         memory,
@@ -381,19 +380,9 @@ impl ContainerManager {
 }
 
 /// Mount points of the cgroup hierarchies on this host (v1 controllers, named hierarchies and the
-/// v2 unified mount), read from `/proc/self/mountinfo`.
+/// v2 unified mount), read from `/proc/self/mountinfo`; empty when it cannot be read.
 pub fn cgroup_mounts() -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split_whitespace().next()?;
-            let mount = pre.split_whitespace().nth(4)?;
-            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mount))
-        })
-        .collect()
+    cgroupfs::Hierarchies::current().all_mounts()
 }
 
 /// Removes a cgroup directory and its child cgroups (deepest first) in each of `mounts`.
@@ -444,10 +433,19 @@ mod tests {
 
     #[test]
     fn container_manager_builds_the_qos_tree_and_pod_cgroups() {
+        use cgroupfs::tests::{fixture, CPU_V1, MEMORY_V1};
         let tmp = tempfile::tempdir().unwrap();
         let mut h = cgroupfs::Hierarchies::default();
-        for c in ["cpu", "memory"] {
+        for (c, knobs) in [("cpu", CPU_V1), ("memory", MEMORY_V1)] {
             std::fs::create_dir_all(tmp.path().join(c).join("root")).unwrap();
+            for cg in [
+                "kubepods",
+                "kubepods/burstable",
+                "kubepods/besteffort",
+                "kubepods/burstable/podu1",
+            ] {
+                fixture(&tmp.path().join(c).join("root").join(cg), knobs);
+            }
             h.v1.push((vec![c.to_string()], tmp.path().join(c)));
         }
         let layout = CgroupLayout {

@@ -1,12 +1,13 @@
 //! The eviction manager's view of this node and its hands on it (kubelet's summary provider,
 //! `activePodsFunc`, `killPodFunc` and `podCleanedUpFunc`, plus the notifier registrations):
-//! signals from cgroup files, `/proc` and `statvfs`; pods from the status manager; kills through
-//! the pod workers.
+//! signals from cgroup files (a pod's `pids.current` through cgroups-rs), `/proc` (through
+//! procfs) and `statvfs`; pods from the status manager; kills through the pod workers.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cgroups_rs::fs::pid::PidController;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, warn};
 
@@ -35,8 +36,6 @@ pub struct Paths {
     pub layout: CgroupLayout,
     /// Node memory capacity, bytes.
     pub memory_capacity: i64,
-    /// `/proc`.
-    pub proc_root: PathBuf,
     /// A directory on nodefs (the agent's root directory).
     pub nodefs: PathBuf,
     /// A directory on imagefs (from CRI `ImageFsInfo`), or `None` when it is nodefs.
@@ -102,7 +101,7 @@ impl Paths {
             out.insert("imagefs.available".to_string(), bytes);
             out.insert("imagefs.inodesFree".to_string(), inodes);
         }
-        if let Some(o) = signals::pid_available(&self.proc_root) {
+        if let Some(o) = signals::pid_available_now() {
             out.insert("pid.available".to_string(), o);
         }
         out
@@ -219,12 +218,11 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
             }
             Resource::Pids => {
                 let dir = self.paths.pod_cgroup("pids", pod)?;
-                let n: i64 = std::fs::read_to_string(dir.join("pids.current"))
-                    .ok()?
-                    .trim()
-                    .parse()
+                // pids.current has the same name and format in v1 and v2.
+                let n = PidController::new(dir.clone(), dir, false)
+                    .get_pid_current()
                     .ok()?;
-                Some((n, 0))
+                Some((i64::try_from(n).ok()?, 0))
             }
         }
     }
@@ -351,7 +349,6 @@ mod tests {
                 systemd: false,
             },
             memory_capacity: crate::cm::detect_capacity().memory,
-            proc_root: "/proc".into(),
             nodefs: tmp.path().into(),
             imagefs: None,
             pod_logs_dir: tmp.path().into(),

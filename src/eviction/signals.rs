@@ -1,14 +1,21 @@
 //! Eviction signals observed on this node (kubelet's `makeSignalObservations`), read from cgroup
-//! and proc files so that they can be tested against a temporary directory laid out the same way.
+//! files (tested against a temporary directory laid out the same way) and, through procfs, from
+//! `/proc`.
 //!
 //! - `memory.available` = node capacity − working set of the root memory cgroup, where working
 //!   set = `memory.usage_in_bytes` − `total_inactive_file` (never below 0).
 //! - `allocatableMemory.available` = the `kubepods` limit − the working set of `kubepods`.
-//! - `pid.available` = `kernel.pid_max` − the tasks running (from `/proc/loadavg`).
+//! - `pid.available` = `kernel.pid_max` − the tasks that exist (the total of `/proc/loadavg`).
 //!
 //! - `nodefs.available` / `nodefs.inodesFree`: `statvfs` of the filesystem holding the agent's
 //!   root directory and pod logs; `imagefs.*` the same for the runtime's image filesystem (the
 //!   one CRI `ImageFsInfo` names, or nodefs when it is the same or unknown).
+//!
+//! The memory files are read here rather than through cgroups-rs: its only reader of usage and
+//! `memory.stat` is `MemController::memory_stat`, which reads eleven files per call on v1 (and a
+//! pass runs every 10 ms for 2 s after a notification) and turns a file it cannot read into 0,
+//! so a missing cgroup would look like a node with all its memory available. A pod's
+//! `pids.current` goes through cgroups-rs (`PidController::get_pid_current`, in the provider).
 
 use std::path::Path;
 
@@ -69,22 +76,21 @@ pub fn allocatable_memory_available(kubepods_memcg: &Path) -> Option<Observation
     })
 }
 
-/// `pid.available` from `kernel.pid_max` and the tasks counted in `/proc/loadavg`
-/// (`proc_root` is `/proc` outside tests).
-pub fn pid_available(proc_root: &Path) -> Option<Observation> {
-    let max = read_i64(&proc_root.join("sys/kernel/pid_max"))?;
-    let loadavg = std::fs::read_to_string(proc_root.join("loadavg")).ok()?;
-    let tasks: i64 = loadavg
-        .split_whitespace()
-        .nth(3)?
-        .split('/')
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(Observation {
-        available: max - tasks,
-        capacity: max,
-    })
+/// `pid.available` from `kernel.pid_max` and `/proc/loadavg`, whose `max` (the number after the
+/// `/`) counts the tasks that exist.
+pub fn pid_available(pid_max: i64, loadavg: &procfs::LoadAverage) -> Observation {
+    Observation {
+        available: pid_max - i64::from(loadavg.max),
+        capacity: pid_max,
+    }
+}
+
+/// `pid.available` of this node, from procfs; `None` when `/proc` cannot be read.
+pub fn pid_available_now() -> Option<Observation> {
+    use procfs::Current;
+    let pid_max = procfs::sys::kernel::pid_max().ok()?;
+    let loadavg = procfs::LoadAverage::current().ok()?;
+    Some(pid_available(pid_max.into(), &loadavg))
 }
 
 /// `<prefix>.available` (bytes available to unprivileged users) and `<prefix>.inodesFree` of the
@@ -144,22 +150,20 @@ mod tests {
                 capacity: 2000
             })
         );
-        let proc_root = tmp.path().join("proc");
-        std::fs::create_dir_all(proc_root.join("sys/kernel")).unwrap();
-        std::fs::write(proc_root.join("sys/kernel/pid_max"), "32768\n").unwrap();
-        std::fs::write(proc_root.join("loadavg"), "0.10 0.20 0.30 2/345 6789\n").unwrap();
+        let loadavg: procfs::LoadAverage =
+            procfs::FromRead::from_read("0.10 0.20 0.30 2/345 6789\n".as_bytes()).unwrap();
         assert_eq!(
-            pid_available(&proc_root),
-            Some(Observation {
+            pid_available(32768, &loadavg),
+            Observation {
                 available: 32768 - 345,
                 capacity: 32768
-            })
+            }
         );
     }
 
     #[test]
     fn this_node_has_memory_pid_and_filesystem_signals() {
-        assert!(pid_available(Path::new("/proc")).is_some_and(|o| o.available > 0));
+        assert!(pid_available_now().is_some_and(|o| o.available > 0));
         let (bytes, inodes) = filesystem(Path::new("/")).unwrap();
         assert!(bytes.capacity > 0 && (0..=bytes.capacity).contains(&bytes.available));
         assert!(inodes.available <= inodes.capacity);

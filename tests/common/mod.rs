@@ -417,15 +417,8 @@ fn find_dirs(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// MemTotal of this machine, bytes.
+/// MemTotal of this machine, bytes (procfs reads `/proc/meminfo`).
 pub fn mem_total() -> i64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kb: i64 = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap()
-        .parse()
-        .unwrap();
-    kb * 1024
+    use procfs::Current;
+    procfs::Meminfo::current().unwrap().mem_total as i64
 }
