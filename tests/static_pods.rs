@@ -222,13 +222,14 @@ fn removing_the_manifest_leaves_no_sandbox_container_or_cgroup() {
         "sandboxes and containers gone",
         || n.runtime.sandboxes(&uid).is_empty() && n.runtime.containers(&uid).is_empty(),
     );
+    // The pod's cgroups go right after its sandbox, and its status last.
+    wait_until(Duration::from_secs(5), "pod gone from /pods", || {
+        n.pod("duo").is_none()
+    });
     assert!(
         pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty(),
         "no pod<UID> cgroup left in any hierarchy"
     );
-    wait_until(Duration::from_secs(5), "pod gone from /pods", || {
-        n.pod("duo").is_none()
-    });
     let logs = n.logs().join(format!("team-a_duo-{}_{uid}", n.node));
     assert!(!logs.exists(), "pod log directory removed");
     assert!(n.log().contains("killing pod"), "kill was logged");
