@@ -300,7 +300,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     ));
     let admission = crate::admission::PodAdmitter {
         pressure,
-        failed,
+        failed: failed.clone(),
         recorder: recorder.clone(),
         metrics: metrics.clone(),
         static_pods_are_critical: config.eviction.static_pods_are_critical,
@@ -332,6 +332,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         let _ = t.join();
     }
     rt.shutdown_timeout(Duration::from_secs(2));
+    failed.flush();
     Ok(())
 }
 

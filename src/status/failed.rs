@@ -84,6 +84,8 @@ pub struct FailedPods {
     pods: Arc<Mutex<HashMap<String, Entry>>>,
     /// Wakes the writer thread (persistent records only); a full slot already means "write".
     dirty: Option<crossbeam_channel::Sender<()>>,
+    /// The file of a persistent record.
+    path: Option<Arc<PathBuf>>,
 }
 
 fn hash_of(pod: &Pod) -> Option<String> {
@@ -109,8 +111,9 @@ impl FailedPods {
             }
         };
         let pods = Arc::new(Mutex::new(pods));
+        let path = Arc::new(path);
         let (tx, rx) = crossbeam_channel::bounded::<()>(1);
-        let weak = Arc::downgrade(&pods);
+        let (weak, file) = (Arc::downgrade(&pods), path.clone());
         let spawned = std::thread::Builder::new()
             .name("failed-pods-writer".into())
             .spawn(move || {
@@ -118,7 +121,7 @@ impl FailedPods {
                     let Some(pods) = weak.upgrade() else { return };
                     let snapshot = pods.lock().unwrap_or_else(|e| e.into_inner()).clone();
                     drop(pods);
-                    save(&path, &snapshot);
+                    save(&file, &snapshot);
                 }
             });
         if let Err(e) = spawned {
@@ -127,6 +130,15 @@ impl FailedPods {
         Self {
             pods,
             dirty: Some(tx),
+            path: Some(path),
+        }
+    }
+
+    /// Writes a persistent record now, on the caller's thread (the agent, as it stops).
+    pub fn flush(&self) {
+        if let Some(path) = &self.path {
+            let snapshot = self.pods.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            save(path, &snapshot);
         }
     }
 
@@ -261,6 +273,7 @@ mod tests {
         e.mark(&pod("v", "h1"), Failure::new("NodePorts", "taken"));
         e.forget("v");
         wait_for(&path, |t| t.contains("\"u\"") && !t.contains("\"v\""));
+        e.flush();
         let again = FailedPods::persistent(path.clone());
         assert_eq!(
             again.failure(&pod("u", "h1")),
