@@ -434,14 +434,8 @@ mod tests {
     }
 
     fn versioned(uid: &str, name: &str, hash: &str) -> Arc<Pod> {
-        let mut p = (*pod(uid, name)).clone();
-        p.metadata.annotations = Some(
-            [(
-                crate::pod::CONFIG_HASH_ANNOTATION.to_string(),
-                hash.to_string(),
-            )]
-            .into(),
-        );
+        let mut p = crate::testing::pods::versioned(uid, hash);
+        p.metadata.name = Some(name.into());
         Arc::new(p)
     }
 

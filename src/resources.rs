@@ -201,12 +201,7 @@ pub fn pod_amounts(pod: &Pod) -> PodAmounts {
 mod tests {
     use super::*;
 
-    fn pod(spec: &str) -> Pod {
-        serde_yaml::from_str(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {spec}"
-        ))
-        .unwrap()
-    }
+    use crate::testing::pods::with_spec as pod;
 
     #[test]
     fn bad_quantities_name_container_and_field() {

@@ -406,15 +406,7 @@ mod tests {
     }
 
     fn hashed(uid: &str, hash: &str) -> Arc<Pod> {
-        let mut p = (*pod(uid)).clone();
-        p.metadata.annotations = Some(
-            [(
-                crate::pod::CONFIG_HASH_ANNOTATION.to_string(),
-                hash.to_string(),
-            )]
-            .into(),
-        );
-        Arc::new(p)
+        Arc::new(crate::testing::pods::versioned(uid, hash))
     }
 
     #[tokio::test(start_paused = true)]

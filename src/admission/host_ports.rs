@@ -100,12 +100,7 @@ pub fn admit<'a>(pod: &Pod, running: impl IntoIterator<Item = &'a Pod>) -> Optio
 mod tests {
     use super::*;
 
-    fn pod(spec: &str) -> Pod {
-        serde_yaml::from_str(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {spec}"
-        ))
-        .unwrap()
-    }
+    use crate::testing::pods::with_spec as pod;
 
     #[test]
     fn host_network_ports_and_host_ports_are_claimed() {

@@ -258,12 +258,7 @@ pub fn qos_configs(
 mod tests {
     use super::*;
 
-    fn pod(spec: &str) -> Pod {
-        serde_yaml::from_str(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {spec}"
-        ))
-        .unwrap()
-    }
+    use crate::testing::pods::with_spec as pod;
 
     #[test]
     fn shares_and_quota_follow_kubelet() {

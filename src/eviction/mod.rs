@@ -149,18 +149,7 @@ pub fn is_critical(pod: &Pod, static_pods_are_critical: bool) -> bool {
 mod tests {
     use super::*;
 
-    fn pod(uid: &str, hash: &str) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.uid = Some(uid.into());
-        p.metadata.annotations = Some(
-            [(
-                crate::pod::CONFIG_HASH_ANNOTATION.to_string(),
-                hash.to_string(),
-            )]
-            .into(),
-        );
-        p
-    }
+    use crate::testing::pods::versioned as pod;
 
     #[test]
     fn critical_pods_by_priority_mirror_or_the_static_rule() {

@@ -218,18 +218,7 @@ fn save(path: &std::path::Path, pods: &HashMap<String, Entry>) {
 mod tests {
     use super::*;
 
-    fn pod(uid: &str, hash: &str) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.uid = Some(uid.into());
-        p.metadata.annotations = Some(
-            [(
-                crate::pod::CONFIG_HASH_ANNOTATION.to_string(),
-                hash.to_string(),
-            )]
-            .into(),
-        );
-        p
-    }
+    use crate::testing::pods::versioned as pod;
 
     #[test]
     fn a_failed_pod_stays_failed_until_its_manifest_changes_and_reads_change_nothing() {

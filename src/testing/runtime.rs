@@ -190,6 +190,14 @@ impl FakeRuntime {
             .map(|s| s.config.clone())
     }
 
+    fn name_of(&self, container_id: &str) -> String {
+        self.lock()
+            .containers
+            .get(container_id)
+            .map(FakeContainer::name)
+            .unwrap_or_default()
+    }
+
     fn enter(&self, operation: &'static str, call: String) -> CriResult<()> {
         // Every call moves time a little, so creation times order like the runtime's.
         self.clock.advance(Duration::from_micros(1));
@@ -384,12 +392,7 @@ impl RuntimeService for FakeRuntime {
     }
 
     async fn start_container(&self, id: &str) -> CriResult<()> {
-        let name = self
-            .lock()
-            .containers
-            .get(id)
-            .map(FakeContainer::name)
-            .unwrap_or_default();
+        let name = self.name_of(id);
         self.enter("start_container", format!("StartContainer {name}"))?;
         let now = self.clock.epoch_ns();
         let mut st = self.lock();
@@ -403,12 +406,7 @@ impl RuntimeService for FakeRuntime {
     }
 
     async fn stop_container(&self, id: &str, grace_seconds: i64) -> CriResult<()> {
-        let name = self
-            .lock()
-            .containers
-            .get(id)
-            .map(FakeContainer::name)
-            .unwrap_or_default();
+        let name = self.name_of(id);
         self.enter(
             "stop_container",
             format!("StopContainer {name} grace={grace_seconds}"),
@@ -427,12 +425,7 @@ impl RuntimeService for FakeRuntime {
     }
 
     async fn remove_container(&self, id: &str) -> CriResult<()> {
-        let name = self
-            .lock()
-            .containers
-            .get(id)
-            .map(FakeContainer::name)
-            .unwrap_or_default();
+        let name = self.name_of(id);
         self.enter("remove_container", format!("RemoveContainer {name}"))?;
         self.lock().containers.remove(id);
         Ok(())
