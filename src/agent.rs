@@ -98,6 +98,8 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             }
         },
     };
+    let mut node_config = node_config;
+    node_config.policy.hugepage_sizes = crate::cm::hugepage_sizes();
     let settings = Settings {
         node_name: node_name.clone(),
         hostname: crate::node::hostname(&node_name),
@@ -107,7 +109,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         cluster_dns: config.cluster_dns.iter().map(ToString::to_string).collect(),
         cluster_domain: config.cluster_domain.clone(),
         root_dir: flags.root_dir.clone(),
-        cgroup_policy: node_config.policy,
+        cgroup_policy: node_config.policy.clone(),
         memory_capacity: node_config.capacity.memory,
         crash_backoff: config.crash_loop_back_off,
         pull_backoff: config.image_pull_back_off,

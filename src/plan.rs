@@ -130,9 +130,10 @@ pub fn plan(
     capacity: NodeResources,
     manifests: &[PathBuf],
 ) -> (String, Vec<String>) {
-    let node = config.node_config(capacity);
+    let mut node = config.node_config(capacity);
+    node.policy.hugepage_sizes = crate::cm::hugepage_sizes();
     let layout = node.layout.clone();
-    let policy = node.policy;
+    let policy = node.policy.clone();
     // The manager computes values only; its cgroup writer is never called here.
     let cm = ContainerManager::new(
         std::sync::Arc::new(crate::cm::cgroupfs::Cgroupfs::new(Default::default())),
@@ -140,7 +141,7 @@ pub fn plan(
     );
     let mut settings = Settings::example();
     settings.node_name = node_name.to_owned();
-    settings.cgroup_policy = policy;
+    settings.cgroup_policy = policy.clone();
     settings.memory_capacity = capacity.memory;
     let mut errors = Vec::new();
     if let Err(e) = cm.validate_reservations() {

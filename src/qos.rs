@@ -1,8 +1,9 @@
 //! QoS class of a pod (kubelet's `pkg/apis/core/v1/helper/qos.GetPodQOS`).
 //!
-//! Guaranteed: every container, init containers included, has cpu and memory limits, and its
-//! requests equal its limits (a missing request defaults to the limit). BestEffort: no container
-//! has a non-zero cpu or memory request or limit. Burstable: everything else. Also the
+//! Guaranteed: every container, init containers included, has cpu and memory limits, and the
+//! requests equal the limits (a missing request defaults to the limit; an explicit zero request
+//! is a request of zero). BestEffort: no container has a non-zero cpu or memory request or limit.
+//! Burstable: everything else. Also the
 //! oom_score_adj policy by QoS class (kubelet's `pkg/kubelet/qos/policy.go`).
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -31,20 +32,35 @@ impl QosClass {
     }
 }
 
-fn amount(c: &Container, limits: bool, resource: &str) -> Option<i128> {
-    let r = c.resources.as_ref()?;
-    let map = if limits {
-        r.limits.as_ref()
-    } else {
-        r.requests.as_ref()
-    }?;
-    // Unparsable quantities are refused at admission; here they count as absent.
-    map.get(resource)
-        .and_then(|q| parse_milli(&q.0).ok())
-        .filter(|v| *v != 0)
+/// A container's cpu or memory request or limit as the API server leaves it after defaulting:
+/// an absent request is the limit, an explicit zero stays zero (millicores of the quantity).
+fn amount(c: &Container, limits: bool, resource: &str) -> i128 {
+    let Some(r) = c.resources.as_ref() else {
+        return 0;
+    };
+    let value = |m: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >| {
+        m.and_then(|m| m.get(resource)).map(|q| {
+            // Unparsable quantities are refused at admission; here they count as zero.
+            parse_milli(&q.0).unwrap_or(0)
+        })
+    };
+    let limit = value(r.limits.as_ref());
+    if limits {
+        return limit.unwrap_or(0);
+    }
+    value(r.requests.as_ref()).or(limit).unwrap_or(0)
 }
 
-/// The pod's QoS class.
+/// The pod's QoS class (kubelet's `GetPodQOS`): the cpu and memory requests and limits of all
+/// containers (init containers included) are summed, counting only values above zero. No
+/// request and no limit: BestEffort. Guaranteed when every container has cpu and memory
+/// limits, the summed requests equal the summed limits for each resource requested, and the
+/// same resources are requested as limited. Burstable otherwise. `spec.overhead` does not count.
 pub fn pod_qos_class(pod: &Pod) -> QosClass {
     let Some(spec) = pod.spec.as_ref() else {
         return QosClass::BestEffort;
@@ -54,22 +70,34 @@ pub fn pod_qos_class(pod: &Pod) -> QosClass {
         .iter()
         .flatten()
         .chain(spec.containers.iter());
-    let mut any = false;
+    let (mut requests, mut limits) = (
+        std::collections::BTreeMap::<&str, i128>::new(),
+        std::collections::BTreeMap::<&str, i128>::new(),
+    );
     let mut guaranteed = true;
     for c in all {
+        let mut limited = 0;
         for res in ["cpu", "memory"] {
-            let (req, lim) = (amount(c, false, res), amount(c, true, res));
-            any |= req.is_some() || lim.is_some();
-            match lim {
-                Some(l) if req.is_none_or(|r| r == l) => {}
-                _ => guaranteed = false,
+            let req = amount(c, false, res);
+            if req > 0 {
+                *requests.entry(res).or_default() += req;
+            }
+            let lim = amount(c, true, res);
+            if lim > 0 {
+                *limits.entry(res).or_default() += lim;
+                limited += 1;
             }
         }
+        guaranteed &= limited == 2;
     }
-    match (any, guaranteed) {
-        (false, _) => QosClass::BestEffort,
-        (true, true) => QosClass::Guaranteed,
-        (true, false) => QosClass::Burstable,
+    if requests.is_empty() && limits.is_empty() {
+        return QosClass::BestEffort;
+    }
+    guaranteed &= requests.iter().all(|(r, v)| limits.get(r) == Some(v));
+    if guaranteed && requests.len() == limits.len() {
+        QosClass::Guaranteed
+    } else {
+        QosClass::Burstable
     }
 }
 

@@ -33,8 +33,37 @@ pub struct ContainerAmounts {
     pub memory_request: i64,
     /// memory limit, bytes (0: none).
     pub memory_limit: i64,
-    /// hugepage limits by size (`2Mi`), bytes.
-    pub hugepages: BTreeMap<String, i64>,
+    /// hugepage limits, bytes, by page size in bytes (`hugepages-2Mi` and `hugepages-2048Ki`
+    /// are the same size: 2097152).
+    pub hugepages: BTreeMap<u64, i64>,
+}
+
+/// The page size of a `hugepages-<size>` resource name, bytes (kubelet's
+/// `HugePageSizeFromResourceName`); `None` for other names.
+///
+/// Errors: a message when the size is not a positive quantity.
+pub fn hugepage_size(resource: &str) -> Option<Result<u64, String>> {
+    let size = resource.strip_prefix("hugepages-")?;
+    Some(
+        parse_value(size)
+            .ok()
+            .and_then(|v| u64::try_from(v).ok())
+            .filter(|v| *v > 0)
+            .ok_or_else(|| format!("{size:?} is not a hugepage size")),
+    )
+}
+
+/// A page size in the kernel's and CRI's spelling (kubelet's `HugePageUnitSizeFromByteSize`):
+/// the largest unit of B, KB, MB, GB, TB, PB that divides it (2097152 → `2MB`, 1073741824 →
+/// `1GB`); `None` for a size that does not divide into units of at most 1024.
+pub fn hugepage_unit_size(bytes: u64) -> Option<String> {
+    const UNITS: [&str; 6] = ["B", "KB", "MB", "GB", "TB", "PB"];
+    let (mut size, mut idx) = (bytes, 0);
+    while size % 1024 == 0 && size > 0 && idx < UNITS.len() - 1 {
+        size /= 1024;
+        idx += 1;
+    }
+    (size <= 1024 || idx == UNITS.len() - 1).then(|| format!("{size}{}", UNITS[idx]))
 }
 
 fn amount(c: &Container, limits: bool, name: &str, milli: bool) -> Result<i64, ResourceError> {
@@ -114,9 +143,15 @@ pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceErro
         .map(|(k, _)| k.clone())
         .collect();
     for name in names {
-        if let Some(size) = name.strip_prefix("hugepages-") {
-            a.hugepages
-                .insert(size.to_owned(), amount(c, true, &name, false)?);
+        if let Some(size) = hugepage_size(&name) {
+            let size = size.map_err(|message| ResourceError {
+                container: c.name.clone(),
+                field: format!("resources.limits.{name}"),
+                message,
+            })?;
+            let v = amount(c, true, &name, false)?;
+            let e = a.hugepages.entry(size).or_insert(0);
+            *e = e.saturating_add(v);
         }
     }
     // Every other quantity must at least parse.
@@ -156,22 +191,45 @@ pub fn validate_pod_resources(pod: &Pod) -> Result<(), ResourceError> {
             })?;
         }
     }
+    for (name, q) in spec.overhead.iter().flatten() {
+        let err = |message: String| ResourceError {
+            container: String::new(),
+            field: format!("spec.overhead.{name}"),
+            message,
+        };
+        let v = if name == "cpu" {
+            parse_milli(&q.0)
+        } else {
+            parse_value(&q.0)
+        }
+        .map_err(|e| err(e.to_string()))?;
+        if v < 0 || i64::try_from(v).is_err() {
+            return Err(err(format!(
+                "{:?} must be 0 or more and fit in 64 bits",
+                q.0
+            )));
+        }
+    }
     Ok(())
 }
 
 /// A pod's effective requests or limits: for each resource, the larger of the sum over app
 /// containers and the largest init container (kubelet's `PodRequests` / `PodLimits`; init
-/// containers run one at a time). Unusable quantities count as zero; admission refuses them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// containers run one at a time), plus `spec.overhead`: added to the requests, and to the limits
+/// that are set (a pod without a cpu limit stays without one). Unusable quantities count as
+/// zero; admission refuses them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodAmounts {
     /// cpu requests, millicores.
     pub cpu_request: i64,
-    /// cpu limits, millicores.
+    /// cpu limits, millicores (0: none).
     pub cpu_limit: i64,
     /// memory requests, bytes.
     pub memory_request: i64,
-    /// memory limits, bytes.
+    /// memory limits, bytes (0: none).
     pub memory_limit: i64,
+    /// hugepage limits (their requests are the same), bytes, by page size in bytes.
+    pub hugepages: BTreeMap<u64, i64>,
 }
 
 /// Computes [`PodAmounts`].
@@ -188,11 +246,44 @@ pub fn pod_amounts(pod: &Pod) -> PodAmounts {
         sum.memory_request = sum.memory_request.saturating_add(a.memory_request);
         sum.memory_limit = sum.memory_limit.saturating_add(a.memory_limit);
     }
+    for (size, v) in spec.containers.iter().flat_map(|c| get(c).hugepages) {
+        let e = sum.hugepages.entry(size).or_insert(0);
+        *e = e.saturating_add(v);
+    }
     for a in spec.init_containers.iter().flatten().map(get) {
         sum.cpu_request = sum.cpu_request.max(a.cpu_request);
         sum.cpu_limit = sum.cpu_limit.max(a.cpu_limit);
         sum.memory_request = sum.memory_request.max(a.memory_request);
         sum.memory_limit = sum.memory_limit.max(a.memory_limit);
+        for (size, v) in a.hugepages {
+            let e = sum.hugepages.entry(size).or_insert(0);
+            *e = (*e).max(v);
+        }
+    }
+    let overhead = |name: &str, milli: bool| {
+        spec.overhead
+            .as_ref()
+            .and_then(|o| o.get(name))
+            .and_then(|q| {
+                if milli {
+                    parse_milli(&q.0)
+                } else {
+                    parse_value(&q.0)
+                }
+                .ok()
+            })
+            .and_then(|v| i64::try_from(v).ok())
+            .filter(|v| *v > 0)
+            .unwrap_or(0)
+    };
+    let (cpu, memory) = (overhead("cpu", true), overhead("memory", false));
+    sum.cpu_request = sum.cpu_request.saturating_add(cpu);
+    sum.memory_request = sum.memory_request.saturating_add(memory);
+    if sum.cpu_limit > 0 {
+        sum.cpu_limit = sum.cpu_limit.saturating_add(cpu);
+    }
+    if sum.memory_limit > 0 {
+        sum.memory_limit = sum.memory_limit.saturating_add(memory);
     }
     sum
 }
@@ -237,5 +328,18 @@ mod tests {
                 "{res}"
             );
         }
+    }
+
+    #[test]
+    fn hugepage_sizes_are_quantities_in_kernel_units() {
+        assert_eq!(hugepage_size("hugepages-2Mi"), Some(Ok(2 << 20)));
+        assert_eq!(hugepage_size("hugepages-2048Ki"), Some(Ok(2 << 20)));
+        assert_eq!(hugepage_size("hugepages-1Gi"), Some(Ok(1 << 30)));
+        assert!(hugepage_size("hugepages-x").unwrap().is_err());
+        assert_eq!(hugepage_size("memory"), None);
+        assert_eq!(hugepage_unit_size(2 << 20).as_deref(), Some("2MB"));
+        assert_eq!(hugepage_unit_size(1 << 30).as_deref(), Some("1GB"));
+        assert_eq!(hugepage_unit_size(64 << 10).as_deref(), Some("64KB"));
+        assert_eq!(hugepage_unit_size(3000), None, "not divisible into units");
     }
 }

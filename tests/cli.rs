@@ -3,20 +3,18 @@
 
 use std::process::Command;
 
-fn run_with(config: &str) -> std::process::Output {
+/// `nodelet --config <file with config> --root-dir <tmp>`, or with `args` (a subcommand)
+/// `nodelet <args> --config <file>`.
+fn run_subcommand(args: &[&str], config: &str) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
     std::fs::write(&path, config).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_nodelet"))
-        .args([
-            "--config",
-            path.to_str().unwrap(),
-            "--root-dir",
-            dir.path().join("root").to_str().unwrap(),
-        ])
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodelet"));
+    cmd.args(args).args(["--config", path.to_str().unwrap()]);
+    if args.is_empty() {
+        cmd.arg("--root-dir").arg(dir.path().join("root"));
+    }
+    cmd.env("NO_COLOR", "1").output().unwrap()
 }
 
 const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
@@ -44,14 +42,26 @@ fn invalid_values_exit_2_naming_field_and_value() {
             "99999999999999h",
         ),
         ("fileCheckFrequency: 1ns", "fileCheckFrequency", "1ns"),
+        (
+            "cgroupsPerQOS: false",
+            "enforceNodeAllocatable",
+            "cgroupsPerQOS",
+        ),
+        (
+            "crashLoopBackOff: {maxContainerRestartPeriod: 10m}",
+            "crashLoopBackOff.maxContainerRestartPeriod",
+            "10m0s",
+        ),
     ] {
-        let out = run_with(&format!("{HEAD}{line}\n"));
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{line}: {stderr}");
-        assert!(
-            stderr.contains(field) && stderr.contains(value),
-            "{line}: {stderr}"
-        );
+        for args in [&[][..], &["check-config"][..]] {
+            let out = run_subcommand(args, &format!("{HEAD}{line}\n"));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?} {line}: {stderr}");
+            assert!(
+                stderr.contains(field) && stderr.contains(value),
+                "{args:?} {line}: {stderr}"
+            );
+        }
     }
 }
 

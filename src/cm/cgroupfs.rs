@@ -147,13 +147,6 @@ fn set(
     write().map_err(|e| fail(io_error(&e)))
 }
 
-/// Kernel spelling of a hugepage size (`2Mi` → `2MB`, `1Gi` → `1GB`).
-fn hugetlb_size(size: &str) -> String {
-    size.replace("Ki", "KB")
-        .replace("Mi", "MB")
-        .replace("Gi", "GB")
-}
-
 /// cgroup v2 `cpu.weight` from v1 shares (kubelet's `CpuSharesToCpuWeight`): 2 → 1, 1024 → 39,
 /// 262144 → 10000.
 pub fn shares_to_weight(shares: u64) -> u64 {
@@ -221,7 +214,6 @@ fn write_values(cg: &Cgroup, cfg: &ResourceConfig) -> Result<(), CgroupError> {
     }
     if let Some(hugetlb) = cg.controller_of::<HugeTlbController>() {
         for (size, limit) in &cfg.hugepage_limits {
-            let size = hugetlb_size(size);
             let knob = if v2 {
                 format!("hugetlb.{size}.max")
             } else {
@@ -234,7 +226,7 @@ fn write_values(cg: &Cgroup, cfg: &ResourceConfig) -> Result<(), CgroupError> {
                 source: io::Error::new(io::ErrorKind::InvalidInput, "a limit cannot be negative"),
             })?;
             set(hugetlb.path(), &knob, bytes, || {
-                hugetlb.set_limit_in_bytes(&size, bytes)
+                hugetlb.set_limit_in_bytes(size, bytes)
             })?;
         }
     }

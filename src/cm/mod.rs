@@ -134,6 +134,32 @@ pub fn detect_capacity() -> NodeResources {
     }
 }
 
+/// The node's hugepage sizes, bytes, ascending (from `/sys/kernel/mm/hugepages`, as runc's
+/// `HugePageSizes`); empty when the kernel has none.
+pub fn hugepage_sizes() -> Vec<u64> {
+    hugepage_sizes_in(std::path::Path::new("/sys/kernel/mm/hugepages"))
+}
+
+/// [`hugepage_sizes`] read from `dir` (entries `hugepages-<n>kB`).
+pub fn hugepage_sizes_in(dir: &std::path::Path) -> Vec<u64> {
+    let mut sizes: Vec<u64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let kb: u64 = name
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            kb.checked_mul(1024)
+        })
+        .collect();
+    sizes.sort_unstable();
+    sizes
+}
+
 /// Node-level settings of the container manager, built from the typed configuration
 /// (`Config::node_config`); this module does not read the configuration file.
 #[derive(Debug, Clone)]

@@ -64,13 +64,13 @@ pub struct ResourceConfig {
     /// pids.max.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids_limit: Option<i64>,
-    /// hugetlb limits by page size (`2Mi` → bytes).
+    /// hugetlb limits, bytes, by page size in the kernel's spelling (`2MB`, `1GB`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub hugepage_limits: BTreeMap<String, i64>,
 }
 
-/// Knobs of the pod cgroup computation (from the configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Knobs of the pod cgroup computation (from the configuration and the node).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupPolicy {
     /// `cpuCFSQuota`: enforce cpu limits with CFS quota.
     pub cpu_cfs_quota: bool,
@@ -78,6 +78,9 @@ pub struct CgroupPolicy {
     pub cpu_cfs_period_us: u64,
     /// `podPidsLimit` (-1 or 0: none).
     pub pod_pids_limit: i64,
+    /// The node's hugepage sizes, bytes ([`crate::cm::hugepage_sizes`]): a pod or container
+    /// gets a hugetlb limit of 0 for each size it does not ask for.
+    pub hugepage_sizes: Vec<u64>,
 }
 
 impl Default for CgroupPolicy {
@@ -86,8 +89,21 @@ impl Default for CgroupPolicy {
             cpu_cfs_quota: true,
             cpu_cfs_period_us: DEFAULT_CFS_PERIOD_US,
             pod_pids_limit: -1,
+            hugepage_sizes: Vec::new(),
         }
     }
+}
+
+/// hugetlb limits in the kernel's spelling (kubelet's `HugePageLimits` and the cgroup manager's
+/// zero for every page size not asked for): `asked` (bytes by page size in bytes) for the sizes
+/// it has, 0 for the node's other `sizes`. A size without a kernel spelling is left out.
+pub fn hugepage_limits(asked: &BTreeMap<u64, i64>, sizes: &[u64]) -> BTreeMap<String, i64> {
+    sizes
+        .iter()
+        .map(|s| (*s, 0))
+        .chain(asked.iter().map(|(s, v)| (*s, *v)))
+        .filter_map(|(s, v)| Some((crate::resources::hugepage_unit_size(s)?, v)))
+        .collect()
 }
 
 /// The pod cgroup's values (kubelet's `ResourceConfigForPod`): Guaranteed gets shares, quota and
@@ -110,13 +126,6 @@ pub fn pod_resource_config(pod: &Pod, policy: &CgroupPolicy) -> ResourceConfig {
         -1
     };
     let mut cfg = ResourceConfig::default();
-    let mut hugepages = BTreeMap::new();
-    for c in containers {
-        for (size, v) in container_amounts(c).unwrap_or_default().hugepages {
-            let e = hugepages.entry(size).or_insert(0i64);
-            *e = (*e).saturating_add(v);
-        }
-    }
     match pod_qos_class(pod) {
         QosClass::Guaranteed => {
             cfg.cpu_shares = Some(shares);
@@ -139,7 +148,7 @@ pub fn pod_resource_config(pod: &Pod, policy: &CgroupPolicy) -> ResourceConfig {
     if policy.pod_pids_limit > 0 {
         cfg.pids_limit = Some(policy.pod_pids_limit);
     }
-    cfg.hugepage_limits = hugepages;
+    cfg.hugepage_limits = hugepage_limits(&amounts.hugepages, &policy.hugepage_sizes);
     cfg
 }
 
@@ -328,7 +337,7 @@ mod tests {
         // cpuCFSQuota off: quota -1.
         let off = CgroupPolicy {
             cpu_cfs_quota: false,
-            ..policy
+            ..policy.clone()
         };
         assert_eq!(pod_resource_config(&g, &off).cpu_quota, Some(-1));
         // podPidsLimit.
@@ -424,5 +433,43 @@ mod tests {
         let (b, e) = qos_configs(&t, 4 << 30, Some(50));
         assert_eq!(b.memory_limit, Some((4 << 30) - (512 << 20)));
         assert_eq!(e.memory_limit, Some((4 << 30) - (512 << 20) - (256 << 20)));
+    }
+
+    /// The resource inputs of the fidelity issue, with kubelet's values.
+    #[test]
+    fn zero_requests_overhead_and_hugepage_sizes_as_kubelet_counts_them() {
+        // An explicit zero request is a request of zero: Burstable, oom_score_adj 999.
+        let p = pod("{containers: [{name: c, image: b, resources: {limits: {cpu: 300m, memory: 300Mi}, requests: {memory: '0'}}}]}");
+        assert_eq!(pod_qos_class(&p), QosClass::Burstable);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert_eq!(crate::qos::container_oom_score_adj(&p, c, 8 << 30), 999);
+        // Overhead counts toward the pod cgroup, not the QoS class.
+        let p = pod("{overhead: {cpu: 50m, memory: 32Mi}, containers: [{name: c, image: b, resources: {requests: {cpu: 250m, memory: 128Mi}, limits: {cpu: 500m, memory: 256Mi}}}]}");
+        let cfg = pod_resource_config(&p, &CgroupPolicy::default());
+        assert_eq!(
+            (
+                cfg.cpu_shares,
+                cfg.cpu_quota,
+                cfg.cpu_period,
+                cfg.memory_limit
+            ),
+            (Some(307), Some(55_000), Some(100_000), Some(301_989_888))
+        );
+        let g = pod("{overhead: {cpu: 50m, memory: 32Mi}, containers: [{name: c, image: b, resources: {limits: {cpu: 500m, memory: 256Mi}}}]}");
+        assert_eq!(pod_qos_class(&g), QosClass::Guaranteed);
+        // A pod without a cpu limit gets none from its overhead.
+        let b = pod("{overhead: {cpu: 50m}, containers: [{name: c, image: b, resources: {requests: {cpu: 250m}}}]}");
+        assert_eq!(crate::resources::pod_amounts(&b).cpu_limit, 0);
+        // hugepages-2Mi and hugepages-2048Ki are one size; the node's other sizes get 0.
+        let p = pod("{containers: [{name: a, image: b, resources: {limits: {cpu: '1', memory: 1Gi, hugepages-2Mi: 4Mi}}}, {name: b, image: b, resources: {limits: {cpu: '1', memory: 1Gi, hugepages-2048Ki: 2Mi}}}]}");
+        let policy = CgroupPolicy {
+            hugepage_sizes: vec![2 << 20, 1 << 30],
+            ..CgroupPolicy::default()
+        };
+        let cfg = pod_resource_config(&p, &policy);
+        assert_eq!(
+            cfg.hugepage_limits,
+            [("2MB".to_string(), 6_291_456), ("1GB".to_string(), 0)].into()
+        );
     }
 }

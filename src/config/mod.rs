@@ -240,9 +240,29 @@ mod tests {
             ("cpuCFSQuotaPeriod: 5s", "cpuCFSQuotaPeriod", "5s"),
             ("podPidsLimit: -5", "podPidsLimit", "-5"),
             (
-                "crashLoopBackOff: {initialContainerRestartPeriod: 10m}",
+                "crashLoopBackOff: {initialContainerRestartPeriod: 10ms}",
                 "crashLoopBackOff",
-                "10m0s..5m0s",
+                "10ms..5m0s",
+            ),
+            (
+                "crashLoopBackOff: {maxContainerRestartPeriod: 10m}",
+                "crashLoopBackOff.maxContainerRestartPeriod",
+                "10m0s",
+            ),
+            (
+                "crashLoopBackOff: {maxContainerRestartPeriod: 500ms}",
+                "crashLoopBackOff.maxContainerRestartPeriod",
+                "500ms",
+            ),
+            (
+                "cgroupsPerQOS: false",
+                "enforceNodeAllocatable",
+                "[pods] with cgroupsPerQOS false",
+            ),
+            (
+                "enforceNodeAllocatable: [none, pods]",
+                "enforceNodeAllocatable",
+                "none,pods",
             ),
             (
                 "evictionHard: {memory.available: '0'}",

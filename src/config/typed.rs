@@ -98,7 +98,7 @@ impl Config {
     pub fn node_config(&self, capacity: NodeResources) -> NodeConfig {
         NodeConfig {
             layout: self.cgroup_layout.clone(),
-            policy: self.cgroup_policy,
+            policy: self.cgroup_policy.clone(),
             capacity,
             system_reserved: self.system_reserved,
             kube_reserved: self.kube_reserved,
@@ -188,7 +188,13 @@ impl KubeletConfiguration {
                 )
             })?
         };
-        if !self.cgroup_root.starts_with('/') || self.cgroup_root.split('/').any(|c| c == "..") {
+        // kubelet: an empty cgroupRoot is the root.
+        let cgroup_root = if self.cgroup_root.is_empty() {
+            "/".to_owned()
+        } else {
+            self.cgroup_root.clone()
+        };
+        if !cgroup_root.starts_with('/') || cgroup_root.split('/').any(|c| c == "..") {
             return Err(invalid(
                 "cgroupRoot",
                 &self.cgroup_root,
@@ -274,6 +280,24 @@ impl KubeletConfiguration {
                     "entries must be pods, system-reserved, kube-reserved or none",
                 ));
             }
+            if v == "none" && self.enforce_node_allocatable.len() > 1 {
+                return Err(invalid(
+                    "enforceNodeAllocatable",
+                    &self.enforce_node_allocatable.join(","),
+                    "may not contain additional enforcements when none is specified",
+                ));
+            }
+        }
+        // kubelet's ValidateKubeletConfiguration: enforcement needs the pod cgroups.
+        if !self.cgroups_per_qos && !self.enforce_node_allocatable.is_empty() {
+            return Err(invalid(
+                "enforceNodeAllocatable",
+                &format!(
+                    "[{}] with cgroupsPerQOS false",
+                    self.enforce_node_allocatable.join(",")
+                ),
+                "enforceNodeAllocatable is not supported unless cgroupsPerQOS is true; set enforceNodeAllocatable: [] (its default is [pods])",
+            ));
         }
         let mut qos_reserved_memory_percent = None;
         for (k, v) in &self.qos_reserved {
@@ -318,10 +342,21 @@ impl KubeletConfiguration {
             }
             BackoffPolicy::try_new(initial.0, max.0).map_err(|_| invalid(field, &value, reason))
         };
+        // kubelet (KEP-4603): maxContainerRestartPeriod is 1s to 300s, and one below the first
+        // delay lowers the first delay to it.
+        let crash = &self.crash_loop_back_off;
+        let max = crash.max_container_restart_period.0;
+        if !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&max) {
+            return Err(invalid(
+                "crashLoopBackOff.maxContainerRestartPeriod",
+                &format_go_duration(max),
+                "must be between 1s and 300s",
+            ));
+        }
         let crash_loop_back_off = backoff(
             "crashLoopBackOff",
-            self.crash_loop_back_off.initial_container_restart_period,
-            self.crash_loop_back_off.max_container_restart_period,
+            GoDuration(crash.initial_container_restart_period.0.min(max)),
+            crash.max_container_restart_period,
         )?;
         let image_pull_back_off = backoff(
             "imagePullBackOff",
@@ -388,7 +423,7 @@ impl KubeletConfiguration {
             image_socket,
             runtime_request_timeout,
             cgroup_layout: CgroupLayout {
-                root: self.cgroup_root.clone(),
+                root: cgroup_root,
                 per_qos: self.cgroups_per_qos,
                 systemd,
             },
@@ -396,6 +431,7 @@ impl KubeletConfiguration {
                 cpu_cfs_quota: self.cpu_cfs_quota,
                 cpu_cfs_period_us,
                 pod_pids_limit: self.pod_pids_limit,
+                hugepage_sizes: Vec::new(),
             },
             system_reserved,
             kube_reserved,
@@ -526,7 +562,7 @@ mod tests {
              cpuCFSQuota: false\ncpuCFSQuotaPeriod: 50ms\npodPidsLimit: 512\n\
              kubeReserved: {cpu: 500m, memory: 1Gi, pid: '100', ephemeral-storage: 1Gi}\n\
              systemReserved: {cpu: '1', memory: 7Ei}\n\
-             enforceNodeAllocatable: [none]\nqosReserved: {memory: 50%}\n\
+             enforceNodeAllocatable: []\nqosReserved: {memory: 50%}\n\
              healthzBindAddress: '::1'\nhealthzPort: 0\naddress: 10.0.0.1\nreadOnlyPort: 10255\n\
              resolvConf: ''\nclusterDNS: [10.96.0.10]\nclusterDomain: cluster.local.\n\
              containerLogMaxSize: 1.5Ki\ncontainerLogMaxFiles: 2\n\
@@ -551,7 +587,8 @@ mod tests {
             CgroupPolicy {
                 cpu_cfs_quota: false,
                 cpu_cfs_period_us: 50_000,
-                pod_pids_limit: 512
+                pod_pids_limit: 512,
+                hugepage_sizes: Vec::new(),
             }
         );
         assert_eq!(
@@ -598,6 +635,21 @@ mod tests {
         assert_eq!(node.kube_reserved, c.kube_reserved);
         assert_eq!(node.capacity.cpu_milli, 4000);
         assert_eq!(node.qos_reserved_memory, Some(50));
+    }
+
+    /// kubelet's rules: an empty cgroupRoot is `/`; `none` enforces nothing; a
+    /// maxContainerRestartPeriod below the first delay lowers the first delay.
+    #[test]
+    fn kubelet_spellings_of_the_root_no_enforcement_and_a_short_back_off_cap() {
+        let c = config("cgroupRoot: ''\nenforceNodeAllocatable: [none]\ncrashLoopBackOff: {maxContainerRestartPeriod: 5s}\n").unwrap();
+        assert_eq!(c.cgroup_layout.root, "/");
+        assert!(!c.enforce_node_allocatable_pods);
+        assert_eq!(
+            (c.crash_loop_back_off.initial(), c.crash_loop_back_off.max()),
+            (Duration::from_secs(5), Duration::from_secs(5))
+        );
+        let c = config("cgroupsPerQOS: false\nenforceNodeAllocatable: []\n").unwrap();
+        assert!(!c.cgroup_layout.per_qos);
     }
 
     #[test]

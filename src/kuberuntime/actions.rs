@@ -6,7 +6,9 @@
 //!   again from the first init container. A pod whose restart policy says its finished containers
 //!   stay finished gets no new sandbox.
 //! - Init containers run one at a time, in order, each to a zero exit, before any app container.
-//!   A failed init container is restarted unless the restart policy is Never (then the pod fails).
+//!   A failed init container (non-zero exit, or OOM-killed whatever its exit code) is restarted
+//!   unless the restart policy is Never (then the pod fails). Once a regular container exists in
+//!   the sandbox, the init containers are done.
 //! - App containers: missing ones start; exited ones restart by restart policy (Always: always;
 //!   OnFailure: non-zero exit; Never: no); running ones whose spec hash changed are killed and
 //!   started again; running containers not in the spec are killed.
@@ -15,7 +17,7 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::labels::container_hash;
-use crate::container::{ContainerState, RuntimePodStatus};
+use crate::container::{ContainerState, RuntimeContainer, RuntimePodStatus};
 
 /// Why a running container is killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +62,15 @@ fn restart_policy(pod: &Pod) -> &str {
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always")
+}
+
+/// True when an init container failed (kubelet's `isInitContainerFailed`): it was OOM-killed
+/// (whatever its exit code: its shell may exit 0 after the kernel killed a child), exited
+/// non-zero, or its state is unknown.
+pub fn init_container_failed(rc: &RuntimeContainer) -> bool {
+    rc.reason == "OOMKilled"
+        || (rc.state() == ContainerState::Exited && rc.exit_code != 0)
+        || rc.state() == ContainerState::Unknown
 }
 
 /// True when an exited container with `exit_code` should run again under the pod's policy
@@ -161,32 +172,38 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
             .cloned()
     };
 
-    // Init containers, one at a time.
-    for (index, c) in inits.iter().enumerate() {
-        match in_sandbox(&c.name) {
-            None => {
-                a.next_init = Some(ToStart {
-                    index,
-                    restart_count: next_restart_count(status, &c.name),
-                });
+    // Init containers, one at a time, unless a regular container already exists in this
+    // sandbox: then they all ran (they may have been removed since), as kubelet's
+    // `findNextInitContainerToRun` assumes.
+    let regular_created = spec
+        .containers
+        .iter()
+        .any(|c| in_sandbox(&c.name).is_some());
+    for (index, c) in inits.iter().enumerate().filter(|_| !regular_created) {
+        let restart = ToStart {
+            index,
+            restart_count: next_restart_count(status, &c.name),
+        };
+        let Some(rc) = in_sandbox(&c.name) else {
+            a.next_init = Some(restart);
+            return a;
+        };
+        if init_container_failed(&rc) {
+            if policy == "Never" {
+                a.init_failed = true;
+                a.kill_pod = true;
+            } else {
+                a.next_init = Some(restart);
+            }
+            return a;
+        }
+        match rc.state() {
+            ContainerState::Exited => continue,
+            ContainerState::Running => return a,
+            _ => {
+                a.next_init = Some(restart);
                 return a;
             }
-            Some(rc) => match rc.state() {
-                ContainerState::Exited if rc.exit_code == 0 => continue,
-                ContainerState::Running => return a,
-                ContainerState::Exited if policy == "Never" => {
-                    a.init_failed = true;
-                    a.kill_pod = true;
-                    return a;
-                }
-                _ => {
-                    a.next_init = Some(ToStart {
-                        index,
-                        restart_count: next_restart_count(status, &c.name),
-                    });
-                    return a;
-                }
-            },
         }
     }
 

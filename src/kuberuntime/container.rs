@@ -198,17 +198,16 @@ pub fn linux_resources(
         cpu_shares: crate::cm::resources::milli_cpu_to_shares(a.cpu_request) as i64,
         memory_limit_in_bytes: a.memory_limit,
         oom_score_adj: crate::qos::container_oom_score_adj(pod, c, settings.memory_capacity),
-        hugepage_limits: a
-            .hugepages
-            .iter()
-            .map(|(size, limit)| api::HugepageLimit {
-                page_size: size
-                    .replace("Ki", "KB")
-                    .replace("Mi", "MB")
-                    .replace("Gi", "GB"),
-                limit: *limit as u64,
-            })
-            .collect(),
+        hugepage_limits: crate::cm::resources::hugepage_limits(
+            &a.hugepages,
+            &settings.cgroup_policy.hugepage_sizes,
+        )
+        .into_iter()
+        .map(|(page_size, limit)| api::HugepageLimit {
+            page_size,
+            limit: limit.max(0) as u64,
+        })
+        .collect(),
         ..Default::default()
     };
     if policy.cpu_cfs_quota {
@@ -371,6 +370,17 @@ mod tests {
         );
         assert_eq!(g.hugepage_limits[0].page_size, "2MB");
         assert_eq!(g.hugepage_limits[0].limit, 4 << 20);
+        // The same size spelled in Ki, and a zero limit for the node's other size.
+        let k: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: k, image: b, resources: {limits: {cpu: 1, memory: 1Gi, hugepages-2048Ki: 2Mi}}}]}").unwrap();
+        let mut node = Settings::example();
+        node.cgroup_policy.hugepage_sizes = vec![2 << 20, 1 << 30];
+        let r = linux_resources(&node, &k, &k.spec.as_ref().unwrap().containers[0]);
+        let limits: Vec<(String, u64)> = r
+            .hugepage_limits
+            .iter()
+            .map(|h| (h.page_size.clone(), h.limit))
+            .collect();
+        assert_eq!(limits, vec![("1GB".into(), 0), ("2MB".into(), 2 << 20)]);
         let b = linux_resources(&s, &p, &spec.containers[1]);
         assert_eq!(
             (b.cpu_shares, b.cpu_quota, b.memory_limit_in_bytes),

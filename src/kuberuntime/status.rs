@@ -101,7 +101,7 @@ pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<R
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Writes the pod's status from the runtime's view of it (the pod worker's write).
-    pub(super) fn record_status(&self, pod: &Arc<Pod>, rt: &RuntimePodStatus, init_failed: bool) {
+    pub(super) fn record_status(&self, pod: &Arc<Pod>, rt: &RuntimePodStatus) {
         let uid = pod_uid(pod);
         let errors = self
             .start_errors
@@ -110,7 +110,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .get(uid)
             .cloned()
             .unwrap_or_default();
-        let st = generate_pod_status(pod, rt, &errors, &self.settings.node_ip, init_failed);
+        let st = generate_pod_status(pod, rt, &errors, &self.settings.node_ip);
         let all_running = st
             .container_statuses
             .iter()

@@ -63,7 +63,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         } else {
             // Finished pod: nothing to start.
             let rt = get_pod_status(&self.cri, &uid).await?;
-            self.record_status(pod, &rt, actions.init_failed);
+            self.record_status(pod, &rt);
             return Ok(Requeue::Normal);
         };
         // A pod on the host network has the node's addresses (kubelet's podIPs for it).
@@ -108,7 +108,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
         let rt = self.fresh_status(&uid).await?;
         crate::gc::remove_dead_containers(&self.cri, &rt).await;
-        self.record_status(pod, &rt, actions.init_failed);
+        self.record_status(pod, &rt);
         if let Some(e) = first_err {
             return Err(e);
         }
@@ -152,7 +152,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     "FailedCreatePodSandBox",
                     format!("Failed to create pod sandbox: {e}"),
                 );
-                self.record_status(pod, rt, false);
+                self.record_status(pod, rt);
                 return Err(e);
             }
         };

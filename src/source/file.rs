@@ -5,8 +5,11 @@
 //! `fileCheckFrequency`. A write that ends with close, a rename or a removal of a `.yaml`, `.yml`
 //! or `.json` file triggers a re-list at once; other events (create, partial writes, temporary
 //! files of editors and `sed -i`) a re-list [`SETTLE`] later, so that a file caught half-written
-//! or a temporary copy is not reported as broken. Dotfiles and directories are ignored. Each re-list
-//! sends the full set of pods to [`PodConfig::set`].
+//! or a temporary copy is not reported as broken. A file still being written (inotify saw writes
+//! and no close yet, or, with no event seen, it changed less than [`SETTLE`] ago) is neither
+//! read nor reported until it is complete: several manifests copied with one `cp` never show as
+//! broken. Dotfiles and directories are ignored. Each re-list sends the full set of pods to
+//! [`PodConfig::set`].
 //!
 //! Broken manifests are reported (log, event, metric) once per distinct content. A manifest that
 //! breaks after it was good keeps its last good pod running until it is fixed or removed: an
@@ -53,6 +56,10 @@ struct FileEntry {
     error: Option<ManifestError>,
 }
 
+/// A file written for longer than this without being closed is read anyway (its writer may have
+/// died holding it open).
+pub const MAX_WRITE: Duration = Duration::from_secs(10);
+
 /// Reads the manifest directory into pods; keeps per-file state between listings.
 pub struct FileSource {
     dir: PathBuf,
@@ -64,6 +71,11 @@ pub struct FileSource {
     metrics: Arc<Metrics>,
     checkpoints: Option<CheckpointStore>,
     missing_dir_reported: bool,
+    /// Files inotify saw being written (true, since when) or finished (false).
+    writes: HashMap<PathBuf, (bool, Instant)>,
+    /// The last listing skipped a file still being written: list again once it settles.
+    unsettled: bool,
+    clock: crate::clock::SharedClock,
 }
 
 /// Reads one manifest: `Ok(None)` when it is gone or not a regular file (directories, FIFOs,
@@ -131,6 +143,56 @@ impl FileSource {
             metrics,
             checkpoints,
             missing_dir_reported: false,
+            writes: HashMap::new(),
+            unsettled: false,
+            clock: crate::clock::system(),
+        }
+    }
+
+    /// Reads time (what "recently written" means) from `clock`.
+    pub fn with_clock(mut self, clock: crate::clock::SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Notes what an inotify event says about writes: a create or a data write starts one, a
+    /// close after writing, a rename or a removal ends it.
+    pub fn observe(&mut self, ev: &notify::Event) {
+        use notify::event::{AccessKind, AccessMode, ModifyKind};
+        let writing = match ev.kind {
+            EventKind::Create(_) | EventKind::Modify(ModifyKind::Data(_)) => true,
+            EventKind::Access(AccessKind::Close(AccessMode::Write))
+            | EventKind::Modify(ModifyKind::Name(_))
+            | EventKind::Remove(_) => false,
+            _ => return,
+        };
+        let now = self.clock.now();
+        for p in &ev.paths {
+            self.writes.insert(p.clone(), (writing, now));
+        }
+    }
+
+    /// True (once) when the last listing left out a file that was still being written; the
+    /// caller lists again after [`SETTLE`].
+    pub fn take_unsettled(&mut self) -> bool {
+        std::mem::take(&mut self.unsettled)
+    }
+
+    /// True while `path` is being written: inotify saw a write and no close since (for at most
+    /// [`MAX_WRITE`]); or, with no event seen for it, it was modified less than [`SETTLE`] ago.
+    fn being_written(&self, path: &Path) -> bool {
+        match self.writes.get(path) {
+            Some((writing, since)) => {
+                *writing && self.clock.now().saturating_duration_since(*since) < MAX_WRITE
+            }
+            None => std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .is_some_and(|mtime| {
+                    let now = Duration::from_nanos(self.clock.epoch_ns().max(0) as u64);
+                    now.saturating_sub(mtime) < SETTLE
+                }),
         }
     }
 
@@ -177,10 +239,21 @@ impl FileSource {
         }
     }
 
-    /// Lists the directory and returns the pods it defines now, reporting new errors.
+    /// Lists the directory and returns the pods it defines now, reporting new errors. A file
+    /// still being written is neither read nor reported: its last state stands until it is
+    /// complete (see [`FileSource::take_unsettled`]).
     pub fn list(&mut self) -> Vec<Pod> {
         let mut present: Vec<(PathBuf, Result<Vec<u8>, String>)> = Vec::new();
-        for path in self.candidates().unwrap_or_default() {
+        let candidates = self.candidates().unwrap_or_default();
+        self.writes.retain(|p, _| candidates.contains(p));
+        for path in candidates {
+            if self.being_written(&path) {
+                self.unsettled = true;
+                if let Some(f) = self.files.get(&path) {
+                    present.push((path, f.content.clone()));
+                }
+                continue;
+            }
             match read_manifest(&path) {
                 Ok(None) => {}
                 Ok(Some(bytes)) => present.push((path, Ok(bytes))),
@@ -445,6 +518,9 @@ pub fn run(
                 .set(SOURCE, pods);
             relist = false;
             schedule.listed(clock.now());
+            if source.take_unsettled() {
+                schedule.settle(clock.now());
+            }
             watching &= !source.dir_missing();
         }
         let mut wait = schedule.wait(clock.now());
@@ -454,23 +530,32 @@ pub fn run(
         }
         select! {
             recv(stop) -> _ => return,
-            recv(ev_rx) -> ev => match ev {
-                Ok(Ok(ev)) => match react(&ev, &source.dir) {
-                    Reaction::Rewatch => {
-                        watching = false;
-                        relist = true;
+            recv(ev_rx) -> ev => {
+                let Ok(first) = ev else { return };
+                // With it, the events already queued: they tell which other files are still
+                // being written before anything is listed.
+                for ev in std::iter::once(first).chain(ev_rx.try_iter()) {
+                    match ev {
+                        Ok(ev) => {
+                            source.observe(&ev);
+                            match react(&ev, &source.dir) {
+                                Reaction::Rewatch => {
+                                    watching = false;
+                                    relist = true;
+                                }
+                                Reaction::Relist => relist = true,
+                                Reaction::Settle => schedule.settle(clock.now()),
+                                Reaction::Ignore => {}
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "inotify error; re-watching");
+                            watching = false;
+                            relist = true;
+                        }
                     }
-                    Reaction::Relist => relist = true,
-                    Reaction::Settle => schedule.settle(clock.now()),
-                    Reaction::Ignore => {}
-                },
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "inotify error; re-watching");
-                    watching = false;
-                    relist = true;
                 }
-                Err(_) => return,
-            },
+            }
             recv(clock.after(wait)) -> _ => relist = schedule.due(clock.now()),
         }
     }
@@ -488,6 +573,15 @@ mod tests {
             Metrics::new(),
             None,
         )
+        .with_clock(an_hour_later())
+    }
+
+    /// A clock an hour ahead of the files' times: every file written by a test is settled.
+    fn an_hour_later() -> crate::clock::SharedClock {
+        use crate::clock::Clock;
+        let c = crate::clock::FakeClock::new(crate::clock::SystemClock.epoch_ns());
+        c.advance(Duration::from_secs(3600));
+        c.shared()
     }
 
     const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec: {containers: [{name: c, image: busybox}]}\n";
@@ -646,6 +740,7 @@ mod tests {
                 Metrics::new(),
                 Some(CheckpointStore::new(cp.clone())),
             )
+            .with_clock(an_hour_later())
         };
         let uid = new(&m).list()[0].metadata.uid.clone();
         std::fs::write(m.join("a.yaml"), "broken: [").unwrap();
@@ -688,5 +783,55 @@ mod tests {
     fn a_missing_directory_yields_no_pods() {
         let mut s = source(Path::new("/nonexistent/nodelet-test"));
         assert!(s.list().is_empty());
+    }
+
+    /// A file still being written is neither read nor reported: not while inotify saw no close
+    /// after its writes, nor (with no event seen) while it changed less than SETTLE ago.
+    #[test]
+    fn a_file_still_being_written_is_not_read_nor_reported() {
+        use crate::clock::Clock;
+        let tmp = tempfile::tempdir().unwrap();
+        let clock = crate::clock::FakeClock::new(crate::clock::SystemClock.epoch_ns());
+        let mut s = source(tmp.path()).with_clock(clock.shared());
+        let half = tmp.path().join("half.yaml");
+        std::fs::write(&half, "").unwrap();
+        let ev = |kind, p: &Path| notify::Event::new(kind).add_path(p.to_owned());
+        s.observe(&ev(
+            EventKind::Create(notify::event::CreateKind::File),
+            &half,
+        ));
+        assert!(s.list().is_empty());
+        assert!(s.recorder.list().is_empty(), "not reported while written");
+        assert!(s.take_unsettled() && !s.take_unsettled());
+        std::fs::write(&half, POD.replace("NAME", "half")).unwrap();
+        s.observe(&ev(
+            EventKind::Access(notify::event::AccessKind::Close(
+                notify::event::AccessMode::Write,
+            )),
+            &half,
+        ));
+        assert_eq!(s.list().len(), 1, "read once closed");
+        // No event at all (the copy's events not read yet): a file changed less than SETTLE
+        // ago waits; then a broken one is reported.
+        let fresh = tmp.path().join("fresh.yaml");
+        std::fs::write(&fresh, "").unwrap();
+        assert_eq!(s.list().len(), 1);
+        assert!(s.recorder.list().is_empty());
+        assert!(s.take_unsettled());
+        clock.advance(SETTLE);
+        assert_eq!(s.list().len(), 1);
+        assert_eq!(s.recorder.list()[0].reason, "EmptyManifest");
+        // A writer that never closes is read after MAX_WRITE.
+        let stuck = tmp.path().join("stuck.yaml");
+        std::fs::write(&stuck, POD.replace("NAME", "stuck")).unwrap();
+        s.observe(&ev(
+            EventKind::Modify(notify::event::ModifyKind::Data(
+                notify::event::DataChange::Any,
+            )),
+            &stuck,
+        ));
+        assert_eq!(s.list().len(), 1);
+        clock.advance(MAX_WRITE);
+        assert_eq!(s.list().len(), 2);
     }
 }

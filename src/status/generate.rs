@@ -66,12 +66,31 @@ fn api_state(rc: &RuntimeContainer) -> ApiState {
     }
 }
 
+/// True when the container will be started again by the next sync (kubelet's
+/// `ShouldContainerBeRestarted`): it never ran, was created but not started, or exited and the
+/// restart policy says it restarts (Always; OnFailure after a non-zero exit).
+fn will_restart(latest: Option<&RuntimeContainer>, policy: &str) -> bool {
+    let Some(rc) = latest else {
+        return true;
+    };
+    match rc.state() {
+        ContainerState::Running => false,
+        ContainerState::Created | ContainerState::Unknown => true,
+        ContainerState::Exited => match policy {
+            "Never" => false,
+            "OnFailure" => rc.exit_code != 0,
+            _ => true,
+        },
+    }
+}
+
 fn container_statuses(
     is_init: bool,
     specs: &[Container],
     rt: &RuntimePodStatus,
     errors: &StartErrors,
     default_waiting: &str,
+    policy: &str,
 ) -> Vec<ContainerStatus> {
     specs
         .iter()
@@ -112,12 +131,19 @@ fn container_statuses(
                     st.started = Some(false);
                 }
             }
+            // The last start error shows as the waiting reason only of a container that the
+            // next sync starts again (kubelet's `convertToAPIContainerStatuses` with its reason
+            // cache); one that stays stopped keeps its terminated state. An init container that
+            // completed is never started again.
+            let init_done = is_init
+                && latest
+                    .is_some_and(|rc| rc.state() == ContainerState::Exited && rc.exit_code == 0);
+            let restarts = c.restart_policy.as_deref().unwrap_or(policy);
             if let Some((reason, message)) = errors.get(&c.name) {
-                if latest.is_none_or(|rc| rc.state() != ContainerState::Running) {
-                    st.last_state = st
-                        .last_state
-                        .take()
-                        .or_else(|| st.state.take().filter(|s| s.terminated.is_some()));
+                if !init_done && will_restart(latest, restarts) {
+                    if st.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
+                        st.last_state = st.state.take();
+                    }
                     st.state = Some(ApiState {
                         waiting: Some(ContainerStateWaiting {
                             reason: Some(reason.clone()),
@@ -132,66 +158,134 @@ fn container_statuses(
         .collect()
 }
 
-/// Pod phase (kubelet's `getPhase`): Pending until init containers are done and some app
-/// container ran; Running while any app container runs or will be restarted; Succeeded when all
-/// app containers exited 0 and will not restart; Failed when some exited non-zero and none will
-/// restart, or an init container failed under restartPolicy Never.
-pub fn pod_phase(
-    pod: &Pod,
-    init: &[ContainerStatus],
-    apps: &[ContainerStatus],
-    init_failed: bool,
-) -> &'static str {
-    let policy = pod
-        .spec
+fn state_of(s: &ContainerStatus) -> (bool, Option<i32>, bool) {
+    let st = s.state.as_ref();
+    let running = st.and_then(|x| x.running.as_ref()).is_some();
+    let terminated = st.and_then(|x| x.terminated.as_ref()).map(|t| t.exit_code);
+    let last_terminated = s
+        .last_state
         .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always");
-    if init_failed {
-        return "Failed";
-    }
-    let init_done = init.iter().all(|s| {
-        s.state
-            .as_ref()
-            .and_then(|x| x.terminated.as_ref())
-            .is_some_and(|t| t.exit_code == 0)
-    });
-    if !init_done {
+        .and_then(|x| x.terminated.as_ref())
+        .is_some();
+    (running, terminated, last_terminated)
+}
+
+/// Pod phase (kubelet's `getPhase`):
+///
+/// - Failed when a regular init container failed (terminated non-zero, or waiting after a
+///   non-zero exit) under restartPolicy Never;
+/// - Pending while initialization is pending and no regular container has started, or while
+///   any container waits without ever having run;
+/// - Running when every container has started and at least one runs;
+/// - when none runs and all have stopped: Running under Always (they restart), Succeeded when
+///   all exited 0, Failed under Never, Running under OnFailure (they restart);
+/// - else Pending.
+///
+/// Init containers with `restartPolicy: Always` (sidecars) count as running containers, and
+/// initialization is pending until each has started.
+pub fn pod_phase(pod: &Pod, init: &[ContainerStatus], apps: &[ContainerStatus]) -> &'static str {
+    let Some(spec) = pod.spec.as_ref() else {
         return "Pending";
+    };
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    fn find<'a>(list: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
+        list.iter().find(|s| s.name == name)
     }
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
-    for s in apps {
-        let st = s.state.as_ref();
-        if st.and_then(|x| x.running.as_ref()).is_some() {
-            running += 1;
-        } else if let Some(t) = st.and_then(|x| x.terminated.as_ref()) {
-            stopped += 1;
-            if t.exit_code == 0 {
-                succeeded += 1;
+    let (mut pending_init, mut failed_init) = (0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for c in spec.init_containers.iter().flatten() {
+        let sidecar = c.restart_policy.as_deref() == Some("Always");
+        let Some(s) = find(init, &c.name) else {
+            if sidecar {
+                unknown += 1;
+            } else {
+                pending_init += 1;
             }
-        } else if s
-            .last_state
-            .as_ref()
-            .and_then(|x| x.terminated.as_ref())
-            .is_some()
-        {
-            stopped += 1;
+            continue;
+        };
+        let (is_running, term, last_term) = state_of(s);
+        let is_waiting = s.state.as_ref().and_then(|x| x.waiting.as_ref()).is_some();
+        if sidecar {
+            if is_running {
+                if s.started != Some(true) {
+                    pending_init += 1;
+                }
+                running += 1;
+            } else if term.is_some() {
+                // A stopped sidecar counts for nothing.
+            } else if is_waiting {
+                if !last_term {
+                    pending_init += 1;
+                }
+                waiting += 1;
+            } else {
+                pending_init += 1;
+                unknown += 1;
+            }
+            continue;
+        }
+        if is_running {
+            pending_init += 1;
+        } else if let Some(code) = term {
+            if code != 0 {
+                failed_init += 1;
+            }
+        } else if is_waiting && last_term {
+            let last_code = s
+                .last_state
+                .as_ref()
+                .and_then(|x| x.terminated.as_ref())
+                .map_or(0, |t| t.exit_code);
+            if last_code != 0 {
+                failed_init += 1;
+            }
         } else {
-            waiting += 1;
+            pending_init += 1;
         }
     }
-    if waiting > 0 && running == 0 && stopped == 0 {
+    let mut regular_started = false;
+    for c in &spec.containers {
+        let Some(s) = find(apps, &c.name) else {
+            unknown += 1;
+            continue;
+        };
+        let (is_running, term, last_term) = state_of(s);
+        regular_started |= is_running || term.is_some() || last_term;
+        if is_running {
+            running += 1;
+        } else if let Some(code) = term {
+            stopped += 1;
+            if code == 0 {
+                succeeded += 1;
+            }
+        } else if s.state.as_ref().and_then(|x| x.waiting.as_ref()).is_some() {
+            if last_term {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    if failed_init > 0 && policy == "Never" {
+        return "Failed";
+    }
+    if (pending_init > 0 && !regular_started) || waiting > 0 {
         return "Pending";
     }
-    if running > 0 || waiting > 0 {
+    if running > 0 && unknown == 0 {
         return "Running";
     }
-    match policy {
-        "Always" => "Running",
-        "OnFailure" if stopped != succeeded => "Running",
-        _ if stopped == succeeded => "Succeeded",
-        _ => "Failed",
+    if running == 0 && stopped > 0 && unknown == 0 {
+        return match policy {
+            "Always" => "Running",
+            _ if stopped == succeeded => "Succeeded",
+            "Never" => "Failed",
+            _ => "Running",
+        };
     }
+    "Pending"
 }
 
 fn condition(type_: &str, ok: bool, reason: Option<&str>) -> PodCondition {
@@ -209,13 +303,13 @@ pub fn generate_pod_status(
     rt: &RuntimePodStatus,
     errors: &StartErrors,
     node_ip: &str,
-    init_failed: bool,
 ) -> PodStatus {
     let Some(spec) = pod.spec.as_ref() else {
         return PodStatus::default();
     };
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let inits = spec.init_containers.as_deref().unwrap_or(&[]);
-    let init_st = container_statuses(true, inits, rt, errors, "PodInitializing");
+    let init_st = container_statuses(true, inits, rt, errors, "PodInitializing", policy);
     let init_pending = !init_st.iter().all(|s| {
         s.state
             .as_ref()
@@ -232,8 +326,9 @@ pub fn generate_pod_status(
         } else {
             "ContainerCreating"
         },
+        policy,
     );
-    let phase = pod_phase(pod, &init_st, &app_st, init_failed);
+    let phase = pod_phase(pod, &init_st, &app_st);
     let sandbox = rt.sandboxes.first().filter(|s| s.ready);
     let host_network = spec.host_network.unwrap_or(false);
     let ips: Vec<String> = if host_network {
@@ -313,7 +408,7 @@ mod tests {
     fn phases_follow_kubelet() {
         let e = StartErrors::new();
         let p = pod("Always");
-        let s = generate_pod_status(&p, &rt(vec![]), &e, "10.0.0.1", false);
+        let s = generate_pod_status(&p, &rt(vec![]), &e, "10.0.0.1");
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let w = s.container_statuses.unwrap()[0]
             .state
@@ -331,7 +426,6 @@ mod tests {
             ]),
             &e,
             "10.0.0.1",
-            false,
         );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.2"));
@@ -355,7 +449,6 @@ mod tests {
             ]),
             &e,
             "",
-            false,
         );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
         let t = s.container_statuses.unwrap()[0]
@@ -375,14 +468,80 @@ mod tests {
             ]),
             &e,
             "",
-            false,
         );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    }
+
+    /// The inputs of the fidelity issue, with kubelet's answers.
+    #[test]
+    fn phases_of_failed_init_containers_waiting_containers_and_start_errors() {
+        let e = StartErrors::new();
+        // restartPolicy Never, init container exited 1 (its sandbox already stopped): Failed.
+        let s = generate_pod_status(
+            &pod("Never"),
+            &rt(vec![rc("i", ContainerState::Exited, 1, 0)]),
+            &e,
+            "",
+        );
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        // The same under OnFailure: restarted, Pending.
+        let s = generate_pod_status(
+            &pod("OnFailure"),
+            &rt(vec![rc("i", ContainerState::Exited, 1, 0)]),
+            &e,
+            "",
+        );
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        // One container runs, the other waits on its image and never ran: Pending.
+        let two: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec: {containers: [{name: a, image: b}, {name: b, image: 'b:nope'}]}").unwrap();
+        let pulls: StartErrors = [(
+            "b".to_string(),
+            ("ErrImagePull".to_string(), "not found".to_string()),
+        )]
+        .into();
+        let s = generate_pod_status(
+            &two,
+            &rt(vec![rc("a", ContainerState::Running, 0, 0)]),
+            &pulls,
+            "",
+        );
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        // restartPolicy Never, the start failed (the runtime: exited 128, StartError): the
+        // container stays terminated, and the pod Failed.
+        let never: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec: {restartPolicy: Never, containers: [{name: a, image: b}]}").unwrap();
+        let mut start_error = rc("a", ContainerState::Exited, 128, 0);
+        start_error.reason = "StartError".into();
+        let run_error: StartErrors = [(
+            "a".to_string(),
+            ("RunContainerError".to_string(), "no such file".to_string()),
+        )]
+        .into();
+        let s = generate_pod_status(&never, &rt(vec![start_error.clone()]), &run_error, "");
+        let st = s.container_statuses.unwrap()[0].state.clone().unwrap();
+        let t = st.terminated.expect("terminated, not waiting");
         assert_eq!(
-            generate_pod_status(&p, &rt(vec![]), &e, "", true)
-                .phase
+            (t.exit_code, t.reason.as_deref()),
+            (128, Some("StartError"))
+        );
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        // Under Always the same container is started again: waiting RunContainerError, with the
+        // failed start as its last state.
+        let always: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec: {containers: [{name: a, image: b}]}").unwrap();
+        let s = generate_pod_status(&always, &rt(vec![start_error]), &run_error, "");
+        let cs = &s.container_statuses.unwrap()[0];
+        assert_eq!(
+            cs.state.clone().unwrap().waiting.unwrap().reason.as_deref(),
+            Some("RunContainerError")
+        );
+        assert_eq!(
+            cs.last_state
+                .clone()
+                .unwrap()
+                .terminated
+                .unwrap()
+                .reason
                 .as_deref(),
-            Some("Failed")
+            Some("StartError")
         );
     }
 
@@ -398,7 +557,6 @@ mod tests {
             ]),
             &StartErrors::new(),
             "",
-            false,
         );
         let cs = &s.container_statuses.unwrap()[0];
         assert_eq!(cs.restart_count, 1);
@@ -419,7 +577,6 @@ mod tests {
             &rt(vec![rc("i", ContainerState::Exited, 0, 0)]),
             &errors,
             "",
-            false,
         );
         let w = s.container_statuses.unwrap()[0]
             .state

@@ -277,3 +277,33 @@ fn containers_removed_from_spec_are_killed() {
         )]
     );
 }
+
+#[test]
+fn an_oom_killed_init_container_failed_whatever_its_exit_code() {
+    for (policy, restarts) in [("Always", true), ("OnFailure", true), ("Never", false)] {
+        let p = pod(policy, &["i1"], &["a"]);
+        let mut oom = container(&p, "i1", ContainerState::Exited, 0, 0);
+        oom.reason = "OOMKilled".into();
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&p, true, 0)],
+            containers: vec![oom],
+        };
+        let a = compute_pod_actions(&p, &st);
+        assert!(a.containers_to_start.is_empty(), "{policy}: the app waits");
+        assert_eq!(a.next_init.is_some(), restarts, "{policy}");
+        assert_eq!(a.init_failed, !restarts, "{policy}");
+    }
+}
+
+#[test]
+fn init_containers_are_done_once_a_regular_container_exists() {
+    let p = pod("Always", &["i1"], &["a"]);
+    // The init container was removed since; the app container runs.
+    let st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![container(&p, "a", ContainerState::Running, 0, 0)],
+    };
+    let a = compute_pod_actions(&p, &st);
+    assert_eq!(a.next_init, None);
+    assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+}
