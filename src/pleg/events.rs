@@ -5,14 +5,15 @@
 //! namespace and triggers a relist on each, so the change goes through the same diff, cache and
 //! channel as a periodic relist. A task exit is also reported at once
 //! ([`Pleg::container_exited`]): containerd 1.6's CRI plugin shows the container as exited only
-//! after it has deleted the task, some 50 ms later. The stream marks the PLEG healthy while it runs; when it breaks
+//! after it has deleted the task, some 50 ms later. An OOM event (about 35 ms before the exit)
+//! marks the exit that follows as OOMKilled, as the runtime's own status later says. The stream marks the PLEG healthy while it runs; when it breaks
 //! the PLEG falls back to the 1 s relist and the stream is reconnected every second.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use containerd_client::events::TaskExit;
+use containerd_client::events::{TaskExit, TaskOom};
 use containerd_client::services::v1::events_client::EventsClient;
 use containerd_client::services::v1::SubscribeRequest;
 use hyper_util::rt::TokioIo;
@@ -68,6 +69,15 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
     info!("following containerd task events; PLEG relist is the safety net");
     while let Some(envelope) = stream.message().await? {
         debug!(topic = %envelope.topic, "containerd event");
+        if envelope.topic == "/tasks/oom" {
+            if let Some(oom) = envelope
+                .event
+                .as_ref()
+                .and_then(|any| TaskOom::decode(any.value.as_slice()).ok())
+            {
+                pleg.container_oom(&oom.container_id);
+            }
+        }
         if envelope.topic == "/tasks/exit" {
             if let Some(exit) = envelope
                 .event

@@ -149,6 +149,8 @@ pub struct Pleg<R: RuntimeService = Cri> {
     last_relist: Mutex<Option<Instant>>,
     trigger: Notify,
     stream_healthy: AtomicBool,
+    /// Containers with an OOM event and no exit yet.
+    oom_killed: Mutex<HashSet<String>>,
 }
 
 impl<R: RuntimeService> Pleg<R> {
@@ -170,6 +172,7 @@ impl<R: RuntimeService> Pleg<R> {
             last_relist: Mutex::new(None),
             trigger: Notify::new(),
             stream_healthy: AtomicBool::new(false),
+            oom_killed: Mutex::new(HashSet::new()),
         })
     }
 
@@ -210,9 +213,21 @@ impl<R: RuntimeService> Pleg<R> {
         }
     }
 
+    /// The kernel OOM-killed a process of the container (containerd's task OOM event, which
+    /// comes before the task exit): the exit, when it comes, is OOMKilled whatever its code (a
+    /// shell may exit 0 after its child was killed).
+    pub fn container_oom(&self, container_id: &str) {
+        let mut oom = self.oom_killed.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: an OOM of a container this PLEG never sees exit must not pile up.
+        if oom.len() >= 1024 {
+            oom.clear();
+        }
+        oom.insert(container_id.to_owned());
+    }
+
     /// A container that the last relist saw running has exited (from containerd's task exit
-    /// event, ahead of the CRI state): its pod's cached status gets the exit, and a
-    /// ContainerDied event goes out now. The snapshot is left alone, so the relist that later
+    /// event, ahead of the CRI state): its pod's cached status gets the exit (OOMKilled after
+    /// [`Pleg::container_oom`]), and a ContainerDied event goes out now. The snapshot is left alone, so the relist that later
     /// sees the CRI state reports the death again with the runtime's own reason (OOMKilled...),
     /// and the pod is synced once more with it.
     pub fn container_exited(&self, container_id: &str, exit_code: i32, exited_at_ns: i64) {
@@ -223,12 +238,20 @@ impl<R: RuntimeService> Pleg<R> {
                 _ => return,
             }
         };
+        let oom = self
+            .oom_killed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(container_id);
         if let Some(st) = self.cache.latest(&uid) {
             let mut st = (*st).clone();
             if let Some(c) = st.containers.iter_mut().find(|c| c.id == container_id) {
                 c.state = Some(crate::container::ContainerState::Exited);
                 c.exit_code = exit_code;
                 c.finished_at = exited_at_ns;
+                if oom {
+                    c.reason = "OOMKilled".into();
+                }
                 self.cache.set(&uid, st, Instant::now());
             }
         }
@@ -405,6 +428,51 @@ mod tests {
             ]
         );
         assert!(diff(&new, &new).is_empty(), "no change, no event");
+    }
+
+    /// An OOM event before the task exit makes the exit OOMKilled, whatever its code.
+    #[tokio::test]
+    async fn an_exit_after_an_oom_event_is_oom_killed_at_once() {
+        use crate::testing::runtime::FakeRuntime;
+        let rt = FakeRuntime::new(crate::clock::FakeClock::new(1));
+        let labels: HashMap<String, String> = [
+            (labels::POD_UID.to_string(), "u".to_string()),
+            (labels::NODE_NAME.to_string(), "n".to_string()),
+        ]
+        .into();
+        let sb = rt
+            .run_pod_sandbox(api::PodSandboxConfig {
+                labels: labels.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let config = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata {
+                name: "init".into(),
+                attempt: 0,
+            }),
+            labels,
+            ..Default::default()
+        };
+        let id = rt
+            .create_container(&sb, config, Default::default())
+            .await
+            .unwrap();
+        rt.start_container(&id).await.unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(10);
+        let cache = PodCache::default();
+        let p = Pleg::new(rt, "n".into(), cache.clone(), tx, Metrics::new());
+        p.relist().await.unwrap();
+        while rx.try_recv().is_ok() {}
+        p.container_oom(&id);
+        p.container_exited(&id, 0, 5);
+        let c = cache.latest("u").unwrap().containers[0].clone();
+        assert_eq!(
+            (c.state(), c.exit_code, c.reason.as_str()),
+            (crate::container::ContainerState::Exited, 0, "OOMKilled")
+        );
+        assert_eq!(rx.try_recv().unwrap().kind, ContainerDied);
     }
 
     #[test]
