@@ -9,6 +9,23 @@ use serde::Serialize;
 /// How many events are kept; older ones are dropped first.
 pub const MAX_EVENTS: usize = 1000;
 
+/// Longest message kept, bytes (as client-go's event recorder truncates); a longer one is cut
+/// at a character boundary and ends with `...`.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+fn truncate(mut s: String) -> String {
+    if s.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES - 3;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("...");
+    }
+    s.shrink_to_fit();
+    s
+}
+
 /// One event, shaped like a core/v1 Event's main fields.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -45,8 +62,8 @@ impl Recorder {
         let ev = Event {
             type_,
             reason: reason.to_owned(),
-            involved_object,
-            message,
+            involved_object: truncate(involved_object),
+            message: truncate(message),
             time: crate::pod::now_rfc3339(),
         };
         let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -81,5 +98,8 @@ mod tests {
         assert_eq!(l.len(), MAX_EVENTS);
         assert_eq!(l[0].message, "5");
         assert_eq!(l.last().unwrap().type_, "Warning");
+        r.warning("file/x", "DecodeError", "é".repeat(3000));
+        let m = r.list().last().unwrap().message.clone();
+        assert!(m.len() <= MAX_MESSAGE_BYTES && m.ends_with("..."), "{}", m.len());
     }
 }

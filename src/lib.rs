@@ -19,8 +19,8 @@
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
 //! - [`agent`]: wiring; [`node`]: node facts; [`clock`]: injected time; [`pod`]: pod identity;
-//!   [`hash`], [`quantity`], [`duration`] (Go-style durations of the configuration): shared
-//!   helpers.
+//!   [`hash`], [`quantity`], [`duration`] (Go-style durations of the configuration), [`yaml`]
+//!   (bounded YAML decoding): shared helpers.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -54,3 +54,4 @@ pub mod status;
 pub mod syncloop;
 #[cfg(test)]
 pub mod testing;
+pub mod yaml;

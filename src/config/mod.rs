@@ -79,17 +79,33 @@ pub struct LoadedConfig {
     pub unknown_fields: Vec<String>,
 }
 
+/// Largest configuration file read, bytes.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 impl KubeletConfiguration {
-    /// Reads, parses and validates a configuration file.
+    /// Reads, parses and validates a configuration file (at most [`MAX_CONFIG_BYTES`]).
     ///
     /// Errors: [`ConfigError::Read`] when the file cannot be read, [`ConfigError::Parse`] when it is
     /// not a mapping or a field has the wrong type, [`ConfigError::Invalid`] naming the field and
     /// value that fail validation.
     pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        use std::io::Read;
+        let read_err = |source| ConfigError::Read {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        // Bounded: a configuration is a few kilobytes; `/dev/zero` must not hang the agent.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(read_err)?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(read_err(std::io::Error::other(format!(
+                "more than {MAX_CONFIG_BYTES} bytes"
+            ))));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|e| read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         Self::parse(path, &text)
     }
 
@@ -101,6 +117,7 @@ impl KubeletConfiguration {
             path: path.to_owned(),
             message,
         };
+        crate::yaml::check_nesting(text.as_bytes()).map_err(parse_err)?;
         let value: serde_yaml::Value =
             serde_yaml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
         let map: BTreeMap<String, serde_yaml::Value> = match value {

@@ -48,8 +48,9 @@ pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
 /// What the last listing found in one file.
 struct FileEntry {
-    /// The file's content, or why it could not be read.
-    content: Result<Vec<u8>, String>,
+    /// A hash of the file's content (to tell a change), or why it could not be read. The bytes
+    /// themselves are not kept.
+    content: Result<u64, String>,
     /// The last pod this file produced successfully (kept while the file is broken).
     good: Option<Pod>,
     /// The error of the current content, if it is broken.
@@ -244,14 +245,14 @@ impl FileSource {
     /// complete (see [`FileSource::take_unsettled`]).
     pub fn list(&mut self) -> Vec<Pod> {
         let mut present: Vec<(PathBuf, Result<Vec<u8>, String>)> = Vec::new();
+        let mut unread: Vec<PathBuf> = Vec::new();
         let candidates = self.candidates().unwrap_or_default();
         self.writes.retain(|p, _| candidates.contains(p));
         for path in candidates {
             if self.being_written(&path) {
+                // Its last state stands.
                 self.unsettled = true;
-                if let Some(f) = self.files.get(&path) {
-                    present.push((path, f.content.clone()));
-                }
+                unread.push(path);
                 continue;
             }
             match read_manifest(&path) {
@@ -263,7 +264,7 @@ impl FileSource {
         let gone: Vec<PathBuf> = self
             .files
             .keys()
-            .filter(|p| !present.iter().any(|(q, _)| q == *p))
+            .filter(|p| !present.iter().any(|(q, _)| q == *p) && !unread.contains(p))
             .cloned()
             .collect();
         for p in gone {
@@ -273,7 +274,11 @@ impl FileSource {
             }
         }
         for (path, content) in present {
-            if self.files.get(&path).is_some_and(|f| f.content == content) {
+            let digest = content
+                .as_ref()
+                .map(|b| crate::hash::fnv1a64(b))
+                .map_err(Clone::clone);
+            if self.files.get(&path).is_some_and(|f| f.content == digest) {
                 continue;
             }
             let result = match &content {
@@ -292,7 +297,7 @@ impl FileSource {
                         }
                     }
                     FileEntry {
-                        content,
+                        content: digest,
                         good: Some(pod),
                         error: None,
                     }
@@ -303,7 +308,7 @@ impl FileSource {
                         tracing::warn!(file = %path.display(), "keeping the last good version of this pod until the manifest is fixed");
                     }
                     FileEntry {
-                        content,
+                        content: digest,
                         good: prev_good,
                         error: Some(err),
                     }

@@ -36,6 +36,12 @@ pub fn decode_static_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<P
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return Err(ManifestError::Empty { file: file_s });
     }
+    // Decided in one linear pass before the parser, whose cost grows with the square of the
+    // nesting depth.
+    crate::yaml::check_nesting(bytes).map_err(|message| ManifestError::Parse {
+        file: file_s.clone(),
+        message,
+    })?;
     let value: serde_yaml::Value =
         serde_yaml::from_slice(bytes).map_err(|e| ManifestError::Parse {
             file: file_s.clone(),
