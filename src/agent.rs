@@ -114,9 +114,11 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         crash_backoff: config.crash_loop_back_off,
         pull_backoff: config.image_pull_back_off,
     };
+    let recorder = Recorder::default();
     let cm = Arc::new(
         ContainerManager::new(Arc::new(Cgroupfs::new(Hierarchies::current())), node_config)
-            .with_metrics(metrics.clone()),
+            .with_metrics(metrics.clone())
+            .with_recorder(recorder.clone()),
     );
     cm.start()?;
     apply_own_oom_score_adj(config.oom_score_adj, &metrics);
@@ -128,7 +130,6 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         .enable_all()
         .build()
         .map_err(AgentError::Runtime)?;
-    let recorder = Recorder::default();
     let status = StatusManager::default();
     let pressure = crate::eviction::NodePressure::default();
     let failed =
@@ -268,7 +269,8 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let adopted: HashSet<String> = rt
         .block_on(manager.runtime_pods())
         .map(|pods| {
-            pods.iter()
+            pods.ours
+                .iter()
                 .map(|p| crate::pod::pod_uid(p).to_owned())
                 .collect()
         })

@@ -100,6 +100,10 @@ mod tests {
         assert_eq!(l.last().unwrap().type_, "Warning");
         r.warning("file/x", "DecodeError", "é".repeat(3000));
         let m = r.list().last().unwrap().message.clone();
-        assert!(m.len() <= MAX_MESSAGE_BYTES && m.ends_with("..."), "{}", m.len());
+        assert!(
+            m.len() <= MAX_MESSAGE_BYTES && m.ends_with("..."),
+            "{}",
+            m.len()
+        );
     }
 }

@@ -61,16 +61,18 @@ pub async fn pass<R: CriRuntime>(
     workers: &PodWorkers<KubeRuntimeManager<R>>,
     desired: &HashSet<String>,
 ) {
-    let pods = match manager.runtime_pods().await {
-        Ok(pods) => pods,
+    let (pods, foreign) = match manager.runtime_pods().await {
+        Ok(r) => (r.ours, r.foreign),
         Err(e) => {
             warn!(error = %e, "housekeeping: cannot list runtime pods");
             return;
         }
     };
-    // Pod cgroups and directories that no desired, running or terminating pod owns.
+    // Pod cgroups and directories that no desired, running or terminating pod owns, nor a
+    // sandbox of another agent.
     let mut in_use: HashSet<String> = workers.known_uids();
     in_use.extend(pods.iter().map(|p| pod_uid(p).to_owned()));
+    in_use.extend(foreign);
     manager.cm().cleanup_orphans(desired, &in_use);
     in_use.extend(desired.iter().cloned());
     for uid in crate::gc::remove_orphaned_pod_dirs(&manager.settings().root_dir, &in_use) {

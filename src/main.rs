@@ -150,7 +150,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbosity, &cli.log_format);
     if !mmap_fixed {
-        tracing::warn!("cannot fix the malloc mmap threshold; large freed blocks may stay resident");
+        tracing::warn!(
+            "cannot fix the malloc mmap threshold; large freed blocks may stay resident"
+        );
     }
     let Some(config_path) = cli.config.clone() else {
         eprintln!("nodelet: --config FILE is required");

@@ -80,6 +80,8 @@ pub struct Metrics {
     pub pod_worker_duration: Family<OperationLabel, Histogram>,
     /// Housekeeping pass durations, seconds (`kubelet_housekeeping_duration_seconds`).
     pub housekeeping_duration: Histogram,
+    /// Orphaned pod cgroups that could not be removed yet (`nodelet_orphaned_pod_cgroups`).
+    pub orphaned_pod_cgroups: Gauge,
     /// Cgroup manager operation durations, seconds (`kubelet_cgroup_manager_duration_seconds`).
     pub cgroup_manager_duration: Family<OperationLabel, Histogram>,
     /// Pods evicted, by signal (`kubelet_evictions`).
@@ -144,6 +146,12 @@ impl Metrics {
                 "kubelet_pod_worker_duration_seconds",
                 "Duration in seconds to sync a single pod, by operation type",
                 Family::new_with_constructor(|| Histogram::new(latency_buckets())),
+            ),
+            orphaned_pod_cgroups: reg(
+                &mut r,
+                "nodelet_orphaned_pod_cgroups",
+                "Orphaned pod cgroups that still hold processes and could not be removed yet",
+                Gauge::default(),
             ),
             housekeeping_duration: reg(
                 &mut r,

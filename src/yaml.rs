@@ -134,7 +134,11 @@ mod tests {
         for text in ok {
             assert_eq!(check_nesting(text.as_bytes()), Ok(()), "{text}");
         }
-        let at_limit = format!("a: {}{}\n", "[".repeat(MAX_FLOW_DEPTH), "]".repeat(MAX_FLOW_DEPTH));
+        let at_limit = format!(
+            "a: {}{}\n",
+            "[".repeat(MAX_FLOW_DEPTH),
+            "]".repeat(MAX_FLOW_DEPTH)
+        );
         assert_eq!(check_nesting(at_limit.as_bytes()), Ok(()));
         let over = format!(
             "a: {}{}\n",

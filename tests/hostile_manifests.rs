@@ -1,6 +1,7 @@
-//! Hostile manifests: a deeply nested file is refused at once without delaying other
-//! manifests, and a directory of broken, nested and huge manifests leaves no memory behind once
-//! it is gone. On the real containerd; needs `scripts/env/up.sh`.
+//! Hostile input: a deeply nested manifest is refused at once without delaying other manifests;
+//! a directory of broken, nested and huge manifests leaves no memory behind once it is gone; a
+//! pod cgroup that cannot be removed is reported once, not on every housekeeping pass. On the
+//! real containerd; needs `scripts/env/up.sh`.
 
 mod common;
 
@@ -46,19 +47,17 @@ fn a_deeply_nested_manifest_is_refused_at_once_and_delays_no_other() {
     });
     assert!(written.elapsed() < Duration::from_secs(2));
     let events = n.get("/events").unwrap();
-    assert_eq!(events.matches("\"reason\":\"DecodeError\"").count(), 1, "{events}");
+    assert_eq!(
+        events.matches("\"reason\":\"DecodeError\"").count(),
+        1,
+        "{events}"
+    );
     assert!(events.contains("nest more than 64 levels"), "{events}");
 }
 
 #[test]
 fn a_hostile_directory_leaves_no_memory_behind_once_it_is_gone() {
     let mut n = Nodelet::new("hostile");
-    if let Ok(v) = std::env::var("EXP_ENV") {
-        for kv in v.split(';').filter(|s| !s.is_empty()) {
-            let (k, v) = kv.split_once('=').unwrap();
-            n.extra_env.push((k.into(), v.into()));
-        }
-    }
     n.start();
     let pid = n.child.as_ref().unwrap().id();
     // Settle the agent first: one good pod running, a few housekeeping passes.
@@ -70,7 +69,10 @@ fn a_hostile_directory_leaves_no_memory_behind_once_it_is_gone() {
     for i in 0..160 {
         n.write_manifest(
             &format!("broken{i}.yaml"),
-            &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: b{i}\nspec: [{}\n", "x".repeat(2000)),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: b{i}\nspec: [{}\n",
+                "x".repeat(2000)
+            ),
         );
     }
     n.write_manifest("deep.yaml", &nested());
@@ -96,9 +98,127 @@ fn a_hostile_directory_leaves_no_memory_behind_once_it_is_gone() {
     });
     n.wait_for_housekeeping(3);
     let after = rss_kib(pid);
-    eprintln!("RSS before {before} KiB, with the hostile files {peak} KiB, after {after} KiB");
     assert!(
         after <= before + 4096,
         "RSS before {before} KiB, peak {peak} KiB, after {after} KiB"
     );
+}
+
+/// Removes a sandbox of another "agent" on drop, even when the test fails.
+struct ForeignSandbox<'a> {
+    runtime: &'a common::Runtime,
+    id: String,
+}
+
+impl Drop for ForeignSandbox<'_> {
+    fn drop(&mut self) {
+        use nodelet::cri::RuntimeService;
+        let _ = self
+            .runtime
+            .rt
+            .block_on(self.runtime.cri.stop_pod_sandbox(&self.id));
+        let _ = self
+            .runtime
+            .rt
+            .block_on(self.runtime.cri.remove_pod_sandbox(&self.id));
+    }
+}
+
+/// Kills and reaps a process on drop.
+struct Held(std::process::Child);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_busy_orphaned_pod_cgroup_is_reported_once_and_another_agents_is_left_alone() {
+    use nodelet::cri::{api, RuntimeService};
+    let mut n = Nodelet::new("busyorphan");
+    n.start();
+    let root = n.cgroup_root.trim_start_matches('/').to_string();
+    // An orphan that holds a process: a sleep moved into its cgroup in the pids hierarchy.
+    let uid = "busy-orphan-0001";
+    let rel = format!("{root}/kubepods/besteffort/pod{uid}");
+    for m in nodelet::cm::cgroup_mounts() {
+        std::fs::create_dir_all(m.join(&rel)).unwrap();
+    }
+    let sleeper = Held(
+        std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap(),
+    );
+    let procs = std::path::Path::new("/sys/fs/cgroup/pids")
+        .join(&rel)
+        .join("cgroup.procs");
+    std::fs::write(&procs, sleeper.0.id().to_string()).unwrap();
+    // A sandbox of another agent, whose pod cgroup sits under this agent's kubepods.
+    let foreign_uid = "foreign-sandbox-0001";
+    let labels: std::collections::HashMap<String, String> = [
+        (
+            nodelet::kuberuntime::labels::POD_UID.to_string(),
+            foreign_uid.to_string(),
+        ),
+        (
+            nodelet::kuberuntime::labels::NODE_NAME.to_string(),
+            "another-node".to_string(),
+        ),
+    ]
+    .into();
+    let config = api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: "foreign".into(),
+            uid: foreign_uid.into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        labels,
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent: format!("/{root}/kubepods/besteffort/pod{foreign_uid}"),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = n
+        .runtime
+        .rt
+        .block_on(n.runtime.cri.run_pod_sandbox(config))
+        .unwrap();
+    let _foreign = ForeignSandbox {
+        runtime: &n.runtime,
+        id,
+    };
+
+    wait_until(Duration::from_secs(10), "the busy orphan reported", || {
+        n.log().contains("orphaned pod cgroup cannot be removed")
+    });
+    assert_eq!(n.metric("nodelet_orphaned_pod_cgroups"), 1.0);
+    // Twenty seconds of housekeeping passes: nothing more at warning or info level.
+    n.wait_for_housekeeping(10);
+    let log = n.log();
+    let loud = |needle: &str| {
+        log.lines()
+            .filter(|l| l.contains(needle) && (l.contains(" WARN ") || l.contains(" INFO ")))
+            .count()
+    };
+    assert_eq!(loud(uid), 1, "{log}");
+    assert_eq!(loud(foreign_uid), 0, "{log}");
+    let events = n.get("/events").unwrap();
+    assert_eq!(events.matches("OrphanedPodCgroup").count(), 1, "{events}");
+    assert!(
+        events.contains(&sleeper.0.id().to_string()),
+        "the event names the process"
+    );
+    assert_eq!(n.metric("nodelet_orphaned_pod_cgroups"), 1.0);
+    assert!(
+        std::path::Path::new("/sys/fs/cgroup/pids")
+            .join(format!("{root}/kubepods/besteffort/pod{foreign_uid}"))
+            .exists(),
+        "another agent's pod cgroup is left alone"
+    );
+    drop(sleeper);
 }

@@ -96,6 +96,8 @@ pub trait CgroupManager: Send + Sync {
     fn exists(&self, cgroup: &str) -> bool;
     /// The pod UIDs of `pod<uid>` directories anywhere below `cgroup` (for orphan clean-up).
     fn pod_uids_under(&self, cgroup: &str) -> Vec<String>;
+    /// The processes in `cgroup` and its children, ascending (what keeps it from being removed).
+    fn pids(&self, cgroup: &str) -> Vec<u64>;
 }
 
 /// The cgroupfs cgroup manager over the given hierarchies.
@@ -364,6 +366,40 @@ impl CgroupManager for Cgroupfs {
         uids.sort();
         uids.dedup();
         uids
+    }
+
+    fn pids(&self, cgroup: &str) -> Vec<u64> {
+        let Some(r) = rel(cgroup) else {
+            return Vec::new();
+        };
+        // The directories are listed from the mounts; their processes read through cgroups-rs.
+        let mut pids = Vec::new();
+        for m in self.h.all_mounts() {
+            let mut tree = Vec::new();
+            cgroup_tree(&m, r, &mut tree);
+            for dir in tree {
+                for cg in self.everywhere(&dir) {
+                    pids.extend(cg.procs().into_iter().map(|p| p.pid));
+                }
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+}
+
+/// `rel` and every cgroup below it, as paths relative to the hierarchy at `mount`.
+fn cgroup_tree(mount: &Path, rel: &str, out: &mut Vec<String>) {
+    out.push(rel.to_owned());
+    let Ok(rd) = std::fs::read_dir(mount.join(rel)) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let child = format!("{rel}/{}", e.file_name().to_string_lossy());
+            cgroup_tree(mount, &child, out);
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 //! The systemd driver spells the same tree as slices ([`name::CgroupName::to_systemd`]).
 //! [`cgroupfs`] writes the values through cgroups-rs, over the hierarchies of [`hierarchy`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +22,7 @@ use crate::qos::{pod_qos_class, QosClass};
 pub mod cgroupfs;
 pub mod hierarchy;
 pub mod name;
+pub mod orphans;
 pub mod resources;
 
 use cgroupfs::{CgroupError, CgroupManager};
@@ -186,6 +187,10 @@ pub struct ContainerManager {
     cfg: NodeConfig,
     pods: Mutex<HashMap<String, Arc<Pod>>>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    recorder: Option<crate::events::Recorder>,
+    clock: crate::clock::SharedClock,
+    /// Orphaned pod cgroups that could not be removed yet.
+    orphans: Mutex<orphans::StuckMap>,
 }
 
 impl ContainerManager {
@@ -196,7 +201,22 @@ impl ContainerManager {
             cfg,
             pods: Mutex::new(HashMap::new()),
             metrics: None,
+            recorder: None,
+            clock: crate::clock::system(),
+            orphans: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Records events (an orphaned pod cgroup that cannot be removed) in `recorder`.
+    pub fn with_recorder(mut self, recorder: crate::events::Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Reads time (retries of orphaned cgroups) from `clock`.
+    pub fn with_clock(mut self, clock: crate::clock::SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Times cgroup operations in `kubelet_cgroup_manager_duration_seconds`.
@@ -364,6 +384,21 @@ impl ContainerManager {
 
     /// Forgets the pod and removes its cgroup from every hierarchy, then updates the QoS cgroups.
     pub fn remove_pod(&self, uid: &str) {
+        if !self.cfg.layout.per_qos {
+            self.pods
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(uid);
+            return;
+        }
+        if let Err((cg, e)) = self.destroy_pod_cgroups(uid) {
+            warn!(uid, cgroup = %cg, error = %e, "cannot remove pod cgroup; housekeeping retries it");
+        }
+        self.forget_pod(uid);
+    }
+
+    /// Forgets the pod and updates the QoS cgroups without it.
+    fn forget_pod(&self, uid: &str) {
         self.pods
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -371,37 +406,9 @@ impl ContainerManager {
         if !self.cfg.layout.per_qos {
             return;
         }
-        for cg in self.cfg.layout.pod_cgroup_candidates(uid) {
-            if let Err(e) = self.timed("destroy", || self.cgroups.destroy(&cg)) {
-                warn!(uid, cgroup = %cg, error = %e, "cannot remove pod cgroup");
-            }
-        }
         if let Err(e) = self.update_qos() {
             warn!(error = %e, "cannot update QoS cgroups");
         }
-    }
-
-    /// Removes `pod<UID>` cgroups whose UID is in neither `desired` nor `running` (kubelet's
-    /// `cleanupOrphanedPodCgroups`). Returns the UIDs removed.
-    pub fn cleanup_orphans(
-        &self,
-        desired: &HashSet<String>,
-        running: &HashSet<String>,
-    ) -> Vec<String> {
-        let l = &self.cfg.layout;
-        if !l.per_qos {
-            return Vec::new();
-        }
-        let mut removed = Vec::new();
-        for uid in self.cgroups.pod_uids_under(&l.spell(&l.kubepods())) {
-            if desired.contains(&uid) || running.contains(&uid) || !crate::pod::is_safe_uid(&uid) {
-                continue;
-            }
-            info!(uid, "removing orphaned pod cgroup");
-            self.remove_pod(&uid);
-            removed.push(uid);
-        }
-        removed
     }
 }
 
@@ -524,9 +531,9 @@ mod tests {
         assert_eq!(read("cpu/root/kubepods/burstable/podu1/cpu.shares"), "256");
         // An orphan from an earlier run is removed; the desired pod is not.
         std::fs::create_dir_all(tmp.path().join("cpu/root/kubepods/besteffort/podold")).unwrap();
-        let desired: HashSet<String> = ["u1".to_string()].into();
+        let desired: std::collections::HashSet<String> = ["u1".to_string()].into();
         assert_eq!(
-            cm.cleanup_orphans(&desired, &HashSet::new()),
+            cm.cleanup_orphans(&desired, &std::collections::HashSet::new()),
             vec!["old".to_string()]
         );
         assert!(tmp

@@ -15,6 +15,15 @@ use crate::cri::{api, CriError, CriResult, CriRuntime, RuntimeService};
 use crate::pod::pod_uid;
 use crate::status::generate::generate_pod_status;
 
+/// The runtime's pods as housekeeping sees them.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimePods {
+    /// Pods of this node (`nodelet.io/node-name` is ours), as minimal pods.
+    pub ours: Vec<Pod>,
+    /// UIDs of sandboxes of other agents: never touched.
+    pub foreign: std::collections::HashSet<String>,
+}
+
 /// Reads the pod's status from the runtime: ListPodSandbox and ListContainers filtered by the
 /// UID label, PodSandboxStatus for the newest sandbox (for its IPs) and ContainerStatus for every
 /// container (exit codes, times). kubelet's `GetPodStatus`.
@@ -196,16 +205,12 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     }
 
     /// Every pod the runtime has a sandbox for on this node, as a minimal pod (name, namespace,
-    /// UID, and the grace period its containers were created with); housekeeping compares them
-    /// with the desired pods.
-    pub async fn runtime_pods(&self) -> Result<Vec<Pod>, CriError> {
-        let sel: HashMap<String, String> = [(
-            labels::NODE_NAME.to_string(),
-            self.settings.node_name.clone(),
-        )]
-        .into();
+    /// UID, and the grace period its containers were created with), and the UIDs of sandboxes
+    /// that belong to other agents (another `nodelet.io/node-name`, or none); housekeeping
+    /// compares the first with the desired pods and leaves the second alone.
+    pub async fn runtime_pods(&self) -> Result<RuntimePods, CriError> {
         let (sandboxes, containers) = tokio::try_join!(
-            self.cri.list_pod_sandbox(sel),
+            self.cri.list_pod_sandbox(HashMap::new()),
             self.cri.list_containers(HashMap::new())
         )?;
         let grace: HashMap<&str, i64> = containers
@@ -221,10 +226,15 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             })
             .collect();
         let mut pods: HashMap<String, Pod> = HashMap::new();
+        let mut foreign = std::collections::HashSet::new();
         for s in sandboxes {
             let Some(uid) = s.labels.get(labels::POD_UID).cloned() else {
                 continue;
             };
+            if s.labels.get(labels::NODE_NAME) != Some(&self.settings.node_name) {
+                foreign.insert(uid);
+                continue;
+            }
             pods.entry(uid.clone()).or_insert_with(|| {
                 let mut p = Pod::default();
                 p.metadata.name = s.labels.get(labels::POD_NAME).cloned();
@@ -238,6 +248,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 p
             });
         }
-        Ok(pods.into_values().collect())
+        // A UID of this node is ours even if another agent also has a sandbox for it.
+        foreign.retain(|u| !pods.contains_key(u));
+        Ok(RuntimePods {
+            ours: pods.into_values().collect(),
+            foreign,
+        })
     }
 }

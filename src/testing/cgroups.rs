@@ -12,6 +12,8 @@ use crate::cm::resources::ResourceConfig;
 pub struct MemCgroups {
     cgroups: Mutex<BTreeMap<String, ResourceConfig>>,
     log: Mutex<Vec<String>>,
+    /// Cgroups that hold processes: removing them fails with EBUSY.
+    busy: Mutex<BTreeMap<String, Vec<u64>>>,
 }
 
 impl MemCgroups {
@@ -23,6 +25,16 @@ impl MemCgroups {
     /// True when `cgroup` exists.
     pub fn has(&self, cgroup: &str) -> bool {
         self.cgroups.lock().unwrap().contains_key(cgroup)
+    }
+
+    /// `cgroup` holds the processes `pids` (none: it is free again).
+    pub fn set_busy(&self, cgroup: &str, pids: Vec<u64>) {
+        let mut b = self.busy.lock().unwrap();
+        if pids.is_empty() {
+            b.remove(cgroup);
+        } else {
+            b.insert(cgroup.into(), pids);
+        }
     }
 }
 
@@ -41,6 +53,13 @@ impl CgroupManager for MemCgroups {
     }
 
     fn destroy(&self, cgroup: &str) -> Result<(), CgroupError> {
+        if self.busy.lock().unwrap().contains_key(cgroup) {
+            self.log.lock().unwrap().push(format!("busy {cgroup}"));
+            return Err(CgroupError::Remove {
+                cgroup: cgroup.into(),
+                source: std::io::Error::from_raw_os_error(16),
+            });
+        }
         let mut m = self.cgroups.lock().unwrap();
         let gone: Vec<String> = m
             .keys()
@@ -56,6 +75,16 @@ impl CgroupManager for MemCgroups {
 
     fn exists(&self, cgroup: &str) -> bool {
         self.has(cgroup)
+    }
+
+    fn pids(&self, cgroup: &str) -> Vec<u64> {
+        self.busy
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(c, _)| c.as_str() == cgroup)
+            .flat_map(|(_, p)| p.iter().copied())
+            .collect()
     }
 
     fn pod_uids_under(&self, cgroup: &str) -> Vec<String> {
