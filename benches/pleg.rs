@@ -62,7 +62,10 @@ impl Bench {
         let cg = format!("{}/pod{uid}", self.cgroup_root);
         let cfg = sandbox_config(&self.settings, pod, 0, cg);
         std::fs::create_dir_all(&cfg.log_directory).unwrap();
-        (self.cri.run_pod_sandbox(cfg.clone()).await.unwrap(), cfg)
+        (
+            self.cri.run_pod_sandbox(cfg.clone(), "").await.unwrap(),
+            cfg,
+        )
     }
 
     async fn container(

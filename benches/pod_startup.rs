@@ -90,7 +90,7 @@ async fn baseline_pod(
     let cgroup = layout.pod_cgroup_parent(&uid, nodelet::qos::QosClass::BestEffort);
     let sb_cfg = sandbox_config(settings, &pod, 0, cgroup);
     std::fs::create_dir_all(&sb_cfg.log_directory).unwrap();
-    let sb = cri.run_pod_sandbox(sb_cfg.clone()).await.unwrap();
+    let sb = cri.run_pod_sandbox(sb_cfg.clone(), "").await.unwrap();
     let ips: Vec<String> = cri
         .pod_sandbox_status(&sb)
         .await

@@ -38,6 +38,8 @@ pub struct Flags {
     pub root_dir: PathBuf,
     /// `--node-ip`; detected when absent.
     pub node_ip: Option<IpAddr>,
+    /// `--node-labels`, beside kubelet's own labels.
+    pub node_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Start-up failures; each ends the process with a message.
@@ -203,6 +205,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         .ok()
         .and_then(|m| m.into_iter().next())
         .map(PathBuf::from);
+    let stats_cri = cri.clone();
     let manager = Arc::new(KubeRuntimeManager::new(
         cri,
         settings,
@@ -297,17 +300,37 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             workers: workers.clone(),
             recorder: recorder.clone(),
             notifier: None,
+            runtime_stats: Some(crate::eviction::provider::RuntimeStats {
+                cri: stats_cri,
+                handle: rt.handle().clone(),
+            }),
         },
         pressure.clone(),
         metrics.clone(),
         stop_rx.clone(),
     ));
+    let extra = crate::admission::node_resources::ExtraCapacity {
+        ephemeral_storage: crate::eviction::signals::filesystem(&flags.root_dir)
+            .map_or(0, |(bytes, _)| bytes.capacity),
+        hugepages: crate::cm::hugepage_capacity(),
+    };
+    let allocatable = crate::admission::node_resources::Allocatable::new(
+        cm.capacity(),
+        &extra,
+        cm.reserved(),
+        &config.eviction.thresholds,
+        config.max_pods,
+    );
+    info!(allocatable = ?allocatable, "node allocatable for admission");
     let admission = crate::admission::PodAdmitter {
         pressure,
         failed: failed.clone(),
         recorder: recorder.clone(),
         metrics: metrics.clone(),
         static_pods_are_critical: config.eviction.static_pods_are_critical,
+        node: crate::admission::node_affinity::NodeIdentity::new(&node_name, &flags.node_labels),
+        allocatable,
+        allowed_unsafe_sysctls: config.allowed_unsafe_sysctls.clone(),
     };
     let mut sync_loop = SyncLoop::new(
         workers,

@@ -5,8 +5,8 @@
 //! - [`config`]: the KubeletConfiguration file.
 //! - [`source`]: pod sources (static manifest directory) → ADD/UPDATE/REMOVE.
 //! - [`syncloop`]: the sync loop that dispatches to pod workers; [`housekeeping`]: its clean-up
-//!   passes; [`admission`]: pods refused
-//!   before they run.
+//!   passes; [`admission`]: pods refused before they run; [`active_deadline`]: pods stopped
+//!   after `activeDeadlineSeconds`.
 //! - [`podworkers`]: one task per pod; latest update wins, kills are never lost.
 //! - [`kuberuntime`]: pod spec → CRI calls (sandbox, images, containers, labels, actions).
 //! - [`cri`]: the CRI client; [`container`]: the runtime's view of pods and the pod cache.
@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod active_deadline;
 pub mod admission;
 pub mod agent;
 pub mod clock;

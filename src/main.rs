@@ -27,6 +27,10 @@ struct Cli {
     /// The node's IP address (status.hostIP); detected when absent.
     #[arg(long, value_name = "IP", help_heading = "Node")]
     node_ip: Option<IpAddr>,
+    /// Labels of the node, `key=value,...`, beside kubelet's own (`kubernetes.io/hostname`,
+    /// `kubernetes.io/os`, `kubernetes.io/arch`); pods' node selectors and affinity match them.
+    #[arg(long, value_name = "LABELS", global = true, value_parser = parse_labels, default_value = "", help_heading = "Node")]
+    node_labels: std::collections::BTreeMap<String, String>,
     /// Directory for the agent's own files.
     #[arg(
         long,
@@ -55,8 +59,10 @@ enum Command {
     /// Exit 0 when valid, 2 (with the field and value named) when not.
     CheckConfig,
     /// Print, as YAML, what nodelet would do with each manifest on this node (QoS class, pod
-    /// cgroup path and values, container resources and oom_score_adj) without touching the
-    /// runtime or the cgroup tree. Exit 2 when a manifest is refused.
+    /// cgroup path and values, container resources and oom_score_adj, and whether admission
+    /// would take the pod, counting the manifests before it as running, with kubelet's reason
+    /// and message when not) without touching the runtime or the cgroup tree. Exit 2 when a
+    /// manifest cannot be decoded.
     Plan {
         /// Node memory capacity to assume (a quantity such as 16Gi); default: this node's.
         #[arg(long, value_name = "QUANTITY")]
@@ -70,13 +76,23 @@ enum Command {
     },
 }
 
-fn plan(
-    config: &Config,
-    node: Option<&str>,
+/// What `plan` takes from the command line.
+struct PlanFlags<'a> {
+    node: Option<&'a str>,
+    labels: std::collections::BTreeMap<String, String>,
+    root_dir: &'a std::path::Path,
     memory: Option<String>,
     cpu: Option<String>,
-    manifests: &[PathBuf],
-) -> ExitCode {
+}
+
+fn plan(config: &Config, flags: PlanFlags<'_>, manifests: &[PathBuf]) -> ExitCode {
+    let PlanFlags {
+        node,
+        labels,
+        root_dir,
+        memory,
+        cpu,
+    } = flags;
     let node = match nodelet::node::node_name(node) {
         Ok(n) => n,
         Err(e) => {
@@ -95,7 +111,21 @@ fn plan(
             return ExitCode::from(2);
         }
     };
-    let (yaml, errors) = nodelet::plan::plan(config, &node, capacity, manifests);
+    // The root directory's filesystem (its nearest existing ancestor before the first start).
+    let storage = root_dir
+        .ancestors()
+        .find_map(nodelet::eviction::signals::filesystem)
+        .map_or(0, |(bytes, _)| bytes.capacity);
+    let plan_node = nodelet::plan::PlanNode {
+        name: node,
+        labels,
+        capacity,
+        extra: nodelet::admission::node_resources::ExtraCapacity {
+            ephemeral_storage: storage,
+            hugepages: nodelet::cm::hugepage_capacity(),
+        },
+    };
+    let (yaml, errors) = nodelet::plan::plan(config, &plan_node, manifests);
     print!("{yaml}");
     for e in &errors {
         eprintln!("nodelet: {e}");
@@ -145,6 +175,10 @@ fn fix_mmap_threshold() -> bool {
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) == 1 }
 }
 
+fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    nodelet::admission::node_affinity::parse_node_labels(s)
+}
+
 fn main() -> ExitCode {
     let mmap_fixed = fix_mmap_threshold();
     let cli = Cli::parse();
@@ -188,9 +222,13 @@ fn main() -> ExitCode {
     {
         return plan(
             &loaded.config,
-            cli.hostname_override.as_deref(),
-            node_memory,
-            node_cpu,
+            PlanFlags {
+                node: cli.hostname_override.as_deref(),
+                labels: cli.node_labels,
+                root_dir: &cli.root_dir,
+                memory: node_memory,
+                cpu: node_cpu,
+            },
             &manifests,
         );
     }
@@ -198,6 +236,7 @@ fn main() -> ExitCode {
         hostname_override: cli.hostname_override,
         root_dir: cli.root_dir,
         node_ip: cli.node_ip,
+        node_labels: cli.node_labels,
     };
     match nodelet::agent::run(loaded.config, flags) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,7 +1,9 @@
 //! `nodelet plan`: what nodelet would do with each manifest on this node, without touching the
 //! runtime or the cgroup tree — QoS class, pod cgroup path and values, and per container the CRI
-//! resources and oom_score_adj. Manifests are decoded and validated exactly as the running agent
-//! does, so a bad manifest gets the same error.
+//! resources and oom_score_adj — and whether the agent's admission would take each pod, given
+//! the manifests before it (in the order given) as the pods already running, and why not.
+//! Manifests are decoded and validated exactly as the running agent does, so a bad manifest gets
+//! the same error. The pressure check of admission depends on the live node and is not planned.
 
 use std::path::PathBuf;
 
@@ -58,8 +60,33 @@ struct PodPlan {
     namespace: String,
     uid: String,
     qos_class: &'static str,
+    admission: AdmissionPlan,
     pod_cgroup: Option<CgroupPlan>,
     containers: Vec<ContainerPlan>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AdmissionPlan {
+    admitted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+/// The node a plan is for: its name, its labels beyond kubelet's own (`--node-labels`), its
+/// cpu and memory capacity, and its ephemeral storage and hugepages.
+#[derive(Debug, Clone)]
+pub struct PlanNode {
+    /// Node name.
+    pub name: String,
+    /// `--node-labels`.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// cpu (millicores), memory (bytes), pids.
+    pub capacity: NodeResources,
+    /// Ephemeral storage (bytes) and hugepages (bytes by page size).
+    pub extra: crate::admission::node_resources::ExtraCapacity,
 }
 
 #[derive(Serialize)]
@@ -122,14 +149,12 @@ pub fn capacity_from_flags(
     Ok(capacity)
 }
 
-/// The plan for `manifests` on node `node_name` with `capacity`, as YAML, and the errors of the
-/// manifests that were refused (one message each, as the agent reports them).
-pub fn plan(
-    config: &Config,
-    node_name: &str,
-    capacity: NodeResources,
-    manifests: &[PathBuf],
-) -> (String, Vec<String>) {
+/// The plan for `manifests` on `plan_node`, as YAML, and the errors of the manifests that could
+/// not be decoded (one message each, as the agent reports them). A pod that admission would
+/// refuse is planned with its reason and message, and is not counted as running for the next.
+pub fn plan(config: &Config, plan_node: &PlanNode, manifests: &[PathBuf]) -> (String, Vec<String>) {
+    let node_name = plan_node.name.as_str();
+    let capacity = plan_node.capacity;
     let mut node = config.node_config(capacity);
     node.policy.hugepage_sizes = crate::cm::hugepage_sizes();
     let layout = node.layout.clone();
@@ -147,6 +172,15 @@ pub fn plan(
     if let Err(e) = cm.validate_reservations() {
         errors.push(e.to_string());
     }
+    let identity = crate::admission::node_affinity::NodeIdentity::new(node_name, &plan_node.labels);
+    let allocatable = crate::admission::node_resources::Allocatable::new(
+        capacity,
+        &plan_node.extra,
+        cm.reserved(),
+        &config.eviction.thresholds,
+        config.max_pods,
+    );
+    let mut admitted: Vec<k8s_openapi::api::core::v1::Pod> = Vec::new();
     let mut out = NodePlan {
         node: node_name.to_owned(),
         capacity: capacity.into(),
@@ -174,6 +208,19 @@ pub fn plan(
             }
         };
         let uid = crate::pod::pod_uid(&pod).to_owned();
+        let running: Vec<&k8s_openapi::api::core::v1::Pod> = admitted.iter().collect();
+        let rejection = crate::admission::admit_on_node(
+            &pod,
+            &running,
+            &identity,
+            &allocatable,
+            &config.allowed_unsafe_sysctls,
+        );
+        let admission = AdmissionPlan {
+            admitted: rejection.is_none(),
+            reason: rejection.as_ref().map(|r| r.reason.clone()),
+            message: rejection.as_ref().map(|r| r.status_message()),
+        };
         let qos = pod_qos_class(&pod);
         let spec = pod.spec.clone().unwrap_or_default();
         let containers = spec
@@ -214,8 +261,12 @@ pub fn plan(
             }),
             uid,
             qos_class: qos.as_str(),
+            admission,
             containers,
         });
+        if rejection.is_none() {
+            admitted.push(pod);
+        }
     }
     (serde_yaml::to_string(&out).unwrap_or_default(), errors)
 }
@@ -239,7 +290,13 @@ mod tests {
         let config = crate::config::KubeletConfiguration::default()
             .to_config(std::path::Path::new("default"))
             .unwrap();
-        let (yaml, errors) = plan(&config, "n1", cap, &[m, bad]);
+        let node = PlanNode {
+            name: "n1".into(),
+            labels: Default::default(),
+            capacity: cap,
+            extra: Default::default(),
+        };
+        let (yaml, errors) = plan(&config, &node, &[m, bad]);
         let v: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
         let pod = &v["pods"][0];
         assert_eq!(pod["name"].as_str(), Some("web-n1"));
@@ -250,6 +307,7 @@ mod tests {
             .starts_with("/kubepods/burstable/pod"));
         assert_eq!(pod["podCgroup"]["cpuShares"].as_u64(), Some(256));
         assert_eq!(pod["containers"][0]["oomScoreAdj"].as_i64(), Some(750));
+        assert_eq!(pod["admission"]["admitted"].as_bool(), Some(true));
         assert_eq!(v["kubepods"]["cpuShares"].as_u64(), Some(4096));
         assert_eq!(errors.len(), 1);
         assert!(

@@ -33,6 +33,10 @@ pub struct ContainerAmounts {
     pub memory_request: i64,
     /// memory limit, bytes (0: none).
     pub memory_limit: i64,
+    /// ephemeral-storage request, bytes (defaults to the limit as cpu and memory do).
+    pub ephemeral_storage_request: i64,
+    /// ephemeral-storage limit, bytes (0: none).
+    pub ephemeral_storage_limit: i64,
     /// hugepage limits, bytes, by page size in bytes (`hugepages-2Mi` and `hugepages-2048Ki`
     /// are the same size: 2097152).
     pub hugepages: BTreeMap<u64, i64>,
@@ -108,6 +112,8 @@ pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceErro
         memory_limit: amount(c, true, "memory", false)?,
         cpu_request: amount(c, false, "cpu", true)?,
         memory_request: amount(c, false, "memory", false)?,
+        ephemeral_storage_request: amount(c, false, "ephemeral-storage", false)?,
+        ephemeral_storage_limit: amount(c, true, "ephemeral-storage", false)?,
         hugepages: BTreeMap::new(),
     };
     let declared = |limits: bool, name: &str| {
@@ -125,6 +131,11 @@ pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceErro
     for (res, req, lim) in [
         ("cpu", &mut a.cpu_request, a.cpu_limit),
         ("memory", &mut a.memory_request, a.memory_limit),
+        (
+            "ephemeral-storage",
+            &mut a.ephemeral_storage_request,
+            a.ephemeral_storage_limit,
+        ),
     ] {
         if !declared(false, res) && declared(true, res) {
             *req = lim;
@@ -228,37 +239,71 @@ pub struct PodAmounts {
     pub memory_request: i64,
     /// memory limits, bytes (0: none).
     pub memory_limit: i64,
+    /// ephemeral-storage requests, bytes.
+    pub ephemeral_storage_request: i64,
+    /// ephemeral-storage limits, bytes (0: none).
+    pub ephemeral_storage_limit: i64,
     /// hugepage limits (their requests are the same), bytes, by page size in bytes.
     pub hugepages: BTreeMap<u64, i64>,
 }
 
-/// Computes [`PodAmounts`].
+/// One amount of a pod as kubelet's `PodRequests`/`PodLimits` combine it (k8s.io/component-helpers
+/// `resource.PodRequests`): the app containers are summed; restartable init containers
+/// (sidecars, `restartPolicy: Always`) are added to that sum, and each init container needs its
+/// own amount plus the sidecars started before it; the pod needs the larger of the sum and the
+/// largest init container's need. Saturating.
+fn combine(apps: impl Iterator<Item = i64>, inits: &[(i64, bool)]) -> i64 {
+    let mut total = apps.fold(0i64, i64::saturating_add);
+    let (mut sidecars, mut init_need) = (0i64, 0i64);
+    for &(v, restartable) in inits {
+        if restartable {
+            total = total.saturating_add(v);
+            sidecars = sidecars.saturating_add(v);
+            init_need = init_need.max(sidecars);
+        } else {
+            init_need = init_need.max(v.saturating_add(sidecars));
+        }
+    }
+    total.max(init_need)
+}
+
+/// Computes [`PodAmounts`]: kubelet's pod requests and limits (see [`combine`]), plus
+/// `overhead`.
 pub fn pod_amounts(pod: &Pod) -> PodAmounts {
     let Some(spec) = pod.spec.as_ref() else {
         return PodAmounts::default();
     };
     let get = |c: &Container| container_amounts(c).unwrap_or_default();
-    let mut sum = PodAmounts::default();
-    for a in spec.containers.iter().map(get) {
-        // Saturating: each amount fits in an i64, their sum may not.
-        sum.cpu_request = sum.cpu_request.saturating_add(a.cpu_request);
-        sum.cpu_limit = sum.cpu_limit.saturating_add(a.cpu_limit);
-        sum.memory_request = sum.memory_request.saturating_add(a.memory_request);
-        sum.memory_limit = sum.memory_limit.saturating_add(a.memory_limit);
-    }
-    for (size, v) in spec.containers.iter().flat_map(|c| get(c).hugepages) {
-        let e = sum.hugepages.entry(size).or_insert(0);
-        *e = e.saturating_add(v);
-    }
-    for a in spec.init_containers.iter().flatten().map(get) {
-        sum.cpu_request = sum.cpu_request.max(a.cpu_request);
-        sum.cpu_limit = sum.cpu_limit.max(a.cpu_limit);
-        sum.memory_request = sum.memory_request.max(a.memory_request);
-        sum.memory_limit = sum.memory_limit.max(a.memory_limit);
-        for (size, v) in a.hugepages {
-            let e = sum.hugepages.entry(size).or_insert(0);
-            *e = (*e).max(v);
-        }
+    let apps: Vec<ContainerAmounts> = spec.containers.iter().map(get).collect();
+    let inits: Vec<(ContainerAmounts, bool)> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| (get(c), c.restart_policy.as_deref() == Some("Always")))
+        .collect();
+    let field = |f: fn(&ContainerAmounts) -> i64| {
+        let init: Vec<(i64, bool)> = inits.iter().map(|(a, r)| (f(a), *r)).collect();
+        combine(apps.iter().map(f), &init)
+    };
+    let mut sum = PodAmounts {
+        cpu_request: field(|a| a.cpu_request),
+        cpu_limit: field(|a| a.cpu_limit),
+        memory_request: field(|a| a.memory_request),
+        memory_limit: field(|a| a.memory_limit),
+        ephemeral_storage_request: field(|a| a.ephemeral_storage_request),
+        ephemeral_storage_limit: field(|a| a.ephemeral_storage_limit),
+        hugepages: BTreeMap::new(),
+    };
+    let sizes: std::collections::BTreeSet<u64> = apps
+        .iter()
+        .chain(inits.iter().map(|(a, _)| a))
+        .flat_map(|a| a.hugepages.keys().copied())
+        .collect();
+    for size in sizes {
+        let of = |a: &ContainerAmounts| a.hugepages.get(&size).copied().unwrap_or(0);
+        let init: Vec<(i64, bool)> = inits.iter().map(|(a, r)| (of(a), *r)).collect();
+        sum.hugepages
+            .insert(size, combine(apps.iter().map(of), &init));
     }
     let overhead = |name: &str, milli: bool| {
         spec.overhead
@@ -277,8 +322,13 @@ pub fn pod_amounts(pod: &Pod) -> PodAmounts {
             .unwrap_or(0)
     };
     let (cpu, memory) = (overhead("cpu", true), overhead("memory", false));
+    let storage = overhead("ephemeral-storage", false);
     sum.cpu_request = sum.cpu_request.saturating_add(cpu);
     sum.memory_request = sum.memory_request.saturating_add(memory);
+    sum.ephemeral_storage_request = sum.ephemeral_storage_request.saturating_add(storage);
+    if sum.ephemeral_storage_limit > 0 {
+        sum.ephemeral_storage_limit = sum.ephemeral_storage_limit.saturating_add(storage);
+    }
     if sum.cpu_limit > 0 {
         sum.cpu_limit = sum.cpu_limit.saturating_add(cpu);
     }
@@ -293,6 +343,47 @@ mod tests {
     use super::*;
 
     use crate::testing::pods::with_spec as pod;
+
+    #[test]
+    fn init_containers_and_sidecars_are_counted_as_kubelet_counts_them() {
+        let c = |name: &str, cpu: &str, always: bool| {
+            format!(
+                "{{name: {name}, image: b, {}resources: {{requests: {{cpu: {cpu}}}}}}}",
+                if always {
+                    "restartPolicy: Always, "
+                } else {
+                    ""
+                }
+            )
+        };
+        // Plain init containers: the larger of the apps' sum and the largest init container.
+        let p = pod(&format!(
+            "{{initContainers: [{}], containers: [{}, {}]}}",
+            c("i", "900m", false),
+            c("a", "300m", false),
+            c("b", "200m", false)
+        ));
+        assert_eq!(pod_amounts(&p).cpu_request, 900);
+        // A sidecar (100m) runs beside the apps (500m) and beside every later init container
+        // (800m + 100m): max(600, 900).
+        let p = pod(&format!(
+            "{{initContainers: [{}, {}], containers: [{}, {}]}}",
+            c("side", "100m", true),
+            c("i", "800m", false),
+            c("a", "300m", false),
+            c("b", "200m", false)
+        ));
+        assert_eq!(pod_amounts(&p).cpu_request, 900);
+        // An init container before the sidecar does not run beside it: max(600, 700).
+        let p = pod(&format!(
+            "{{initContainers: [{}, {}], containers: [{}, {}]}}",
+            c("i", "700m", false),
+            c("side", "100m", true),
+            c("a", "300m", false),
+            c("b", "200m", false)
+        ));
+        assert_eq!(pod_amounts(&p).cpu_request, 700);
+    }
 
     #[test]
     fn bad_quantities_name_container_and_field() {

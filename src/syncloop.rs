@@ -114,25 +114,21 @@ impl<S: PodSyncer> SyncLoop<S> {
         self.pods.get(uid).filter(|_| !self.failed.contains(uid))
     }
 
-    /// The refusal of a pod that is new (or whose manifest changed after it failed): `maxPods`
-    /// (kubelet's `pods` resource: `OutOfpods`), then the admit handlers.
+    /// The refusal of a pod that is new (or whose manifest changed after it failed), by the
+    /// admit handlers; without them (tests), by `maxPods` alone (kubelet's `pods` resource).
     fn admission_refusal(&self, pod: &Pod, uid: &str) -> Option<Rejection> {
-        let active = self
-            .pods
-            .keys()
-            .filter(|u| *u != uid && !self.failed.contains(u))
-            .count();
-        if active >= self.max_pods {
-            return Some(Rejection {
+        let running: Vec<&Pod> = self.running_pods(uid).collect();
+        match &self.admission {
+            Some(a) => a.check(pod, &running),
+            None => (running.len() >= self.max_pods).then(|| Rejection {
                 reason: "OutOfpods".into(),
                 message: format!(
-                    "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {}",
+                    "Node didn't have enough resource: pods, requested: 1, used: {}, capacity: {}",
+                    running.len(),
                     self.max_pods
                 ),
-            });
+            }),
         }
-        let a = self.admission.as_ref()?;
-        a.check(pod, self.running_pods(uid))
     }
 
     /// The desired pods that run or may run, but `uid`: not failed, not finished.
@@ -421,6 +417,15 @@ mod tests {
             recorder: Recorder::default(),
             metrics: crate::metrics::Metrics::new(),
             static_pods_are_critical: false,
+            node: crate::admission::node_affinity::NodeIdentity::new("node", &Default::default()),
+            allocatable: crate::admission::node_resources::Allocatable {
+                cpu_milli: 4000,
+                memory: 8 << 30,
+                ephemeral_storage: 0,
+                pods: 110,
+                hugepages: Default::default(),
+            },
+            allowed_unsafe_sysctls: Vec::new(),
         };
         let status = StatusManager::default();
         let mut l = SyncLoop::new(

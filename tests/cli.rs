@@ -224,6 +224,45 @@ fn plan_prints_what_nodelet_would_do_and_refuses_bad_manifests() {
         "node-critical static pod"
     );
 
+    assert_eq!(g["admission"]["admitted"].as_bool(), Some(true));
+
+    // Admission: the manifests before each count as running; refusals carry kubelet's reason
+    // and message, and are not counted for the next.
+    let big = write("big.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: big}\nspec: {containers: [{name: c, image: busybox, resources: {requests: {cpu: '3'}}}]}\n");
+    let more = write("more.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: more}\nspec: {containers: [{name: c, image: busybox, resources: {requests: {cpu: '2'}}}]}\n");
+    let ssd = write("ssd.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: ssd}\nspec: {nodeSelector: {disktype: ssd}, containers: [{name: c, image: busybox}]}\n");
+    let small = write("small.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: small}\nspec: {containers: [{name: c, image: busybox, resources: {requests: {cpu: '1'}}}]}\n");
+    let out = run(&[&big, &more, &ssd, &small]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a refusal is a planned outcome, not an error"
+    );
+    let v: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    let admission = |i: usize| {
+        let a = &v["pods"][i]["admission"];
+        (
+            a["admitted"].as_bool().unwrap(),
+            a["reason"].as_str().map(str::to_owned),
+            a["message"].as_str().map(str::to_owned),
+        )
+    };
+    assert_eq!(admission(0), (true, None, None));
+    assert_eq!(
+        admission(1),
+        (
+            false,
+            Some("OutOfcpu".into()),
+            Some("Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 3000, capacity: 4000".into())
+        )
+    );
+    assert_eq!(admission(2).1.as_deref(), Some("NodeAffinity"));
+    assert_eq!(
+        admission(3),
+        (true, None, None),
+        "1 cpu still fits beside 3"
+    );
+
     let out = run(&[&bad]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

@@ -186,7 +186,7 @@ fn a_busy_orphaned_pod_cgroup_is_reported_once_and_another_agents_is_left_alone(
     let id = n
         .runtime
         .rt
-        .block_on(n.runtime.cri.run_pod_sandbox(config))
+        .block_on(n.runtime.cri.run_pod_sandbox(config, ""))
         .unwrap();
     let _foreign = ForeignSandbox {
         runtime: &n.runtime,

@@ -8,11 +8,15 @@
 //! [`PodAdmitter`] runs the handlers in kubelet's order:
 //!
 //! 1. the eviction manager's pressure check ([`crate::eviction::admission`]);
-//! 2. [`host_ports`]: the `NodePorts` predicate (host ports already taken by a running pod).
-//!
-//! `maxPods` is checked by the sync loop before these.
+//! 2. [`sysctls`]: only safe sysctls and `allowedUnsafeSysctls`;
+//! 3. kubelet's predicates: the pod's OS ([`node_affinity`]), resource fit against allocatable
+//!    ([`node_resources`]: pods, cpu, memory, ephemeral storage, hugepages), node selector and
+//!    required affinity, node name ([`node_affinity`]), host ports ([`host_ports`]).
 
 pub mod host_ports;
+pub mod node_affinity;
+pub mod node_resources;
+pub mod sysctls;
 
 use std::sync::Arc;
 
@@ -24,6 +28,8 @@ use crate::eviction::NodePressure;
 use crate::metrics::Metrics;
 use crate::pod::{pod_ref, pod_uid};
 use crate::status::failed::{FailedPods, Failure};
+use node_affinity::NodeIdentity;
+use node_resources::Allocatable;
 
 /// Why a pod is not admitted (kubelet's `PodAdmitResult` when `Admit` is false).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,23 +64,58 @@ pub struct PodAdmitter {
     pub metrics: Arc<Metrics>,
     /// `staticPodsAreCritical`.
     pub static_pods_are_critical: bool,
+    /// The node's name and labels.
+    pub node: NodeIdentity,
+    /// What the node offers pods (pods: `maxPods`).
+    pub allocatable: Allocatable,
+    /// `allowedUnsafeSysctls`.
+    pub allowed_unsafe_sysctls: Vec<String>,
+}
+
+/// The handlers after the pressure check, which depend on the node and the pods already
+/// admitted only (what `nodelet plan` can tell without a running agent): sysctls, the pod's OS,
+/// resource fit, node selector and affinity, node name, host ports, in kubelet's order. The
+/// first refusal, `None` when `pod` is admitted.
+pub fn admit_on_node(
+    pod: &Pod,
+    running: &[&Pod],
+    node: &NodeIdentity,
+    allocatable: &Allocatable,
+    allowed_unsafe_sysctls: &[String],
+) -> Option<Rejection> {
+    sysctls::admit(pod, allowed_unsafe_sysctls)
+        .or_else(|| node_affinity::admit(pod, node))
+        .or_else(|| node_resources::admit(pod, running.iter().copied(), allocatable))
+        .or_else(|| node_affinity::admit_placement(pod, node))
+        .or_else(|| host_ports::admit(pod, running.iter().copied()))
 }
 
 impl PodAdmitter {
     /// The first handler's refusal of `pod` (kubelet's `canAdmitPod`), given the pods already
-    /// admitted and still running (`running`, without `pod` itself).
-    pub fn check<'a>(
-        &self,
-        pod: &Pod,
-        running: impl IntoIterator<Item = &'a Pod>,
-    ) -> Option<Rejection> {
+    /// admitted and still running (`running`, without `pod` itself). Handlers in kubelet's
+    /// order: pressure (eviction), sysctls, then the predicates: the pod's OS, resource fit
+    /// (pods, cpu, memory, ephemeral storage, hugepages), node selector and affinity, node
+    /// name, host ports.
+    ///
+    /// Critical pods are checked like any other: where kubelet would preempt lower-priority
+    /// pods to make room for one, nodelet refuses it (a node fed by manifests has no scheduler
+    /// to place the preempted pods elsewhere).
+    pub fn check(&self, pod: &Pod, running: &[&Pod]) -> Option<Rejection> {
         let pressure = crate::eviction::admission::conditions_in_force(&self.pressure);
         crate::eviction::admission::refusal(pod, &pressure, self.static_pods_are_critical)
             .map(|message| Rejection {
                 reason: crate::eviction::REASON.into(),
                 message,
             })
-            .or_else(|| host_ports::admit(pod, running))
+            .or_else(|| {
+                admit_on_node(
+                    pod,
+                    running,
+                    &self.node,
+                    &self.allocatable,
+                    &self.allowed_unsafe_sysctls,
+                )
+            })
     }
 
     /// Records the refusal of `pod` for `r` as kubelet's `rejectPod` does: the mark, a Warning

@@ -161,6 +161,25 @@ pub fn hugepage_sizes_in(dir: &std::path::Path) -> Vec<u64> {
     sizes
 }
 
+/// The node's pre-allocated hugepages: bytes by page size in bytes (`nr_hugepages` × size of
+/// each `/sys/kernel/mm/hugepages/hugepages-<n>kB`); sizes with none are left out.
+pub fn hugepage_capacity() -> std::collections::BTreeMap<u64, i64> {
+    let dir = std::path::Path::new("/sys/kernel/mm/hugepages");
+    hugepage_sizes_in(dir)
+        .into_iter()
+        .filter_map(|size| {
+            let n: i64 = std::fs::read_to_string(
+                dir.join(format!("hugepages-{}kB/nr_hugepages", size / 1024)),
+            )
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+            (n > 0).then(|| (size, n.saturating_mul(size as i64)))
+        })
+        .collect()
+}
+
 /// Node-level settings of the container manager, built from the typed configuration
 /// (`Config::node_config`); this module does not read the configuration file.
 #[derive(Debug, Clone)]
@@ -204,6 +223,21 @@ impl ContainerManager {
             recorder: None,
             clock: crate::clock::system(),
             orphans: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The node's capacity (cpu millicores, memory bytes, pids).
+    pub fn capacity(&self) -> NodeResources {
+        self.cfg.capacity
+    }
+
+    /// systemReserved + kubeReserved (cpu millicores, memory bytes, pids), saturating.
+    pub fn reserved(&self) -> NodeResources {
+        let (s, k) = (self.cfg.system_reserved, self.cfg.kube_reserved);
+        NodeResources {
+            cpu_milli: s.cpu_milli.saturating_add(k.cpu_milli),
+            memory: s.memory.saturating_add(k.memory),
+            pids: s.pids.saturating_add(k.pids),
         }
     }
 

@@ -65,6 +65,10 @@ pub struct KubeletConfiguration {
     pub cluster_domain: String,
     /// Maximum number of pods (default 110).
     pub max_pods: u32,
+    /// Sysctls beyond the safe set that pods may set (kubelet's `allowedUnsafeSysctls`): names,
+    /// or prefixes ending in `*`, of namespaced sysctls (`net.*`, `kernel.shm*`, `kernel.msg*`,
+    /// `kernel.sem`, `fs.mqueue.*`).
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// Resources reserved for Kubernetes daemons (`cpu`, `memory`, `pid` quantities).
     pub kube_reserved: BTreeMap<String, String>,
     /// Resources reserved for the OS (`cpu`, `memory`, `pid` quantities).
@@ -144,6 +148,7 @@ impl Default for KubeletConfiguration {
             resolv_conf: "/etc/resolv.conf".into(),
             cluster_dns: Vec::new(),
             cluster_domain: String::new(),
+            allowed_unsafe_sysctls: Vec::new(),
             max_pods: 110,
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),

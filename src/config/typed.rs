@@ -72,6 +72,8 @@ pub struct Config {
     pub cluster_domain: String,
     /// `maxPods` (at least 1).
     pub max_pods: usize,
+    /// `allowedUnsafeSysctls`: names or `prefix*` of namespaced sysctls.
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// `oomScoreAdj` of the agent itself (-1000..=1000).
     pub oom_score_adj: i32,
     /// `containerLogMaxSize` (bytes, positive) and `containerLogMaxFiles` (at least 2).
@@ -246,6 +248,15 @@ impl KubeletConfiguration {
                 "must be a DNS-1123 subdomain such as cluster.local",
             ));
         }
+        crate::admission::sysctls::validate_allowed(&self.allowed_unsafe_sysctls).map_err(
+            |reason| {
+                invalid(
+                    "allowedUnsafeSysctls",
+                    &self.allowed_unsafe_sysctls.join(","),
+                    &reason,
+                )
+            },
+        )?;
         let given = |m: &BTreeMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
         let kube_reserved = reservation("kubeReserved", &self.kube_reserved, &invalid)?;
         let system_reserved = reservation("systemReserved", &self.system_reserved, &invalid)?;
@@ -450,6 +461,7 @@ impl KubeletConfiguration {
             cluster_domain: cluster_domain.to_owned(),
             // Widening: u32 always fits in usize on the 64-bit Linux targets nodelet runs on.
             max_pods: self.max_pods as usize,
+            allowed_unsafe_sysctls: self.allowed_unsafe_sysctls.clone(),
             oom_score_adj: self.oom_score_adj,
             container_log: LogPolicy {
                 max_size: log_max_size.unsigned_abs(),

@@ -48,6 +48,9 @@ pub struct SandboxStatus {
     pub ips: Vec<String>,
     /// The sandbox hash annotation written at creation.
     pub sandbox_hash: String,
+    /// The pod's start time carried from an earlier sandbox (nanoseconds since the epoch), 0
+    /// when this is the pod's first.
+    pub pod_started_at: i64,
 }
 
 /// One container of the pod.
@@ -102,6 +105,21 @@ pub struct RuntimePodStatus {
 }
 
 impl RuntimePodStatus {
+    /// The pod's start time (`status.startTime`), nanoseconds since the epoch: the creation of
+    /// its first sandbox, carried onto later ones; `None` before it has a sandbox.
+    pub fn start_time(&self) -> Option<i64> {
+        self.sandboxes
+            .iter()
+            .map(|s| {
+                if s.pod_started_at > 0 {
+                    s.pod_started_at.min(s.created_at)
+                } else {
+                    s.created_at
+                }
+            })
+            .min()
+    }
+
     /// The newest instance of the container `name`.
     pub fn latest(&self, name: &str) -> Option<&RuntimeContainer> {
         self.containers.iter().find(|c| c.name == name)

@@ -65,10 +65,12 @@ pub trait RuntimeService: Send + Sync + 'static {
     /// `Version`: runtime name and version.
     fn version(&self) -> impl Future<Output = CriResult<cri::VersionResponse>> + Send;
 
-    /// `RunPodSandbox`: returns the sandbox ID.
+    /// `RunPodSandbox` under the runtime handler `runtime_handler` (empty: the runtime's
+    /// default): returns the sandbox ID.
     fn run_pod_sandbox(
         &self,
         config: cri::PodSandboxConfig,
+        runtime_handler: &str,
     ) -> impl Future<Output = CriResult<String>> + Send;
 
     /// `StopPodSandbox`.
@@ -135,6 +137,13 @@ pub trait RuntimeService: Send + Sync + 'static {
 
     /// `ReopenContainerLog`: the runtime reopens the container's log file (after a rotation).
     fn reopen_container_log(&self, id: &str) -> impl Future<Output = CriResult<()>> + Send;
+
+    /// `ListContainerStats`, optionally filtered by labels: each container's cpu, memory and
+    /// writable layer (`writable_layer.used_bytes`, bytes) as the runtime measures them.
+    fn list_container_stats(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> impl Future<Output = CriResult<Vec<cri::ContainerStats>>> + Send;
 }
 
 /// CRI's image service, as nodelet uses it (kubelet's `internalapi.ImageManagerService`).
@@ -227,11 +236,15 @@ impl RuntimeService for Cri {
         self.record(started, "version", r)
     }
 
-    async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> CriResult<String> {
         let started = std::time::Instant::now();
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
-            runtime_handler: String::new(),
+            runtime_handler: runtime_handler.into(),
         };
         let r = self
             .runtime
@@ -388,6 +401,29 @@ impl RuntimeService for Cri {
             .await;
         self.record(started, "list_containers", r)
             .map(|r| r.containers)
+    }
+
+    async fn list_container_stats(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> CriResult<Vec<cri::ContainerStats>> {
+        let started = std::time::Instant::now();
+        let filter = cri::ContainerStatsFilter {
+            label_selector: labels,
+            ..Default::default()
+        };
+        let r = self
+            .runtime
+            .clone()
+            .list_container_stats(self.request(
+                cri::ListContainerStatsRequest {
+                    filter: Some(filter),
+                },
+                Some(self.timeout),
+            ))
+            .await;
+        self.record(started, "list_container_stats", r)
+            .map(|r| r.stats)
     }
 
     async fn container_status(&self, id: &str) -> CriResult<Option<cri::ContainerStatus>> {

@@ -15,6 +15,7 @@ use crossbeam_channel::{select, Receiver};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
+use super::local_storage::{self, ContainerUsage};
 use super::rank::{rank, PodUsage};
 use super::signals::Observation;
 use super::state::PressureState;
@@ -87,6 +88,11 @@ pub trait EvictionNode: Send {
     }
     /// Re-arms kernel notifications for the thresholds (inactive_file moves); default none.
     fn rearm(&mut self, _thresholds: &[Threshold]) {}
+    /// The ephemeral storage each of the pod's current containers uses (writable layer plus
+    /// logs, bytes), `None` when it cannot be measured; default none.
+    fn container_storage(&self, _pod: &Pod) -> Option<Vec<ContainerUsage>> {
+        None
+    }
 }
 
 /// The manager's settings, from the configuration.
@@ -138,7 +144,7 @@ pub struct Manager<N: EvictionNode> {
 
 /// A quantity as apimachinery writes it: the largest binary suffix that divides it exactly
 /// (`104857600` → `100Mi`, `38092800` → `37200Ki`), else plain.
-fn format_binary_si(v: i64) -> String {
+pub(super) fn format_binary_si(v: i64) -> String {
     for (suffix, shift) in [
         ("Ei", 60),
         ("Pi", 50),
@@ -254,6 +260,11 @@ impl<N: EvictionNode> Manager<N> {
             })
             .collect();
         self.pressure.update(conditions, signals);
+        // Local storage limits first, whether or not the node is under pressure (kubelet's
+        // `localStorageEviction`): every pod over its limits goes in this pass.
+        if let Some(first) = self.local_storage_evictions(notified_at).into_iter().next() {
+            return Some(first);
+        }
 
         let mut act_on = decision.act_on;
         act_on.sort_by_key(|t| signal_order(&t.signal));
@@ -330,6 +341,58 @@ impl<N: EvictionNode> Manager<N> {
             hard,
             "evicting pod"
         );
+        Some(self.evict(&pod, &threshold.signal, grace, message, notified_at))
+    }
+
+    /// Evicts every pod over its local storage limits (kubelet's `localStorageEviction`):
+    /// critical pods and pods already terminating are left alone; the grace period is a hard
+    /// eviction's. Returns the evictions made.
+    fn local_storage_evictions(&mut self, notified_at: Option<SystemTime>) -> Vec<Eviction> {
+        let mut out = Vec::new();
+        for pod in self.node.active_pods() {
+            let uid = crate::pod::pod_uid(&pod);
+            if !local_storage::has_limits(&pod)
+                || is_critical(&pod, self.settings.static_pods_are_critical)
+                || self.node.is_terminating(uid)
+            {
+                continue;
+            }
+            let Some(usage) = self.node.container_storage(&pod) else {
+                continue;
+            };
+            let Some(v) = local_storage::violation(&pod, &usage) else {
+                continue;
+            };
+            info!(
+                pod = pod.metadata.name.as_deref().unwrap_or(""),
+                namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
+                uid,
+                signal = v.signal,
+                usage = ?usage,
+                "evicting pod over its local storage limits"
+            );
+            out.push(self.evict(
+                &pod,
+                v.signal,
+                HARD_EVICTION_GRACE_SECONDS,
+                v.message,
+                notified_at,
+            ));
+        }
+        out
+    }
+
+    /// Kills `pod` for `signal` with `grace` seconds and `message`, counts it in
+    /// `kubelet_evictions` and the reaction-time histogram, and records it for `/node`.
+    fn evict(
+        &mut self,
+        pod: &Arc<Pod>,
+        signal: &str,
+        grace: i64,
+        message: String,
+        notified_at: Option<SystemTime>,
+    ) -> Eviction {
+        let uid = crate::pod::pod_uid(pod).to_owned();
         self.node.kill(pod.clone(), grace, message.clone());
         let issued = SystemTime::UNIX_EPOCH + Duration::from_nanos(self.clock.epoch_ns() as u64);
         let nanos = |t: SystemTime| {
@@ -339,7 +402,7 @@ impl<N: EvictionNode> Manager<N> {
         self.metrics
             .evictions
             .get_or_create(&SignalLabel {
-                eviction_signal: threshold.signal.clone(),
+                eviction_signal: signal.to_owned(),
             })
             .inc();
         if let Some(n) = notified_at {
@@ -353,19 +416,19 @@ impl<N: EvictionNode> Manager<N> {
                 pod.metadata.namespace.as_deref().unwrap_or(""),
                 pod.metadata.name.as_deref().unwrap_or("")
             ),
-            uid: victim.uid.clone(),
-            signal: threshold.signal.clone(),
+            uid: uid.clone(),
+            signal: signal.to_owned(),
             message: message.clone(),
             grace_seconds: grace,
             notified_at_unix_nanos: notified_at.map(nanos),
             kill_issued_at_unix_nanos: nanos(issued),
         });
-        Some(Eviction {
-            uid: victim.uid,
-            signal: threshold.signal.clone(),
+        Eviction {
+            uid,
+            signal: signal.to_owned(),
             grace,
             message,
-        })
+        }
     }
 
     /// Waits until the evicted pod is cleaned up, at most max(10 s, grace × 1.5), polling every

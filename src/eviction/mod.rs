@@ -6,6 +6,7 @@
 //! - [`state`]: thresholds and node conditions over time (grace, transition, minimum reclaim).
 //! - [`rank`]: where eviction ranks pods.
 //! - [`notifier`]: kernel memory threshold notifications (cgroup v1 eventfd + epoll; PSI on v2).
+//! - [`local_storage`]: pods over their `ephemeral-storage` limits.
 //! - [`manager`]: the loop that ties them together and kills one pod per pass.
 //! - [`admission`]: pods refused while the node is under pressure.
 //! - [`provider`]: the agent's side: signals from this node, pods, kills through the pod workers.
@@ -15,6 +16,7 @@
 //! [`crate::status::failed::FailedPods`], and stay Failed/Evicted until their manifest changes.
 
 pub mod admission;
+pub mod local_storage;
 pub mod manager;
 pub mod notifier;
 pub mod provider;

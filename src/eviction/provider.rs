@@ -11,6 +11,7 @@ use cgroups_rs::fs::pid::PidController;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, warn};
 
+use super::local_storage::ContainerUsage;
 use super::manager::{EvictionNode, Resource};
 use super::notifier::MemcgNotifier;
 use super::signals::{self, Observation};
@@ -147,22 +148,58 @@ fn disk_usage(dir: &Path) -> (i64, i64) {
     (bytes, inodes)
 }
 
-/// Sum of the containers' `ephemeral-storage` requests, bytes.
-fn ephemeral_request(pod: &Pod) -> i64 {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .filter_map(|c| {
-            let q = c
-                .resources
-                .as_ref()?
-                .requests
-                .as_ref()?
-                .get("ephemeral-storage")?;
-            crate::quantity::parse_value(&q.0).ok()
-        })
-        .map(|v| v as i64)
-        .sum()
+/// The runtime's side of local storage: containers' writable layers through CRI, read from the
+/// eviction manager's thread on the agent's tokio runtime.
+#[derive(Clone)]
+pub struct RuntimeStats {
+    /// The CRI client.
+    pub cri: crate::cri::Cri,
+    /// The agent's runtime, which drives the calls.
+    pub handle: tokio::runtime::Handle,
+}
+
+impl RuntimeStats {
+    /// The newest instance of each of the pod's containers (ListContainers) with its writable
+    /// layer, bytes (ListContainerStats; 0 when the runtime gives none). `None` when the runtime
+    /// cannot be asked.
+    fn writable_layers(&self, uid: &str) -> Option<Vec<(String, i64)>> {
+        use crate::cri::RuntimeService;
+        let sel = HashMap::from([(
+            crate::kuberuntime::labels::POD_UID.to_owned(),
+            uid.to_owned(),
+        )]);
+        let (containers, stats) = self
+            .handle
+            .block_on(async {
+                tokio::try_join!(
+                    self.cri.list_containers(sel.clone()),
+                    self.cri.list_container_stats(sel)
+                )
+            })
+            .map_err(|e| debug!(uid, error = %e, "container stats"))
+            .ok()?;
+        let mut newest: HashMap<String, (i64, String)> = HashMap::new();
+        for c in containers {
+            let name = c.metadata.map(|m| m.name).unwrap_or_default();
+            let e = newest.entry(name).or_insert((i64::MIN, String::new()));
+            if c.created_at >= e.0 {
+                *e = (c.created_at, c.id);
+            }
+        }
+        Some(
+            newest
+                .into_iter()
+                .map(|(name, (_, id))| {
+                    let layer = stats
+                        .iter()
+                        .find(|s| s.attributes.as_ref().is_some_and(|a| a.id == id))
+                        .and_then(|s| s.writable_layer.as_ref()?.used_bytes.as_ref())
+                        .map_or(0, |u| i64::try_from(u.value).unwrap_or(i64::MAX));
+                    (name, layer)
+                })
+                .collect(),
+        )
+    }
 }
 
 /// The agent's [`EvictionNode`], killing through the pod workers of syncer `S`.
@@ -179,6 +216,8 @@ pub struct AgentNode<S: PodSyncer> {
     pub recorder: Recorder,
     /// Kernel notifications, when `kernelMemcgNotification` is on.
     pub notifier: Option<Arc<MemcgNotifier>>,
+    /// Containers' writable layers, for local storage limits; `None`: not measured.
+    pub runtime_stats: Option<RuntimeStats>,
 }
 
 impl<S: PodSyncer> EvictionNode for AgentNode<S> {
@@ -213,7 +252,10 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
                 if resource == Resource::Inodes {
                     Some((inodes, 0))
                 } else {
-                    Some((bytes, ephemeral_request(pod)))
+                    Some((
+                        bytes,
+                        crate::resources::pod_amounts(pod).ephemeral_storage_request,
+                    ))
                 }
             }
             Resource::Pids => {
@@ -225,6 +267,24 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
                 Some((i64::try_from(n).ok()?, 0))
             }
         }
+    }
+
+    /// Writable layer (CRI) plus the container's log directory, for each current container.
+    fn container_storage(&self, pod: &Pod) -> Option<Vec<ContainerUsage>> {
+        let layers = self
+            .runtime_stats
+            .as_ref()?
+            .writable_layers(crate::pod::pod_uid(pod))?;
+        let logs = crate::pod::pod_logs_dir_under(&self.paths.pod_logs_dir, pod);
+        Some(
+            layers
+                .into_iter()
+                .map(|(name, layer)| ContainerUsage {
+                    bytes: layer.saturating_add(disk_usage(&logs.join(&name)).0),
+                    name,
+                })
+                .collect(),
+        )
     }
 
     /// Marks the pod evicted, records the event, and hands the kill (with the failure the
@@ -308,7 +368,10 @@ mod tests {
             "spec: {containers: [{name: a, resources: {requests: {ephemeral-storage: 1Mi}}}, {name: b}]}",
         )
         .unwrap();
-        assert_eq!(ephemeral_request(&pod), 1 << 20);
+        assert_eq!(
+            crate::resources::pod_amounts(&pod).ephemeral_storage_request,
+            1 << 20
+        );
     }
 
     #[test]

@@ -101,6 +101,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         if existed {
             let what = match &failure {
                 Some(f) if f.reason == EVICTED => "Pod evicted",
+                Some(f) if f.reason == crate::active_deadline::REASON => {
+                    "Pod past its active deadline"
+                }
                 Some(_) => "Pod rejected",
                 None => "Pod removed",
             };

@@ -35,6 +35,11 @@ pub const NODE_NAME: &str = "nodelet.io/node-name";
 pub const CONTAINER_IS_INIT: &str = "nodelet.io/init-container";
 /// Hash of the pod-level fields that shape the sandbox; a change recreates the sandbox.
 pub const SANDBOX_HASH: &str = "nodelet.io/sandbox-hash";
+/// Annotation carrying the pod's start time (nanoseconds since the epoch) onto a sandbox that
+/// replaces an earlier one, so that `status.startTime` and `activeDeadlineSeconds` count from
+/// the pod's first sandbox, also across agent restarts (kubelet keeps the start time in its
+/// API status; a node without an API server keeps it in the runtime).
+pub const POD_START_TIME: &str = "nodelet.io/pod-start-time";
 
 fn insert_pod_identity(labels: &mut HashMap<String, String>, pod: &Pod) {
     let m = &pod.metadata;

@@ -43,6 +43,11 @@ pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<R
                 .get(labels::SANDBOX_HASH)
                 .cloned()
                 .unwrap_or_default(),
+            pod_started_at: s
+                .annotations
+                .get(labels::POD_START_TIME)
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0),
             id: s.id,
         });
     }

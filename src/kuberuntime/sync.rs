@@ -15,10 +15,12 @@ use super::actions::{self, compute_pod_actions, PodActions, ToStart};
 use super::kill::grace_seconds;
 use super::status::get_pod_status;
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
+use crate::active_deadline::{self, Deadline};
 use crate::container::{ContainerState, RuntimePodStatus};
 use crate::cri::{api, CriRuntime};
 use crate::pod::{pod_ref, pod_uid};
-use crate::podworkers::Requeue;
+use crate::podworkers::{KillPodOptions, Requeue};
+use crate::status::failed::Failure;
 
 /// The sandbox a sync starts containers in: its ID, config and the pod's IPs.
 struct SandboxInfo {
@@ -38,6 +40,10 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             return Ok(Requeue::Normal);
         }
         let rt = self.current_status(&uid).await?;
+        if active_deadline::check(pod, rt.start_time(), self.clock.epoch_ns()) == Deadline::Exceeded
+        {
+            return self.deadline_exceeded(pod).await;
+        }
         let mut actions = compute_pod_actions(pod, &rt);
         let wait = self.apply_crash_backoff(pod, &rt, &mut actions);
         let grace = grace_seconds(pod, None);
@@ -109,12 +115,40 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let rt = self.fresh_status(&uid).await?;
         crate::gc::remove_dead_containers(&self.cri, &rt).await;
         self.record_status(pod, &rt);
+        // Counted from the pod's first sandbox, which may have been created just now.
+        let deadline = match active_deadline::check(pod, rt.start_time(), self.clock.epoch_ns()) {
+            Deadline::In(d) => Some(d),
+            // Reached during this sync: the next one (at once) kills the pod.
+            Deadline::Exceeded => Some(std::time::Duration::ZERO),
+            Deadline::None => None,
+        };
         if let Some(e) = first_err {
             return Err(e);
         }
         // PLEG events bring the pod back when its containers change; a container in back-off
-        // is started again when its delay is over.
-        Ok(wait.map_or(Requeue::Normal, Requeue::After))
+        // is started again when its delay is over, and the pod when its deadline comes.
+        Ok(match (wait, deadline) {
+            (Some(a), Some(b)) => Requeue::After(a.min(b)),
+            (Some(d), None) | (None, Some(d)) => Requeue::After(d),
+            (None, None) => Requeue::Normal,
+        })
+    }
+
+    /// A pod past its `activeDeadlineSeconds` (kubelet's active deadline handler): marked
+    /// Failed with `DeadlineExceeded`, a Normal event, then killed and cleaned up as an evicted
+    /// pod is; it stays Failed until its manifest changes.
+    async fn deadline_exceeded(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
+        let failure = Failure::new(active_deadline::REASON, active_deadline::MESSAGE);
+        info!(pod = %pod_ref(pod), uid = pod_uid(pod), "pod is past its active deadline; killing it");
+        self.failed.mark(pod, failure.clone());
+        self.recorder.normal(
+            pod_ref(pod),
+            active_deadline::REASON,
+            active_deadline::MESSAGE,
+        );
+        self.terminate(pod, KillPodOptions::failed(failure, None))
+            .await?;
+        Ok(Requeue::Normal)
     }
 
     /// Creates the pod's sandbox with `attempt` in `cgroup` (RunPodSandbox, then
@@ -128,11 +162,16 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         cgroup: String,
     ) -> Result<SandboxInfo, SyncError> {
         let uid = pod_uid(pod);
-        let config = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup);
+        let mut config = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup);
+        if let Some(started) = rt.start_time() {
+            config
+                .annotations
+                .insert(super::labels::POD_START_TIME.into(), started.to_string());
+        }
         let created = match std::fs::create_dir_all(&config.log_directory) {
             Ok(()) => self
                 .cri
-                .run_pod_sandbox(config.clone())
+                .run_pod_sandbox(config.clone(), &runtime_handler(pod))
                 .await
                 .map_err(SyncError::from),
             Err(e) => Err(SyncError::Start {
@@ -336,4 +375,16 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .retain(|s| !held(&spec.containers[s.index].name));
         wait
     }
+}
+
+/// The CRI runtime handler a pod's sandbox runs under: its `runtimeClassName` taken as the
+/// handler's name. kubelet resolves the name through a RuntimeClass object of the API server to
+/// that object's `handler`; a node without an API server has no such objects, so nodelet uses the
+/// name itself (a documented difference). A handler the runtime does not have fails the
+/// sandbox with the runtime's message; the pod never runs under the default runtime.
+pub fn runtime_handler(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.runtime_class_name.clone())
+        .unwrap_or_default()
 }

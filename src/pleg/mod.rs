@@ -441,10 +441,13 @@ mod tests {
         ]
         .into();
         let sb = rt
-            .run_pod_sandbox(api::PodSandboxConfig {
-                labels: labels.clone(),
-                ..Default::default()
-            })
+            .run_pod_sandbox(
+                api::PodSandboxConfig {
+                    labels: labels.clone(),
+                    ..Default::default()
+                },
+                "",
+            )
             .await
             .unwrap();
         let config = api::ContainerConfig {

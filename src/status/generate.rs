@@ -360,7 +360,7 @@ pub fn generate_pod_status(
         }]),
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
-        start_time: rt.sandboxes.last().and_then(|s| time(s.created_at)),
+        start_time: rt.start_time().and_then(time),
         qos_class: Some(pod_qos_class(pod).as_str().into()),
         init_container_statuses: (!init_st.is_empty()).then_some(init_st),
         container_statuses: Some(app_st),

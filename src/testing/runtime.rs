@@ -259,9 +259,18 @@ impl RuntimeService for FakeRuntime {
         })
     }
 
-    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> CriResult<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> CriResult<String> {
         let name = config.metadata.as_ref().map_or("", |m| m.name.as_str());
-        self.enter("run_podsandbox", format!("RunPodSandbox {name}"))?;
+        let call = if runtime_handler.is_empty() {
+            format!("RunPodSandbox {name}")
+        } else {
+            format!("RunPodSandbox {name} handler={runtime_handler}")
+        };
+        self.enter("run_podsandbox", call)?;
         let host_network = config
             .linux
             .as_ref()
@@ -485,6 +494,15 @@ impl RuntimeService for FakeRuntime {
 
     async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
         self.enter("reopen_container_log", format!("ReopenContainerLog {id}"))
+    }
+
+    /// No usage is measured by the fake: every container's stats are absent.
+    async fn list_container_stats(
+        &self,
+        _labels: HashMap<String, String>,
+    ) -> CriResult<Vec<api::ContainerStats>> {
+        self.enter("list_container_stats", "ListContainerStats".into())?;
+        Ok(Vec::new())
     }
 
     async fn exec_sync(

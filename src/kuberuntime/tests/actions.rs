@@ -30,6 +30,7 @@ fn sandbox(p: &Pod, ready: bool, attempt: u32) -> SandboxStatus {
         created_at: attempt as i64,
         ips: vec![],
         sandbox_hash: sandbox_hash(p),
+        pod_started_at: 0,
     }
 }
 

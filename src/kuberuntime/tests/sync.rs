@@ -307,3 +307,73 @@ async fn a_sync_reads_the_pod_cache_when_it_is_newer_than_the_last_sync() {
         h.rt.calls()
     );
 }
+
+#[tokio::test]
+async fn a_pod_past_its_active_deadline_is_killed_and_failed_counting_from_its_first_sandbox() {
+    let h = harness();
+    let p = pod(&format!(
+        "{{activeDeadlineSeconds: 5, containers: [{}]}}",
+        apps(&["a"])
+    ));
+    let first_sandbox_at = crate::clock::Clock::epoch_ns(&h.clock);
+    // The first sync asks to come back when the deadline comes.
+    match h.sync(&p).await {
+        Ok(Requeue::After(d)) => assert!(
+            d <= Duration::from_secs(5) && d > Duration::from_millis(4990),
+            "{d:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // A new sandbox 3 s later keeps the pod's start time: 2 s are left, not 5.
+    h.clock.advance(Duration::from_secs(3));
+    h.rt.kill_sandboxes();
+    h.pleg_sees_it().await;
+    match h.sync(&p).await {
+        Ok(Requeue::After(d)) => assert!(d <= Duration::from_secs(2), "{d:?}"),
+        other => panic!("{other:?} {:?} {:?}", h.rt.calls(), h.status()),
+    }
+    let carried = h.rt.sandbox_config().unwrap().annotations
+        [crate::kuberuntime::labels::POD_START_TIME]
+        .parse::<i64>()
+        .unwrap();
+    assert!(
+        carried - first_sandbox_at < 1_000_000,
+        "{carried} vs {first_sandbox_at}"
+    );
+    assert!(h.status().start_time.is_some());
+    // At the deadline: everything stopped and removed, Failed with kubelet's reason.
+    h.clock.advance(Duration::from_secs(2));
+    h.pleg_sees_it().await;
+    assert_eq!(h.sync(&p).await, Ok(Requeue::Normal));
+    assert!(h.rt.running().is_empty());
+    assert!(h.rt.sandboxes().is_empty());
+    let st = h.status();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    assert!(h
+        .recorder
+        .list()
+        .iter()
+        .any(|e| e.reason == "DeadlineExceeded" && e.type_ == "Normal"));
+    // It stays Failed: a later sync starts nothing.
+    h.sync(&p).await.unwrap();
+    assert!(h.rt.running().is_empty());
+}
+
+#[tokio::test]
+async fn the_runtime_class_name_is_the_sandbox_runtime_handler() {
+    let h = harness();
+    let p = pod(&format!(
+        "{{runtimeClassName: gvisor, containers: [{}]}}",
+        apps(&["a"])
+    ));
+    h.sync(&p).await.unwrap();
+    assert_eq!(
+        h.rt.calls_of("RunPodSandbox"),
+        vec!["RunPodSandbox web-node1 handler=gvisor"]
+    );
+}
