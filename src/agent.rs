@@ -70,6 +70,9 @@ pub enum AgentError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The prober's HTTP client could not be built.
+    #[error("prober: {0}")]
+    Prober(String),
 }
 
 /// Runs the agent until SIGTERM or SIGINT, with the typed configuration (validated at load;
@@ -206,6 +209,19 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         .and_then(|m| m.into_iter().next())
         .map(PathBuf::from);
     let stats_cri = cri.clone();
+    // The probe channel: its producer is the probe manager's workers.
+    let (probe_tx, probe_rx) = crossbeam_channel::unbounded();
+    let probes = crate::prober::ProbeManager::new(crate::prober::manager::ProbeDeps {
+        ctx: crate::prober::handlers::HandlerContext::new(crate::prober::handlers::exec_fn(
+            cri.clone(),
+        ))
+        .map_err(AgentError::Prober)?,
+        cache: cache.clone(),
+        updates: probe_tx,
+        recorder: recorder.clone(),
+        metrics: metrics.clone(),
+        clock: crate::clock::system(),
+    });
     let manager = Arc::new(KubeRuntimeManager::new(
         cri,
         settings,
@@ -217,6 +233,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             cache,
             failed: failed.clone(),
             clock: crate::clock::system(),
+            probes,
         },
     ));
     // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
@@ -239,7 +256,6 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let workers = PodWorkers::new(manager.clone(), queue.clone(), periods, rt.handle().clone());
 
     let (config_tx, config_rx) = crossbeam_channel::bounded(50);
-    let (_probe_tx, probe_rx) = crossbeam_channel::unbounded();
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     let pod_config = Arc::new(Mutex::new(PodConfig::new(config_tx)));
     let mut threads = Vec::new();

@@ -49,6 +49,34 @@ pub struct ConditionLabel {
     pub condition: String,
 }
 
+/// Labels of `prober_probe_total` (kubelet's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabel {
+    /// `Liveness`, `Readiness` or `Startup`.
+    pub probe_type: String,
+    /// `successful` or `failed`.
+    pub result: String,
+    /// Container name.
+    pub container: String,
+    /// Pod name.
+    pub pod: String,
+    /// Pod namespace.
+    pub namespace: String,
+}
+
+/// Labels of `prober_probe_duration_seconds` (kubelet's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeDurationLabel {
+    /// `Liveness`, `Readiness` or `Startup`.
+    pub probe_type: String,
+    /// Container name.
+    pub container: String,
+    /// Pod name.
+    pub pod: String,
+    /// Pod namespace.
+    pub namespace: String,
+}
+
 fn latency_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.0005, 2.0, 16)
 }
@@ -56,6 +84,12 @@ fn latency_buckets() -> impl Iterator<Item = f64> {
 /// All metrics of the agent.
 pub struct Metrics {
     registry: Registry,
+    /// Probe metrics, served apart on `/metrics/probes` as kubelet serves them.
+    probe_registry: Registry,
+    /// Probes run, by kind, result, container and pod (`prober_probe_total`).
+    pub probe_total: Family<ProbeLabel, Counter>,
+    /// Probe durations, seconds (`prober_probe_duration_seconds`).
+    pub probe_duration: Family<ProbeDurationLabel, Histogram>,
     /// Manifests refused, by reason (`nodelet_static_pod_manifest_errors_total`).
     pub manifest_errors: Family<ReasonLabel, Counter>,
     /// Pods refused at admission, by reason (`kubelet_admission_rejections_total`).
@@ -120,7 +154,25 @@ impl Metrics {
     pub fn new() -> Arc<Self> {
         let mut r = Registry::default();
         let hist = || Histogram::new(latency_buckets());
+        let mut probes = Registry::default();
+        let probe_total = reg(
+            &mut probes,
+            "prober_probe",
+            "Cumulative number of a liveness, readiness or startup probe for a container by result",
+            Family::default(),
+        );
+        let probe_duration = reg(
+            &mut probes,
+            "prober_probe_duration_seconds",
+            "Duration in seconds for a probe response",
+            Family::<ProbeDurationLabel, Histogram>::new_with_constructor(|| {
+                Histogram::new(latency_buckets())
+            }),
+        );
         let m = Self {
+            probe_registry: probes,
+            probe_total,
+            probe_duration,
             manifest_errors: reg(&mut r, "nodelet_static_pod_manifest_errors", "Static pod manifests refused, by reason", Family::default()),
             admission_rejections: reg(&mut r, "kubelet_admission_rejections", "Pods refused at admission, by reason", Family::default()),
             running_pods: reg(&mut r, "kubelet_running_pods", "Number of pods that have a running pod sandbox", Gauge::default()),
@@ -253,6 +305,14 @@ impl Metrics {
                 self.process_open_fds.set(n as i64);
             }
         }
+    }
+
+    /// The probe metrics (`/metrics/probes`) in OpenMetrics text format.
+    pub fn encode_probes(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.probe_registry);
+        out
     }
 
     /// The metrics in OpenMetrics text format, process metrics refreshed.

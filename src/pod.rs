@@ -32,8 +32,19 @@ pub fn pod_ref(pod: &Pod) -> String {
     )
 }
 
-/// The pod's `kubernetes.io/config.hash` annotation (empty when unset): the version of its
-/// manifest.
+/// The spec of the container (app or init) named `name`.
+pub fn container_spec<'a>(
+    pod: &'a Pod,
+    name: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+}
+
+/// The pod's `kubernetes.io/config.hash` annotation (its manifest version), empty when absent.
 pub fn config_hash(pod: &Pod) -> &str {
     pod.metadata
         .annotations

@@ -1,7 +1,8 @@
 //! The agent's HTTP endpoints on `healthzBindAddress:healthzPort` (kubelet's healthz listener and
 //! read-only server): `GET /healthz`, `GET /pods` (a v1 PodList with status), `GET /node` (node
 //! pressure conditions, eviction signals and recent evictions), `GET /metrics`
-//! (OpenMetrics text, which Prometheus scrapes natively) and `GET /events` (in memory: the last
+//! (OpenMetrics text, which Prometheus scrapes natively), `GET /metrics/probes` (the prober's
+//! metrics, apart as kubelet serves them) and `GET /events` (in memory: the last
 //! 1000 since the agent started).
 
 use std::net::SocketAddr;
@@ -69,6 +70,16 @@ async fn metrics(State(s): State<ServerState>) -> impl IntoResponse {
     )
 }
 
+async fn probe_metrics(State(s): State<ServerState>) -> impl IntoResponse {
+    (
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode_probes(),
+    )
+}
+
 /// kubelet's reasons on the node conditions (`nodestatus.MemoryPressureCondition` and friends).
 fn condition_reason(condition: &str, on: bool) -> &'static str {
     match (condition, on) {
@@ -116,6 +127,7 @@ pub fn router(state: ServerState) -> Router {
         .route("/pods", get(pods))
         .route("/node", get(node))
         .route("/metrics", get(metrics))
+        .route("/metrics/probes", get(probe_metrics))
         .route("/events", get(events))
         .with_state(state)
 }

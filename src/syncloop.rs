@@ -21,7 +21,7 @@ use crate::events::Recorder;
 use crate::pleg::PodLifecycleEvent;
 use crate::pod::{pod_ref, pod_uid};
 use crate::podworkers::{KillPodOptions, PodSyncer, PodWorkers, UpdateType, WorkQueue};
-use crate::prober::{ProbeKind, ProbeResult};
+use crate::prober::ProbeResult;
 use crate::source::{PodOp, PodUpdate, SourcesReady};
 use crate::status::failed::{FailedPods, Failure};
 use crate::status::StatusManager;
@@ -229,14 +229,11 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
     }
 
-    /// A probe result: a liveness or startup failure syncs the pod (which restarts the
-    /// container); readiness changes only the pod's status, recomputed at its next sync.
+    /// A probe result that changed: the pod is synced (kubelet's `handleProbeSync`), which
+    /// kills a container whose liveness or startup probe failed and writes the new readiness
+    /// into the pod's status.
     pub fn handle_probe(&mut self, r: ProbeResult) {
-        let restart = !r.success && matches!(r.kind, ProbeKind::Liveness | ProbeKind::Startup);
-        if let Some(pod) = self
-            .runnable(&r.uid)
-            .filter(|_| restart || r.kind == ProbeKind::Readiness)
-        {
+        if let Some(pod) = self.runnable(&r.uid) {
             debug!(uid = %r.uid, container = %r.container, kind = ?r.kind, success = r.success, "probe result");
             self.workers.update_pod(pod.clone(), UpdateType::Sync);
         }
@@ -296,6 +293,7 @@ impl<S: PodSyncer> SyncLoop<S> {
 mod tests {
     use super::*;
     use crate::podworkers::Periods;
+    use crate::prober::ProbeKind;
     use crate::testing::syncer::RecordingSyncer;
     use std::sync::Mutex;
 
@@ -394,8 +392,8 @@ mod tests {
         l.handle_housekeeping();
         assert_eq!(
             calls_of(&rec, "a"),
-            vec!["sync a", "sync a", "sync a", "kill a None"],
-            "a liveness success does not sync; a failure does"
+            vec!["sync a", "sync a", "sync a", "sync a", "kill a None"],
+            "every change of a probe result syncs the pod"
         );
         assert_eq!(*seen.lock().unwrap(), vec![1], "b stays desired (Failed)");
         assert!(workers.is_empty());

@@ -26,6 +26,9 @@ pub enum KillReason {
     SpecChanged,
     /// The spec no longer has a container of this name.
     NotInSpec,
+    /// Its liveness or startup probe failed (kubelet: "Container %s failed %s probe, will be
+    /// restarted").
+    ProbeFailed(crate::prober::ProbeKind),
 }
 
 /// A container to start: its index in `spec.initContainers` or `spec.containers`, and the
@@ -57,7 +60,8 @@ pub struct PodActions {
     pub containers_to_kill: Vec<(String, String, KillReason)>,
 }
 
-fn restart_policy(pod: &Pod) -> &str {
+/// The pod's restart policy (`Always` when absent).
+pub(crate) fn restart_policy(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
@@ -247,4 +251,39 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
         a.kill_pod = true;
     }
     a
+}
+
+/// Running containers whose liveness or startup probe has failed (kubelet's `computePodActions`
+/// checks `livenessManager` then `startupManager` for each running container), as kills with
+/// [`KillReason::ProbeFailed`]; containers already being killed are left out. After the kill,
+/// the container restarts by restart policy, with back-off, like any exit.
+pub fn probe_kills(
+    pod: &Pod,
+    rt: &RuntimePodStatus,
+    probes: &dyn crate::prober::ProbeView,
+    already: &[(String, String, KillReason)],
+) -> Vec<(String, String, KillReason)> {
+    use crate::prober::ProbeKind;
+    let uid = crate::pod::pod_uid(pod);
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    sidecars
+        .chain(spec.containers.iter())
+        .filter_map(|c| {
+            let rc = rt.latest(&c.name)?;
+            if rc.state() != ContainerState::Running || already.iter().any(|k| k.0 == rc.id) {
+                return None;
+            }
+            [ProbeKind::Liveness, ProbeKind::Startup]
+                .into_iter()
+                .find(|k| probes.result(uid, &c.name, &rc.id, *k) == Some(false))
+                .map(|k| (rc.id.clone(), c.name.clone(), KillReason::ProbeFailed(k)))
+        })
+        .collect()
 }

@@ -38,18 +38,36 @@ pub fn grace_seconds(pod: &Pod, over: Option<i64>) -> i64 {
 }
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
-    /// Stops the containers `ids` ((ID, name) pairs) in parallel, each with `grace` seconds.
+    /// Stops the containers `ids` ((ID, name, grace seconds)) in parallel: each one's preStop
+    /// hook first, its time taken out of the grace period, then StopContainer with the rest.
     pub(super) async fn stop_containers(
         &self,
         pod: &Pod,
-        ids: Vec<(String, String)>,
-        grace: i64,
+        ids: Vec<(String, String, i64)>,
     ) -> Result<(), CriError> {
-        let stops = ids.iter().map(|(id, name)| async move {
+        let ips = self.hook_ips(pod);
+        let ips = &ips;
+        let stops = ids.iter().map(|(id, name, grace)| async move {
+            let grace = match crate::pod::container_spec(pod, name) {
+                Some(c) => self.run_pre_stop(pod, c, id, ips, *grace).await,
+                None => *grace,
+            };
             info!(pod = %pod_ref(pod), container = %name, grace, "stopping container");
             self.cri.stop_container(id, grace).await
         });
         futures::future::try_join_all(stops).await.map(drop)
+    }
+
+    /// The addresses a hook's httpGet may use: the node's for a host-network pod, else the
+    /// pod's IPs as last seen by the runtime.
+    fn hook_ips(&self, pod: &Pod) -> Vec<String> {
+        if super::sandbox::is_host_network(pod) {
+            return vec![self.settings.node_ip.clone()];
+        }
+        self.cache
+            .latest(pod_uid(pod))
+            .and_then(|rt| rt.sandboxes.first().map(|s| s.ips.clone()))
+            .unwrap_or_default()
     }
 
     /// Kills everything running in the pod: containers with the grace period, then the ready
@@ -60,13 +78,13 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         rt: &RuntimePodStatus,
         grace: i64,
     ) -> Result<(), CriError> {
-        let running: Vec<(String, String)> = rt
+        let running: Vec<(String, String, i64)> = rt
             .containers
             .iter()
             .filter(|c| c.state() == ContainerState::Running)
-            .map(|c| (c.id.clone(), c.name.clone()))
+            .map(|c| (c.id.clone(), c.name.clone(), grace))
             .collect();
-        self.stop_containers(pod, running, grace).await?;
+        self.stop_containers(pod, running).await?;
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             self.cri.stop_pod_sandbox(&s.id).await?;
         }
@@ -91,6 +109,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         for s in &rt.sandboxes {
             self.cri.remove_pod_sandbox(&s.id).await?;
         }
+        self.probes.remove_pod(&uid);
         self.remove_pod_leftovers(pod, &uid);
         let failure = opts.failure.or_else(|| self.failed.failure(pod));
         match &failure {

@@ -19,6 +19,7 @@ pub mod hosts_file;
 pub mod image;
 pub mod kill;
 pub mod labels;
+pub mod lifecycle;
 pub mod logs;
 pub mod sandbox;
 pub mod status;
@@ -41,6 +42,7 @@ use crate::cri::{Cri, CriError, CriRuntime};
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::podworkers::{KillPodOptions, PodSyncer, Requeue};
+use crate::prober::ProbeManager;
 use crate::status::failed::FailedPods;
 use crate::status::generate::StartErrors;
 use crate::status::StatusManager;
@@ -142,6 +144,8 @@ pub struct Shared {
     pub failed: FailedPods,
     /// Time.
     pub clock: SharedClock,
+    /// Probe workers and their results (liveness and startup failures kill; readiness shows).
+    pub probes: ProbeManager,
 }
 
 /// The runtime manager: one per agent, shared by all pod workers, over the CRI runtime `R`.
@@ -164,6 +168,7 @@ pub struct KubeRuntimeManager<R: CriRuntime = Cri> {
     agent_start_ns: i64,
     /// Pods failed by eviction or admission: never started, status Failed.
     failed: FailedPods,
+    probes: ProbeManager,
 }
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
@@ -185,6 +190,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             last_sync: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),
             failed: shared.failed,
+            probes: shared.probes,
         }
     }
 

@@ -124,7 +124,13 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .get(uid)
             .cloned()
             .unwrap_or_default();
-        let st = generate_pod_status(pod, rt, &errors, &self.settings.node_ip);
+        let st = generate_pod_status(
+            pod,
+            rt,
+            &errors,
+            self.probes.results(),
+            &self.settings.node_ip,
+        );
         let all_running = st
             .container_statuses
             .iter()

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
 use super::actions::{self, compute_pod_actions, PodActions, ToStart};
-use super::kill::grace_seconds;
+use super::kill::{grace_seconds, MIN_GRACE_PERIOD_SECONDS};
 use super::status::get_pod_status;
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
 use crate::active_deadline::{self, Deadline};
@@ -45,6 +45,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             return self.deadline_exceeded(pod).await;
         }
         let mut actions = compute_pod_actions(pod, &rt);
+        let probe_kills =
+            actions::probe_kills(pod, &rt, self.probes.results(), &actions.containers_to_kill);
+        actions.containers_to_kill.extend(probe_kills);
         let wait = self.apply_crash_backoff(pod, &rt, &mut actions);
         let grace = grace_seconds(pod, None);
         if actions.kill_pod {
@@ -78,10 +81,14 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         } else {
             sb.ips.clone()
         };
-        let to_kill: Vec<(String, String)> = actions
+        // The pod's probe workers run from its first sync; they read its containers from the
+        // pod cache.
+        self.probes.update_pod(pod, &ips);
+        let to_kill: Vec<(String, String, i64)> = actions
             .containers_to_kill
             .iter()
             .map(|(id, name, reason)| {
+                let mut grace = grace;
                 let why = match reason {
                     actions::KillReason::SpecChanged => {
                         format!("Container {name} definition changed, will be restarted")
@@ -89,13 +96,32 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     actions::KillReason::NotInSpec => {
                         format!("Container {name} is not in the pod spec any more")
                     }
+                    actions::KillReason::ProbeFailed(kind) => {
+                        // The probe's own terminationGracePeriodSeconds, when set (kubelet's
+                        // killContainer).
+                        if let Some(g) = crate::pod::container_spec(pod, name)
+                            .and_then(|c| crate::prober::spec::probe_of(c, *kind))
+                            .and_then(|p| p.termination_grace_seconds)
+                        {
+                            grace = g.max(MIN_GRACE_PERIOD_SECONDS);
+                        }
+                        let restart = if actions::restart_policy(pod) == "Never" {
+                            ""
+                        } else {
+                            ", will be restarted"
+                        };
+                        format!(
+                            "Container {name} failed {} probe{restart}",
+                            kind.as_str().to_ascii_lowercase()
+                        )
+                    }
                 };
                 self.recorder.normal(pod_ref(pod), "Killing", why);
-                (id.clone(), name.clone())
+                (id.clone(), name.clone(), grace)
             })
             .collect();
         // Stopped before anything starts: a replacement may need the same host port.
-        self.stop_containers(pod, to_kill, grace).await?;
+        self.stop_containers(pod, to_kill).await?;
 
         let mut first_err = None;
         if let Some(init) = &actions.next_init {
@@ -307,6 +333,23 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .start_container(&id)
             .await
             .map_err(|e| fail("RunContainerError", e.message))?;
+        if let Err(message) = self.run_post_start(pod, c, &id, pod_ips).await {
+            // kubelet kills the container and reports PostStartHookError; it restarts by policy.
+            let grace = grace_seconds(pod, None);
+            let _ = self
+                .stop_containers(pod, vec![(id.clone(), c.name.clone(), grace)])
+                .await;
+            self.set_start_error(
+                uid,
+                &c.name,
+                Some(("PostStartHookError".to_owned(), message.clone())),
+            );
+            return Err(SyncError::Start {
+                container: c.name.clone(),
+                reason: "PostStartHookError",
+                message,
+            });
+        }
         self.set_start_error(uid, &c.name, None);
         self.metrics.started_containers.inc();
         self.recorder.normal(

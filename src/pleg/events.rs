@@ -3,11 +3,15 @@
 //! containerd 1.6 does not implement CRI `GetContainerEvents`, but its Events service streams
 //! task events on the same socket. nodelet subscribes to `/tasks/` topics in the `k8s.io`
 //! namespace and triggers a relist on each, so the change goes through the same diff, cache and
-//! channel as a periodic relist. A task exit is also reported at once
+//! channel as a periodic relist. A task exit with a non-zero status is also reported at once
 //! ([`Pleg::container_exited`]): containerd 1.6's CRI plugin shows the container as exited only
-//! after it has deleted the task, some 50 ms later. An OOM event (about 35 ms before the exit)
-//! marks the exit that follows as OOMKilled, as the runtime's own status later says. The stream marks the PLEG healthy while it runs; when it breaks
-//! the PLEG falls back to the 1 s relist and the stream is reconnected every second.
+//! after it has deleted the task, some 50 ms later. An OOM event before the exit marks it as
+//! OOMKilled, as the runtime's own status later says. An exit with status 0 is left to the
+//! relist that follows the task's deletion: the OOM event of a container whose shell survived
+//! the OOM kill and exited 0 may come after the exit (seen 11 ms after), and only the runtime's
+//! status then tells a completed container from an OOM-killed one. The stream marks the PLEG
+//! healthy while it runs; when it breaks the PLEG falls back to the 1 s relist and the stream is
+//! reconnected every second.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -83,8 +87,9 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
                 .event
                 .and_then(|any| TaskExit::decode(any.value.as_slice()).ok())
             {
-                // The task itself, not an exec'd process in it.
-                if exit.id == exit.container_id || exit.id.is_empty() {
+                // The task itself, not an exec'd process in it; a zero status waits for the
+                // runtime's own status (see the module docs).
+                if (exit.id == exit.container_id || exit.id.is_empty()) && exit.exit_status != 0 {
                     let at = exit
                         .exited_at
                         .map_or(0, |t| t.seconds * 1_000_000_000 + i64::from(t.nanos));

@@ -120,8 +120,13 @@ fn apply_file_pod_defaults(
     spec.node_name = Some(node_name.into());
     spec.restart_policy.get_or_insert_with(|| "Always".into());
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
-    spec.termination_grace_period_seconds
+    let grace = spec
+        .termination_grace_period_seconds
         .get_or_insert(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+    // A negative grace period means 1 s (the API server's defaulting).
+    if *grace < 0 {
+        *grace = 1;
+    }
     let host_network = spec.host_network.unwrap_or(false);
     let containers = spec
         .init_containers

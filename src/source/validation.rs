@@ -107,6 +107,19 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
     ] {
         for (i, c) in containers.iter().enumerate() {
             validate_container(&format!("{list}[{i}]"), c)?;
+            if let Some(p) = c.restart_policy.as_deref() {
+                let field = format!("{list}[{i}].restartPolicy");
+                if list == "spec.containers" {
+                    return Err(err(field, p, "may only be set on init containers"));
+                }
+                // A sidecar would run as an ordinary init container that never completes, and
+                // the app containers would never start: refused until sidecars are implemented.
+                return Err(err(
+                    field,
+                    p,
+                    "sidecar containers (an init container's restartPolicy) are not supported by nodelet yet",
+                ));
+            }
             if !seen.insert(c.name.as_str()) {
                 return Err(err(
                     format!("{list}[{i}].name"),
@@ -132,15 +145,8 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
             ));
         }
     }
-    if let Some(g) = spec.termination_grace_period_seconds {
-        if g < 0 {
-            return Err(err(
-                "spec.terminationGracePeriodSeconds",
-                &g.to_string(),
-                "must not be negative",
-            ));
-        }
-    }
+    // A negative terminationGracePeriodSeconds is admitted and taken as 1 s (the API server's
+    // defaulting since Kubernetes 1.27); see `source::manifest`.
     if let Some(d) = spec.dns_policy.as_deref() {
         if !matches!(
             d,
@@ -263,6 +269,7 @@ fn validate_container(path: &str, c: &Container) -> Result<(), FieldError> {
     if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
         return Err(err(format!("{path}.image"), "", "is required"));
     }
+    crate::prober::spec::validate(path, c).map_err(|(field, reason)| err(field, "", &reason))?;
     if let Some(p) = c.image_pull_policy.as_deref() {
         if !matches!(p, "Always" | "IfNotPresent" | "Never") {
             return Err(err(
@@ -325,6 +332,10 @@ mod tests {
             ("metadata: {name: ok, uid: x/../../victim}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
             ("metadata: {name: ok, uid: ..}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
             ("metadata: {name: ok}\nspec: {dnsPolicy: Bogus, containers: [{name: c, image: b}]}", "spec.dnsPolicy"),
+            ("metadata: {name: ok}\nspec: {initContainers: [{name: s, image: b, restartPolicy: Always}], containers: [{name: c, image: b}]}", "spec.initContainers[0].restartPolicy"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, restartPolicy: Always}]}", "spec.containers[0].restartPolicy"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, livenessProbe: {periodSeconds: 3}}]}", "spec.containers[0].livenessProbe"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, readinessProbe: {exec: {command: [x]}, httpGet: {port: 80}}}]}", "spec.containers[0].readinessProbe"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, ports: [{containerPort: 80, protocol: XYZ}]}]}", "spec.containers[0].ports[0].protocol"),
             ("metadata: {name: ok}\nspec: {hostNetwork: true, containers: [{name: c, image: b, ports: [{containerPort: 80, hostPort: 8080}]}]}", "spec.containers[0].ports[0].hostPort"),
             ("metadata: {name: ok}\nspec: {hostNetwork: true, securityContext: {sysctls: [{name: net.ipv4.ip_forward, value: '1'}]}, containers: [{name: c, image: b}]}", "spec.securityContext.sysctls[0].name"),

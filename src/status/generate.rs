@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::container::{ContainerState, RuntimeContainer, RuntimePodStatus};
+use crate::prober::{ProbeKind, ProbeView};
 use crate::qos::pod_qos_class;
 
 /// The last error of starting a container: (kubelet waiting reason, message).
@@ -84,14 +85,28 @@ fn will_restart(latest: Option<&RuntimeContainer>, policy: &str) -> bool {
     }
 }
 
+/// What a status is generated from besides the spec: the runtime's view, the last start errors
+/// and the probe results.
+struct Inputs<'a> {
+    uid: &'a str,
+    rt: &'a RuntimePodStatus,
+    errors: &'a StartErrors,
+    probes: &'a dyn ProbeView,
+}
+
 fn container_statuses(
     is_init: bool,
     specs: &[Container],
-    rt: &RuntimePodStatus,
-    errors: &StartErrors,
+    inputs: &Inputs<'_>,
     default_waiting: &str,
     policy: &str,
 ) -> Vec<ContainerStatus> {
+    let Inputs {
+        uid,
+        rt,
+        errors,
+        probes,
+    } = *inputs;
     specs
         .iter()
         .map(|c| {
@@ -113,8 +128,18 @@ fn container_statuses(
                     // An init container that completed is ready (kubelet's init status).
                     let completed =
                         is_init && rc.state() == ContainerState::Exited && rc.exit_code == 0;
-                    st.ready = running || completed;
-                    st.started = Some(running);
+                    // kubelet's prober `UpdatePodStatus`: started once the startup probe has
+                    // succeeded (or there is none); ready once started and the readiness probe
+                    // has succeeded (or there is none).
+                    let probed = !is_init || c.restart_policy.as_deref() == Some("Always");
+                    let passed = |kind, has: bool| {
+                        !probed || !has || probes.result(uid, &c.name, &rc.id, kind) == Some(true)
+                    };
+                    let started = running && passed(ProbeKind::Startup, c.startup_probe.is_some());
+                    let ready =
+                        started && passed(ProbeKind::Readiness, c.readiness_probe.is_some());
+                    st.ready = ready || completed;
+                    st.started = Some(started);
                     st.last_state = previous.map(|p| ApiState {
                         terminated: Some(terminated(p)),
                         ..Default::default()
@@ -297,11 +322,13 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>) -> PodCondition {
     }
 }
 
-/// The pod's API status from the runtime's view, the last start errors and the node's IP.
+/// The pod's API status from the runtime's view, the last start errors, the probe results and
+/// the node's IP.
 pub fn generate_pod_status(
     pod: &Pod,
     rt: &RuntimePodStatus,
     errors: &StartErrors,
+    probes: &dyn ProbeView,
     node_ip: &str,
 ) -> PodStatus {
     let Some(spec) = pod.spec.as_ref() else {
@@ -309,7 +336,13 @@ pub fn generate_pod_status(
     };
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let inits = spec.init_containers.as_deref().unwrap_or(&[]);
-    let init_st = container_statuses(true, inits, rt, errors, "PodInitializing", policy);
+    let inputs = Inputs {
+        uid: crate::pod::pod_uid(pod),
+        rt,
+        errors,
+        probes,
+    };
+    let init_st = container_statuses(true, inits, &inputs, "PodInitializing", policy);
     let init_pending = !init_st.iter().all(|s| {
         s.state
             .as_ref()
@@ -319,8 +352,7 @@ pub fn generate_pod_status(
     let app_st = container_statuses(
         false,
         &spec.containers,
-        rt,
-        errors,
+        &inputs,
         if init_pending {
             "PodInitializing"
         } else {
@@ -372,6 +404,7 @@ pub fn generate_pod_status(
 mod tests {
     use super::*;
     use crate::container::SandboxStatus;
+    use crate::prober::results::NoProbes;
 
     fn pod(policy: &str) -> Pod {
         serde_yaml::from_str(&format!(
@@ -408,7 +441,7 @@ mod tests {
     fn phases_follow_kubelet() {
         let e = StartErrors::new();
         let p = pod("Always");
-        let s = generate_pod_status(&p, &rt(vec![]), &e, "10.0.0.1");
+        let s = generate_pod_status(&p, &rt(vec![]), &e, &NoProbes, "10.0.0.1");
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let w = s.container_statuses.unwrap()[0]
             .state
@@ -425,6 +458,7 @@ mod tests {
                 rc("i", ContainerState::Exited, 0, 0),
             ]),
             &e,
+            &NoProbes,
             "10.0.0.1",
         );
         assert_eq!(s.phase.as_deref(), Some("Running"));
@@ -448,6 +482,7 @@ mod tests {
                 rc("i", ContainerState::Exited, 0, 0),
             ]),
             &e,
+            &NoProbes,
             "",
         );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
@@ -467,6 +502,7 @@ mod tests {
                 rc("i", ContainerState::Exited, 0, 0),
             ]),
             &e,
+            &NoProbes,
             "",
         );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
@@ -481,6 +517,7 @@ mod tests {
             &pod("Never"),
             &rt(vec![rc("i", ContainerState::Exited, 1, 0)]),
             &e,
+            &NoProbes,
             "",
         );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
@@ -489,6 +526,7 @@ mod tests {
             &pod("OnFailure"),
             &rt(vec![rc("i", ContainerState::Exited, 1, 0)]),
             &e,
+            &NoProbes,
             "",
         );
         assert_eq!(s.phase.as_deref(), Some("Pending"));
@@ -503,6 +541,7 @@ mod tests {
             &two,
             &rt(vec![rc("a", ContainerState::Running, 0, 0)]),
             &pulls,
+            &NoProbes,
             "",
         );
         assert_eq!(s.phase.as_deref(), Some("Pending"));
@@ -516,7 +555,13 @@ mod tests {
             ("RunContainerError".to_string(), "no such file".to_string()),
         )]
         .into();
-        let s = generate_pod_status(&never, &rt(vec![start_error.clone()]), &run_error, "");
+        let s = generate_pod_status(
+            &never,
+            &rt(vec![start_error.clone()]),
+            &run_error,
+            &NoProbes,
+            "",
+        );
         let st = s.container_statuses.unwrap()[0].state.clone().unwrap();
         let t = st.terminated.expect("terminated, not waiting");
         assert_eq!(
@@ -527,7 +572,7 @@ mod tests {
         // Under Always the same container is started again: waiting RunContainerError, with the
         // failed start as its last state.
         let always: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u}\nspec: {containers: [{name: a, image: b}]}").unwrap();
-        let s = generate_pod_status(&always, &rt(vec![start_error]), &run_error, "");
+        let s = generate_pod_status(&always, &rt(vec![start_error]), &run_error, &NoProbes, "");
         let cs = &s.container_statuses.unwrap()[0];
         assert_eq!(
             cs.state.clone().unwrap().waiting.unwrap().reason.as_deref(),
@@ -556,6 +601,7 @@ mod tests {
                 rc("i", ContainerState::Exited, 0, 0),
             ]),
             &StartErrors::new(),
+            &NoProbes,
             "",
         );
         let cs = &s.container_statuses.unwrap()[0];
@@ -576,6 +622,7 @@ mod tests {
             &p,
             &rt(vec![rc("i", ContainerState::Exited, 0, 0)]),
             &errors,
+            &NoProbes,
             "",
         );
         let w = s.container_statuses.unwrap()[0]

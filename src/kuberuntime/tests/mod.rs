@@ -32,6 +32,8 @@ pub(super) struct Harness {
     pub(super) recorder: Recorder,
     pub(super) failed: FailedPods,
     pub(super) cgroups: Arc<MemCgroups>,
+    pub(super) probes: crate::prober::ProbeManager,
+    pub(super) probe_updates: crossbeam_channel::Receiver<crate::prober::ProbeResult>,
     _tmp: tempfile::TempDir,
 }
 
@@ -68,14 +70,29 @@ pub(super) fn harness() -> Harness {
         Recorder::default(),
         FailedPods::default(),
     );
+    let cache = PodCache::default();
+    let metrics = crate::metrics::Metrics::new();
+    let (probe_tx, probe_rx) = crossbeam_channel::unbounded();
+    let probes = crate::prober::ProbeManager::new(crate::prober::manager::ProbeDeps {
+        ctx: crate::prober::handlers::HandlerContext::new(crate::prober::handlers::exec_fn(
+            rt.clone(),
+        ))
+        .unwrap(),
+        cache: cache.clone(),
+        updates: probe_tx,
+        recorder: recorder.clone(),
+        metrics: metrics.clone(),
+        clock: clock.shared(),
+    });
     let shared = Shared {
         cm: Arc::new(cm),
         status: status.clone(),
         recorder: recorder.clone(),
-        metrics: crate::metrics::Metrics::new(),
-        cache: PodCache::default(),
+        metrics,
+        cache,
         failed: failed.clone(),
         clock: clock.shared(),
+        probes: probes.clone(),
     };
     let mgr = KubeRuntimeManager::new(rt.clone(), settings, shared);
     Harness {
@@ -86,6 +103,8 @@ pub(super) fn harness() -> Harness {
         recorder,
         failed,
         cgroups,
+        probes,
+        probe_updates: probe_rx,
         _tmp: tmp,
     }
 }

@@ -377,3 +377,73 @@ async fn the_runtime_class_name_is_the_sandbox_runtime_handler() {
         vec!["RunPodSandbox web-node1 handler=gvisor"]
     );
 }
+
+/// Waits (on paused tokio time) for the next probe result update.
+async fn next_probe_update(h: &Harness) -> crate::prober::ProbeResult {
+    for _ in 0..200 {
+        if let Ok(r) = h.probe_updates.try_recv() {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no probe result");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_liveness_probe_kills_the_container_with_the_probes_grace_and_readiness_shows() {
+    use crate::prober::ProbeKind;
+    let h = harness();
+    let p = pod(
+        "{terminationGracePeriodSeconds: 30, containers: [{name: a, image: 'busybox:1.36', \
+         livenessProbe: {exec: {command: [check]}, periodSeconds: 1, failureThreshold: 1, terminationGracePeriodSeconds: 7}, \
+         readinessProbe: {exec: {command: [ready]}, periodSeconds: 1}}]}",
+    );
+    h.sync(&p).await.unwrap();
+    h.pleg_sees_it().await;
+    assert_eq!(h.probes.workers(), 2);
+    // Not ready until the readiness probe succeeds; then Ready.
+    assert!(!h.status().container_statuses.unwrap()[0].ready);
+    let mut seen = Vec::new();
+    while !seen.contains(&(ProbeKind::Readiness, true)) {
+        let r = next_probe_update(&h).await;
+        seen.push((r.kind, r.success));
+    }
+    h.sync(&p).await.unwrap();
+    let st = h.status();
+    assert!(st.container_statuses.unwrap()[0].ready);
+    let ready = st
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    // The liveness probe fails once (failureThreshold 1): the next sync kills the container
+    // with the probe's own grace period.
+    h.rt.fail_next("exec_sync", "exec failed: no such file");
+    h.rt.fail_next("exec_sync", "exec failed: no such file");
+    loop {
+        let r = next_probe_update(&h).await;
+        if (r.kind, r.success) == (ProbeKind::Liveness, false) {
+            break;
+        }
+    }
+    h.rt.clear_calls();
+    h.sync(&p).await.unwrap();
+    assert_eq!(
+        h.rt.calls_of("StopContainer"),
+        vec!["StopContainer a grace=7"]
+    );
+    assert!(h.recorder.list().iter().any(|e| e.reason == "Unhealthy"
+        && e.message
+            .starts_with("Liveness probe failed: exec failed: no such file")));
+    assert!(h.recorder.list().iter().any(|e| e.reason == "Killing"
+        && e.message == "Container a failed liveness probe, will be restarted"));
+    // The pod goes: its workers and results go with it.
+    h.mgr
+        .terminate_pod(p.clone(), KillPodOptions::removed())
+        .await
+        .unwrap();
+    assert_eq!(h.probes.workers(), 0);
+    assert_eq!(h.probes.results().pods(), 0);
+}

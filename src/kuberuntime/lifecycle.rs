@@ -1,0 +1,143 @@
+//! Container lifecycle hooks (kubelet's `kuberuntime_container.go` and `lifecycle/handlers.go`):
+//! postStart right after a container starts (a failure kills it: `FailedPostStartHook`), and
+//! preStop before a container is stopped, its time taken out of the grace period (kubelet's
+//! `killContainer`: the hook runs at most the grace period; the container then gets what is
+//! left, but at least [`MIN_GRACE_PERIOD_SECONDS`]).
+
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tracing::{info, warn};
+
+use super::kill::MIN_GRACE_PERIOD_SECONDS;
+use super::KubeRuntimeManager;
+use crate::cri::CriRuntime;
+use crate::pod::pod_ref;
+use crate::prober::handlers::{self, Target};
+use crate::prober::spec::{handler_of_hook, Handler};
+
+/// The grace period left for a container after its preStop hook took `elapsed_seconds`
+/// (whole seconds, as kubelet counts them): `grace − elapsed`, at least
+/// [`MIN_GRACE_PERIOD_SECONDS`].
+pub fn grace_after_pre_stop(grace: i64, elapsed_seconds: i64) -> i64 {
+    grace
+        .saturating_sub(elapsed_seconds)
+        .max(MIN_GRACE_PERIOD_SECONDS)
+}
+
+fn hook(c: &Container, post_start: bool) -> Option<Handler> {
+    let l = c.lifecycle.as_ref()?;
+    let h = if post_start {
+        &l.post_start
+    } else {
+        &l.pre_stop
+    };
+    handler_of_hook(h.as_ref()?).ok()?
+}
+
+fn describe(h: &Handler) -> &'static str {
+    match h {
+        Handler::Exec(_) => "Exec",
+        Handler::Http(_) => "HTTP",
+        Handler::Sleep(_) => "Sleep",
+        Handler::Tcp { .. } | Handler::Grpc { .. } => "Unsupported",
+    }
+}
+
+impl<R: CriRuntime> KubeRuntimeManager<R> {
+    /// Runs the container's postStart hook, if any. Errors: kubelet's message naming the hook,
+    /// the container and the pod, after a `Warning FailedPostStartHook` event.
+    pub(super) async fn run_post_start(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        pod_ips: &[String],
+    ) -> Result<(), String> {
+        let Some(h) = hook(c, true) else {
+            return Ok(());
+        };
+        let host_network = super::sandbox::is_host_network(pod);
+        let t = Target {
+            container: c,
+            container_id: id,
+            pod_ips,
+            host_network,
+        };
+        let out = handlers::run_hook(self.probes.handler_context(), &h, &t).await;
+        if out.success {
+            return Ok(());
+        }
+        let msg = format!(
+            "{} lifecycle hook for Container {:?} in Pod {:?} failed - error: {}",
+            describe(&h),
+            c.name,
+            pod_ref(pod),
+            out.output
+        );
+        warn!(pod = %pod_ref(pod), container = %c.name, error = %out.output, "postStart hook failed");
+        self.recorder
+            .warning(pod_ref(pod), "FailedPostStartHook", msg.clone());
+        Err(msg)
+    }
+
+    /// Runs the container's preStop hook, if any, for at most `grace` seconds, and returns the
+    /// grace period the container then gets ([`grace_after_pre_stop`]); `grace` unchanged when
+    /// it has no hook. A failed hook is a `Warning FailedPreStopHook` event; the stop goes on.
+    pub(super) async fn run_pre_stop(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        pod_ips: &[String],
+        grace: i64,
+    ) -> i64 {
+        let Some(h) = hook(c, false) else {
+            return grace;
+        };
+        let t = Target {
+            container: c,
+            container_id: id,
+            pod_ips,
+            host_network: super::sandbox::is_host_network(pod),
+        };
+        let started = Instant::now();
+        let limit = std::time::Duration::from_secs(u64::try_from(grace.max(0)).unwrap_or(0));
+        let run = handlers::run_hook(self.probes.handler_context(), &h, &t);
+        match tokio::time::timeout(limit, run).await {
+            Ok(out) if !out.success => {
+                let msg = format!(
+                    "{} lifecycle hook for Container {:?} in Pod {:?} failed - error: {}",
+                    describe(&h),
+                    c.name,
+                    pod_ref(pod),
+                    out.output
+                );
+                warn!(pod = %pod_ref(pod), container = %c.name, error = %out.output, "preStop hook failed");
+                self.recorder
+                    .warning(pod_ref(pod), "FailedPreStopHook", msg);
+            }
+            Ok(_) => {}
+            Err(_) => {
+                warn!(pod = %pod_ref(pod), container = %c.name, grace, "preStop hook did not finish within the grace period");
+            }
+        }
+        let elapsed = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
+        let left = grace_after_pre_stop(grace, elapsed);
+        info!(pod = %pod_ref(pod), container = %c.name, elapsed, grace = left, "preStop hook ran");
+        left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hooks_time_comes_out_of_the_grace_period_leaving_at_least_two_seconds() {
+        assert_eq!(grace_after_pre_stop(30, 5), 25);
+        assert_eq!(grace_after_pre_stop(30, 29), MIN_GRACE_PERIOD_SECONDS);
+        assert_eq!(grace_after_pre_stop(30, 60), MIN_GRACE_PERIOD_SECONDS);
+        assert_eq!(grace_after_pre_stop(1, 0), MIN_GRACE_PERIOD_SECONDS);
+    }
+}

@@ -1,0 +1,321 @@
+//! Running a probe's or a hook's handler against a container (kubelet's `prober.runProbe` and
+//! its `exec`, `http`, `tcp` and `grpc` probers; the hook runner's exec, httpGet and sleep).
+//!
+//! Probe traffic goes only to the pod's own addresses: the pod's IPs, or, for a pod on the host
+//! network, the node's address and loopback. A `host` naming anything else fails the probe
+//! without connecting.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Container;
+
+use super::spec::{Handler, HttpGet};
+use crate::cri::{api, CriResult};
+
+/// Runs a command in a container through CRI ExecSync: (container ID, command, timeout).
+pub type ExecFn = Arc<
+    dyn Fn(String, Vec<String>, Duration) -> BoxFuture<'static, CriResult<api::ExecSyncResponse>>
+        + Send
+        + Sync,
+>;
+
+/// An [`ExecFn`] over a CRI runtime.
+pub fn exec_fn<R: crate::cri::RuntimeService + Clone>(cri: R) -> ExecFn {
+    Arc::new(move |id, cmd, timeout| {
+        let cri = cri.clone();
+        Box::pin(async move { cri.exec_sync(&id, cmd, timeout).await })
+    })
+}
+
+/// kubelet's User-Agent on probe requests.
+pub const USER_AGENT: &str = "kube-probe/1.33";
+
+/// Largest part of an HTTP body or exec output kept for events, bytes (kubelet keeps 10 KiB).
+const MAX_OUTPUT: usize = 10 * 1024;
+
+/// What probes and hooks share: CRI exec and one HTTP client (certificates unchecked, as
+/// kubelet's probes; no connection reuse; redirects followed on the same host only).
+#[derive(Clone)]
+pub struct HandlerContext {
+    /// ExecSync.
+    pub exec: ExecFn,
+    http: reqwest::Client,
+}
+
+impl HandlerContext {
+    /// A context over `exec`.
+    ///
+    /// Errors: the HTTP client cannot be built (no TLS backend).
+    pub fn new(exec: ExecFn) -> Result<Self, String> {
+        let redirects = reqwest::redirect::Policy::custom(|attempt| {
+            // kubelet's redirect checker: follow up to 10 on the same host; a redirect elsewhere
+            // ends with the redirect response itself (3xx: success).
+            let same_host =
+                attempt.previous().first().map(|u| u.host_str()) == Some(attempt.url().host_str());
+            if attempt.previous().len() >= 10 {
+                attempt.error("stopped after 10 redirects")
+            } else if same_host {
+                attempt.follow()
+            } else {
+                attempt.stop()
+            }
+        });
+        let http = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .redirect(redirects)
+            .pool_max_idle_per_host(0)
+            .no_proxy()
+            .user_agent(USER_AGENT)
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self { exec, http })
+    }
+}
+
+/// The container a handler runs against.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// Its spec (for named ports).
+    pub container: &'a Container,
+    /// Its CRI ID (for exec).
+    pub container_id: &'a str,
+    /// The pod's IPs (the node's for a host-network pod), primary first.
+    pub pod_ips: &'a [String],
+    /// The pod is on the host network (loopback is then its own too).
+    pub host_network: bool,
+}
+
+/// How a handler ended: success, and the output for events (body, command output or error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Success.
+    pub success: bool,
+    /// What it said.
+    pub output: String,
+}
+
+impl Outcome {
+    fn fail(output: impl Into<String>) -> Self {
+        Self {
+            success: false,
+            output: output.into(),
+        }
+    }
+}
+
+fn truncate(mut s: String) -> String {
+    if s.len() > MAX_OUTPUT {
+        let mut cut = MAX_OUTPUT;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// The address to connect to: `host` if it is one of the target's own, else the pod's IP.
+///
+/// Errors: a message when `host` is not the pod's own or the pod has no IP yet.
+fn address(t: &Target<'_>, host: Option<&str>) -> Result<IpAddr, String> {
+    let own: Vec<IpAddr> = t.pod_ips.iter().filter_map(|s| s.parse().ok()).collect();
+    match host {
+        None => own
+            .first()
+            .copied()
+            .ok_or_else(|| "the pod has no IP address yet".to_owned()),
+        Some(h) => {
+            let ip: Option<IpAddr> = if h == "localhost" {
+                Some(IpAddr::from([127, 0, 0, 1]))
+            } else {
+                h.parse().ok()
+            };
+            match ip {
+                Some(ip) if own.contains(&ip) || (t.host_network && ip.is_loopback()) => Ok(ip),
+                _ => Err(format!(
+                    "probe host {h:?} is not an address of this pod; nodelet probes only the pod's own addresses"
+                )),
+            }
+        }
+    }
+}
+
+/// Runs `handler` against `t` with `timeout` (exec: the ExecSync timeout; network: the whole
+/// request). Never panics and never errors: every problem is a failed [`Outcome`] with the
+/// reason as output.
+pub async fn run(
+    ctx: &HandlerContext,
+    handler: &Handler,
+    t: &Target<'_>,
+    timeout: Duration,
+) -> Outcome {
+    match handler {
+        Handler::Exec(cmd) => exec(ctx, t, cmd, timeout).await,
+        Handler::Http(h) => http(ctx, t, h, timeout).await,
+        Handler::Tcp { host, port } => {
+            let addr = match (address(t, host.as_deref()), port.resolve(t.container)) {
+                (Ok(ip), Ok(p)) => std::net::SocketAddr::new(ip, p),
+                (Err(e), _) | (_, Err(e)) => return Outcome::fail(e),
+            };
+            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+                Ok(Ok(_)) => Outcome {
+                    success: true,
+                    output: String::new(),
+                },
+                Ok(Err(e)) => Outcome::fail(format!("dial tcp {addr}: {e}")),
+                Err(_) => Outcome::fail(format!("dial tcp {addr}: i/o timeout")),
+            }
+        }
+        Handler::Grpc { port, service } => grpc(t, *port, service, timeout).await,
+        Handler::Sleep(d) => {
+            tokio::time::sleep(*d).await;
+            Outcome {
+                success: true,
+                output: String::new(),
+            }
+        }
+    }
+}
+
+async fn exec(ctx: &HandlerContext, t: &Target<'_>, cmd: &[String], timeout: Duration) -> Outcome {
+    let r = (ctx.exec)(t.container_id.to_owned(), cmd.to_vec(), timeout).await;
+    match r {
+        Ok(r) => {
+            let mut out = String::from_utf8_lossy(&r.stdout).into_owned();
+            out.push_str(&String::from_utf8_lossy(&r.stderr));
+            if r.exit_code != 0 && out.trim().is_empty() {
+                out = format!("command {:?} exited with {}", cmd.join(" "), r.exit_code);
+            }
+            Outcome {
+                success: r.exit_code == 0,
+                output: truncate(out),
+            }
+        }
+        Err(e) if e.code == tonic::Code::DeadlineExceeded => {
+            Outcome::fail(format!("command {:?} timed out", cmd.join(" ")))
+        }
+        // A missing binary and other runtime errors: a failure with the runtime's message.
+        Err(e) => Outcome::fail(truncate(e.message)),
+    }
+}
+
+/// Runs a lifecycle hook's handler (kubelet's `handlerRunner.Run`): exec without a timeout of
+/// its own (a non-zero exit fails), httpGet (only a failed request fails: kubelet does not look
+/// at the status code of a hook's response), sleep.
+pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -> Outcome {
+    match handler {
+        Handler::Http(h) => match http_get(ctx, t, h, None).await {
+            Ok(_) => Outcome {
+                success: true,
+                output: String::new(),
+            },
+            Err(e) => Outcome::fail(e),
+        },
+        Handler::Exec(cmd) => exec(ctx, t, cmd, Duration::ZERO).await,
+        other => run(ctx, other, t, Duration::from_secs(1)).await,
+    }
+}
+
+async fn http(ctx: &HandlerContext, t: &Target<'_>, h: &HttpGet, timeout: Duration) -> Outcome {
+    match http_get(ctx, t, h, Some(timeout)).await {
+        Ok((code, body)) if (200..400).contains(&code) => Outcome {
+            success: true,
+            output: truncate(body),
+        },
+        Ok((code, _)) => Outcome::fail(format!("HTTP probe failed with statuscode: {code}")),
+        Err(e) => Outcome::fail(e),
+    }
+}
+
+/// One GET: the status code and body, or the request's error (`Get "<url>": <cause>`).
+async fn http_get(
+    ctx: &HandlerContext,
+    t: &Target<'_>,
+    h: &HttpGet,
+    timeout: Option<Duration>,
+) -> Result<(u16, String), String> {
+    let (ip, port) = match (address(t, h.host.as_deref()), h.port.resolve(t.container)) {
+        (Ok(ip), Ok(p)) => (ip, p),
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
+    let host = match ip {
+        IpAddr::V6(v6) => format!("[{v6}]"),
+        IpAddr::V4(v4) => v4.to_string(),
+    };
+    let url = format!("{}://{host}:{port}{}", h.scheme, h.path);
+    let mut req = ctx.http.get(&url).header("Accept", "*/*");
+    if let Some(t) = timeout {
+        req = req.timeout(t);
+    }
+    for (k, v) in &h.headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let code = resp.status().as_u16();
+            let body = resp.text().await.unwrap_or_default();
+            Ok((code, body))
+        }
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(": ");
+                msg.push_str(&s.to_string());
+                src = s.source();
+            }
+            Err(format!("Get {url:?}: {msg}"))
+        }
+    }
+}
+
+async fn grpc(t: &Target<'_>, port: i32, service: &str, timeout: Duration) -> Outcome {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let ip = match address(t, None) {
+        Ok(ip) => ip,
+        Err(e) => return Outcome::fail(e),
+    };
+    let Ok(port) = u16::try_from(port) else {
+        return Outcome::fail(format!("invalid port number {port}"));
+    };
+    let addr = std::net::SocketAddr::new(ip, port);
+    let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{addr}")) {
+        Ok(e) => e.connect_timeout(timeout).timeout(timeout),
+        Err(e) => return Outcome::fail(e.to_string()),
+    };
+    let channel = match endpoint.connect().await {
+        Ok(c) => c,
+        Err(_) => {
+            return Outcome::fail(format!(
+                "timeout: failed to connect service {addr:?} within {}s",
+                timeout.as_secs()
+            ))
+        }
+    };
+    let req = HealthCheckRequest {
+        service: service.to_owned(),
+    };
+    match HealthClient::new(channel).check(req).await {
+        Ok(r) => {
+            let status = r.into_inner().status;
+            if status == ServingStatus::Serving as i32 {
+                Outcome {
+                    success: true,
+                    output: String::new(),
+                }
+            } else {
+                let name = ServingStatus::try_from(status).map_or("UNKNOWN", |s| s.as_str_name());
+                Outcome::fail(format!("service unhealthy (responded with {name:?})"))
+            }
+        }
+        Err(s) => Outcome::fail(format!(
+            "rpc error: code = {:?} desc = {}",
+            s.code(),
+            s.message()
+        )),
+    }
+}

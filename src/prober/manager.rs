@@ -1,0 +1,298 @@
+//! The probe manager (kubelet's `prober.Manager`): one async worker per (container, probe kind)
+//! of each pod, started by the runtime manager when it syncs the pod and stopped when the pod
+//! goes. Each worker reads its container from the pod cache, decides with
+//! [`super::worker::Worker`], runs the handler, records the result in [`ProbeResults`] and sends
+//! every change to the sync loop on the probe channel. A failed probe is a `Warning Unhealthy`
+//! event with the probe's output, and every probe is counted in `prober_probe_total`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use super::handlers::{self, HandlerContext, Target};
+use super::results::{ProbeResults, ProbeView};
+use super::spec::{probe_of, ProbeSpec};
+use super::worker::{ContainerView, Publish, Step, Worker};
+use super::{ProbeKind, ProbeResult};
+use crate::clock::SharedClock;
+use crate::container::cache::PodCache;
+use crate::container::ContainerState;
+use crate::events::Recorder;
+use crate::metrics::{Metrics, ProbeDurationLabel, ProbeLabel};
+use crate::pod::{pod_ref, pod_uid};
+
+/// The probe workers of one pod.
+struct PodProbes {
+    /// The manifest version the workers were started for.
+    version: String,
+    /// The pod's IPs, updated on every sync.
+    ips: Arc<RwLock<Vec<String>>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+struct Inner {
+    ctx: HandlerContext,
+    cache: PodCache,
+    results: ProbeResults,
+    updates: Sender<ProbeResult>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    clock: SharedClock,
+    pods: Mutex<HashMap<String, PodProbes>>,
+}
+
+/// The probe manager. Cheap to clone.
+#[derive(Clone)]
+pub struct ProbeManager(Arc<Inner>);
+
+/// What a probe manager works with.
+pub struct ProbeDeps {
+    /// Exec and HTTP for the handlers.
+    pub ctx: HandlerContext,
+    /// Where workers read their containers.
+    pub cache: PodCache,
+    /// Changed results go here (the sync loop's probe channel).
+    pub updates: Sender<ProbeResult>,
+    /// `Unhealthy` events.
+    pub recorder: Recorder,
+    /// `prober_probe_total`, `prober_probe_duration_seconds`.
+    pub metrics: Arc<Metrics>,
+    /// Time for initial delays.
+    pub clock: SharedClock,
+}
+
+/// The app containers and sidecars of `pod` (the containers that may have probes).
+fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    let spec = pod.spec.as_ref();
+    spec.into_iter().flat_map(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+            .chain(s.containers.iter())
+    })
+}
+
+impl ProbeManager {
+    /// A manager with no workers yet.
+    pub fn new(deps: ProbeDeps) -> Self {
+        Self(Arc::new(Inner {
+            ctx: deps.ctx,
+            cache: deps.cache,
+            results: ProbeResults::default(),
+            updates: deps.updates,
+            recorder: deps.recorder,
+            metrics: deps.metrics,
+            clock: deps.clock,
+            pods: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Exec and HTTP, for the lifecycle hooks.
+    pub fn handler_context(&self) -> &HandlerContext {
+        &self.0.ctx
+    }
+
+    /// The results the workers write.
+    pub fn results(&self) -> &ProbeResults {
+        &self.0.results
+    }
+
+    /// Makes sure `pod` has its workers (restarted when its manifest version changed) and tells
+    /// them its IPs (`ips`: the pod's, the node's for a host-network pod). Called by the runtime
+    /// manager on every sync, from within the agent's tokio runtime.
+    pub fn update_pod(&self, pod: &Arc<Pod>, ips: &[String]) {
+        let uid = pod_uid(pod).to_owned();
+        let version = crate::pod::config_hash(pod).to_owned();
+        let mut pods = self.0.pods.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pods.get(&uid) {
+            if p.version == version {
+                *p.ips.write().unwrap_or_else(|e| e.into_inner()) = ips.to_vec();
+                return;
+            }
+        }
+        if let Some(old) = pods.remove(&uid) {
+            old.tasks.iter().for_each(JoinHandle::abort);
+            self.0.results.remove_pod(&uid);
+        }
+        let ips = Arc::new(RwLock::new(ips.to_vec()));
+        let mut tasks = Vec::new();
+        for c in probed_containers(pod) {
+            for kind in [
+                ProbeKind::Startup,
+                ProbeKind::Liveness,
+                ProbeKind::Readiness,
+            ] {
+                let Some(spec) = probe_of(c, kind) else {
+                    continue;
+                };
+                debug!(pod = %pod_ref(pod), uid, container = %c.name, kind = kind.as_str(), "starting probe worker");
+                tasks.push(tokio::spawn(run_worker(
+                    self.0.clone(),
+                    pod.clone(),
+                    c.clone(),
+                    kind,
+                    spec,
+                    ips.clone(),
+                )));
+            }
+        }
+        if !tasks.is_empty() {
+            pods.insert(
+                uid,
+                PodProbes {
+                    version,
+                    ips,
+                    tasks,
+                },
+            );
+        }
+    }
+
+    /// Stops the pod's workers and forgets their results (the pod is gone or failed).
+    pub fn remove_pod(&self, uid: &str) {
+        let removed = self
+            .0
+            .pods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        if let Some(p) = removed {
+            p.tasks.iter().for_each(JoinHandle::abort);
+        }
+        self.0.results.remove_pod(uid);
+    }
+
+    /// Number of running workers (for tests and metrics).
+    pub fn workers(&self) -> usize {
+        self.0
+            .pods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|p| p.tasks.len())
+            .sum()
+    }
+}
+
+impl Inner {
+    fn publish(&self, pod: &Pod, container: &str, id: &str, kind: ProbeKind, p: Publish) {
+        let uid = pod_uid(pod);
+        let success = match p {
+            Publish::Set(v) => v,
+            Publish::Clear => {
+                self.results.clear(uid, container, kind);
+                return;
+            }
+        };
+        if self.results.set(uid, container, id, kind, success) {
+            debug!(pod = %pod_ref(pod), uid, container, kind = kind.as_str(), success, "probe result changed");
+            let _ = self.updates.send(ProbeResult {
+                uid: uid.to_owned(),
+                container: container.to_owned(),
+                kind,
+                success,
+            });
+        }
+    }
+
+    fn count(&self, pod: &Pod, container: &str, kind: ProbeKind, success: bool, seconds: f64) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        self.metrics
+            .probe_total
+            .get_or_create(&ProbeLabel {
+                probe_type: kind.as_str().into(),
+                result: if success { "successful" } else { "failed" }.into(),
+                container: container.into(),
+                pod: name.clone(),
+                namespace: namespace.clone(),
+            })
+            .inc();
+        self.metrics
+            .probe_duration
+            .get_or_create(&ProbeDurationLabel {
+                probe_type: kind.as_str().into(),
+                container: container.into(),
+                pod: name,
+                namespace,
+            })
+            .observe(seconds);
+    }
+}
+
+/// One worker: a tick every `periodSeconds` until aborted.
+async fn run_worker(
+    inner: Arc<Inner>,
+    pod: Arc<Pod>,
+    container: Container,
+    kind: ProbeKind,
+    spec: ProbeSpec,
+    ips: Arc<RwLock<Vec<String>>>,
+) {
+    let uid = pod_uid(&pod).to_owned();
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let mut w = Worker::new(kind, spec.clone());
+    let mut ticker = tokio::time::interval(spec.period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let view = inner.cache.latest(&uid).and_then(|rt| {
+            rt.latest(&container.name).map(|c| ContainerView {
+                id: c.id.clone(),
+                running: c.state() == ContainerState::Running,
+                started_at: c.started_at,
+            })
+        });
+        let started = container.startup_probe.is_none()
+            || view.as_ref().is_some_and(|v| {
+                inner
+                    .results
+                    .result(&uid, &container.name, &v.id, ProbeKind::Startup)
+                    == Some(true)
+            });
+        let (step, publish) = w.before(view.as_ref(), started, inner.clock.epoch_ns());
+        let Some(view) = view else { continue };
+        if let Some(p) = publish {
+            inner.publish(&pod, &container.name, &view.id, kind, p);
+        }
+        if step == Step::Wait {
+            continue;
+        }
+        let pod_ips = ips.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let target = Target {
+            container: &container,
+            container_id: &view.id,
+            pod_ips: &pod_ips,
+            host_network,
+        };
+        let t0 = Instant::now();
+        let outcome = handlers::run(&inner.ctx, &spec.handler, &target, spec.timeout).await;
+        inner.count(
+            &pod,
+            &container.name,
+            kind,
+            outcome.success,
+            t0.elapsed().as_secs_f64(),
+        );
+        if !outcome.success {
+            inner.recorder.warning(
+                pod_ref(&pod),
+                "Unhealthy",
+                format!("{} probe failed: {}", kind.as_str(), outcome.output),
+            );
+        }
+        if let Some(v) = w.after(outcome.success) {
+            inner.publish(&pod, &container.name, &view.id, kind, Publish::Set(v));
+        }
+    }
+}
