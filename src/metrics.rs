@@ -90,6 +90,9 @@ pub struct Metrics {
     pub probe_total: Family<ProbeLabel, Counter>,
     /// Probe durations, seconds (`prober_probe_duration_seconds`).
     pub probe_duration: Family<ProbeDurationLabel, Histogram>,
+    /// How late each probe started after its period said it was due, seconds
+    /// (`nodelet_prober_schedule_delay_seconds`): the probe workers' scheduling jitter.
+    pub probe_schedule_delay: Histogram,
     /// Manifests refused, by reason (`nodelet_static_pod_manifest_errors_total`).
     pub manifest_errors: Family<ReasonLabel, Counter>,
     /// Pods refused at admission, by reason (`kubelet_admission_rejections_total`).
@@ -169,8 +172,15 @@ impl Metrics {
                 Histogram::new(latency_buckets())
             }),
         );
+        let probe_schedule_delay = reg(
+            &mut probes,
+            "nodelet_prober_schedule_delay_seconds",
+            "How late a probe started after it was due",
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+        );
         let m = Self {
             probe_registry: probes,
+            probe_schedule_delay,
             probe_total,
             probe_duration,
             manifest_errors: reg(&mut r, "nodelet_static_pod_manifest_errors", "Static pod manifests refused, by reason", Family::default()),

@@ -142,8 +142,10 @@ pub fn is_node_critical(pod: &Pod) -> bool {
 /// The oom_score_adj kubelet gives a container (`GetContainerOOMScoreAdjust` in
 /// `pkg/kubelet/qos/policy.go`): node-critical and Guaranteed -997, BestEffort 1000, Burstable
 /// `1000 - 1000 * memoryRequest / memoryCapacity`, raised to at least 3 (1000 + -997) and, if it
-/// came out 1000, lowered to 999 so that BestEffort is always killed first.
-/// `memory_capacity` is the node's memory in bytes.
+/// came out 1000, lowered to 999 so that BestEffort is always killed first. A sidecar (an init
+/// container with `restartPolicy: Always`) gets no more than the score of the regular container
+/// with the smallest non-zero memory request, so it is not killed before the containers it
+/// serves. `memory_capacity` is the node's memory in bytes.
 pub fn container_oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> i64 {
     if is_node_critical(pod) {
         return GUARANTEED_OOM_SCORE_ADJ;
@@ -156,7 +158,29 @@ pub fn container_oom_score_adj(pod: &Pod, container: &Container, memory_capacity
                 .map(|a| a.memory_request)
                 .unwrap_or(0);
             let capacity = memory_capacity.max(1);
-            let adj = 1000 - (1000 * i128::from(request) / i128::from(capacity)) as i64;
+            let score =
+                |request: i64| 1000 - (1000 * i128::from(request) / i128::from(capacity)) as i64;
+            let mut adj = score(request);
+            let sidecar = container.restart_policy.as_deref() == Some("Always")
+                && pod.spec.as_ref().is_some_and(|s| {
+                    s.init_containers
+                        .iter()
+                        .flatten()
+                        .any(|c| c.name == container.name)
+                });
+            if sidecar {
+                let min_regular = pod
+                    .spec
+                    .iter()
+                    .flat_map(|s| s.containers.iter())
+                    .filter_map(|c| crate::resources::container_amounts(c).ok())
+                    .map(|a| a.memory_request)
+                    .filter(|r| *r > 0)
+                    .min();
+                if let Some(r) = min_regular {
+                    adj = adj.min(score(r));
+                }
+            }
             if adj < 1000 + GUARANTEED_OOM_SCORE_ADJ {
                 1000 + GUARANTEED_OOM_SCORE_ADJ
             } else if adj == BESTEFFORT_OOM_SCORE_ADJ {
@@ -193,6 +217,19 @@ mod tests {
         for (c, want) in cases {
             assert_eq!(pod_qos_class(&pod(c)), want, "{c}");
         }
+    }
+
+    #[test]
+    fn a_sidecar_scores_no_higher_than_the_regular_container_with_the_smallest_request() {
+        let p: Pod = serde_yaml::from_str(
+            "metadata: {name: p}\nspec: {initContainers: [{name: side, image: i, restartPolicy: Always, resources: {requests: {memory: '500000000'}}}], containers: [{name: app, image: i, resources: {requests: {memory: '2000000000'}}}]}",
+        )
+        .unwrap();
+        let spec = p.spec.as_ref().unwrap();
+        let cap = 10_000_000_000;
+        assert_eq!(container_oom_score_adj(&p, &spec.containers[0], cap), 800);
+        let side = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(container_oom_score_adj(&p, side, cap), 800, "not 950");
     }
 
     #[test]

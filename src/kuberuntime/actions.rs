@@ -56,6 +56,10 @@ pub struct PodActions {
     pub init_failed: bool,
     /// App containers to start.
     pub containers_to_start: Vec<ToStart>,
+    /// Sidecars (init containers with `restartPolicy: Always`) to start again after the init
+    /// phase: they exited or changed while the app containers run. Indices into
+    /// `spec.initContainers`.
+    pub sidecars_to_start: Vec<ToStart>,
     /// Running containers to kill: (container ID, name, reason).
     pub containers_to_kill: Vec<(String, String, KillReason)>,
 }
@@ -114,8 +118,28 @@ pub fn sandbox_hash(pod: &Pod) -> String {
     ))
 }
 
-/// Computes the actions for `pod` given the runtime's view of it.
+/// True for a sidecar: an init container with `restartPolicy: Always`.
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Computes the actions for `pod` given the runtime's view of it, without probe results.
 pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
+    compute_pod_actions_with(pod, status, &crate::prober::results::NoProbes)
+}
+
+/// Computes the actions for `pod` given the runtime's view of it and the probe results (a
+/// sidecar with a startup probe holds the next container back until the probe succeeds).
+///
+/// Sidecars (kubelet's `computeInitContainerActions` with sidecar containers): each starts in
+/// its turn among the init containers, and the next container starts once it runs (and, with
+/// a startup probe, has started); it is restarted whenever it exits, whatever the pod's restart
+/// policy, and while the app containers run.
+pub fn compute_pod_actions_with(
+    pod: &Pod,
+    status: &RuntimePodStatus,
+    probes: &dyn crate::prober::ProbeView,
+) -> PodActions {
     let mut a = PodActions::default();
     let Some(spec) = pod.spec.as_ref() else {
         return a;
@@ -192,6 +216,26 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
             a.next_init = Some(restart);
             return a;
         };
+        if is_sidecar(c) {
+            if rc.state() != ContainerState::Running {
+                a.next_init = Some(restart);
+                return a;
+            }
+            if rc.hash != container_hash(c) {
+                a.containers_to_kill
+                    .push((rc.id.clone(), c.name.clone(), KillReason::SpecChanged));
+                a.next_init = Some(restart);
+                return a;
+            }
+            let uid = crate::pod::pod_uid(pod);
+            let started = c.startup_probe.is_none()
+                || probes.result(uid, &c.name, &rc.id, crate::prober::ProbeKind::Startup)
+                    == Some(true);
+            if !started {
+                return a;
+            }
+            continue;
+        }
         if init_container_failed(&rc) {
             if policy == "Never" {
                 a.init_failed = true;
@@ -207,6 +251,29 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
             _ => {
                 a.next_init = Some(restart);
                 return a;
+            }
+        }
+    }
+
+    // Sidecars keep running beside the app containers: restarted when they exit or change.
+    if regular_created {
+        for (index, c) in inits.iter().enumerate().filter(|(_, c)| is_sidecar(c)) {
+            let start = ToStart {
+                index,
+                restart_count: next_restart_count(status, &c.name),
+            };
+            match in_sandbox(&c.name) {
+                Some(rc) if rc.state() == ContainerState::Running => {
+                    if rc.hash != container_hash(c) {
+                        a.containers_to_kill.push((
+                            rc.id.clone(),
+                            c.name.clone(),
+                            KillReason::SpecChanged,
+                        ));
+                        a.sidecars_to_start.push(start);
+                    }
+                }
+                _ => a.sidecars_to_start.push(start),
             }
         }
     }
@@ -248,7 +315,9 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
         }
     }
     if keep == 0 && a.containers_to_start.is_empty() {
+        // The app containers are done: the sidecars go with the pod.
         a.kill_pod = true;
+        a.sidecars_to_start.clear();
     }
     a
 }

@@ -70,21 +70,46 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .unwrap_or_default()
     }
 
-    /// Kills everything running in the pod: containers with the grace period, then the ready
-    /// sandboxes.
+    /// Kills everything running in the pod: the containers with the grace period, then the
+    /// sidecars one by one in reverse order with what is left of it (at least
+    /// [`MIN_GRACE_PERIOD_SECONDS`]), as kubelet stops sidecars after the containers they
+    /// serve; then the ready sandboxes.
     pub(super) async fn kill_running(
         &self,
         pod: &Pod,
         rt: &RuntimePodStatus,
         grace: i64,
     ) -> Result<(), CriError> {
-        let running: Vec<(String, String, i64)> = rt
+        let sidecars: Vec<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| super::actions::is_sidecar(c))
+            .map(|c| c.name.as_str())
+            .collect();
+        let running = rt
             .containers
             .iter()
-            .filter(|c| c.state() == ContainerState::Running)
-            .map(|c| (c.id.clone(), c.name.clone(), grace))
-            .collect();
-        self.stop_containers(pod, running).await?;
+            .filter(|c| c.state() == ContainerState::Running);
+        let (side, main): (Vec<_>, Vec<_>) =
+            running.partition(|c| c.is_init && sidecars.contains(&c.name.as_str()));
+        let started = std::time::Instant::now();
+        self.stop_containers(
+            pod,
+            main.iter()
+                .map(|c| (c.id.clone(), c.name.clone(), grace))
+                .collect(),
+        )
+        .await?;
+        for name in sidecars.iter().rev() {
+            let Some(c) = side.iter().find(|c| c.name == *name) else {
+                continue;
+            };
+            let spent = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
+            let left = grace.saturating_sub(spent).max(MIN_GRACE_PERIOD_SECONDS);
+            self.stop_containers(pod, vec![(c.id.clone(), c.name.clone(), left)])
+                .await?;
+        }
         for s in rt.sandboxes.iter().filter(|s| s.ready) {
             self.cri.stop_pod_sandbox(&s.id).await?;
         }

@@ -1,9 +1,10 @@
 //! Container log rotation (kubelet's `pkg/kubelet/logs/container_log_manager.go`).
 //!
 //! Every `containerLogMonitorInterval` each running container's log (the CRI `log_path`) is
-//! checked. One larger than `containerLogMaxSize` is renamed to `<log>.<UTC timestamp>`, the
-//! runtime reopens the log (CRI ReopenContainerLog), and the oldest rotated files are removed so
-//! that at most `containerLogMaxFiles` files remain, the current one included. kubelet also
+//! checked. For one larger than `containerLogMaxSize`, the oldest rotated files are removed first
+//! (kubelet's `removeExcessLogs`), so that at no moment more than `containerLogMaxFiles` files
+//! exist, the current one included; then it is renamed to `<log>.<UTC timestamp>` and the
+//! runtime reopens the log (CRI ReopenContainerLog). kubelet also
 //! gzips older rotated files; nodelet keeps them plain.
 
 use std::path::{Path, PathBuf};
@@ -92,6 +93,9 @@ pub async fn rotate_once(cri: &impl RuntimeService, node_name: &str, policy: Log
         if meta.len() <= policy.max_size {
             continue;
         }
+        // Room first, as kubelet's `removeExcessLogs` before its rotation: at no moment are
+        // there more than `containerLogMaxFiles` files, the current one included.
+        prune(&log, policy.max_files.saturating_sub(1).max(1));
         match rename_current(&log) {
             Ok(rotated) => {
                 if let Err(e) = cri.reopen_container_log(&c.id).await {
@@ -100,7 +104,6 @@ pub async fn rotate_once(cri: &impl RuntimeService, node_name: &str, policy: Log
                     let _ = std::fs::rename(&rotated, &log);
                     continue;
                 }
-                prune(&log, policy.max_files);
                 info!(container = %c.id, log = %log.display(), bytes = meta.len(), "rotated container log");
             }
             Err(e) => warn!(log = %log.display(), error = %e, "cannot rotate container log"),

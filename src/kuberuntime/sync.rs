@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
-use super::actions::{self, compute_pod_actions, PodActions, ToStart};
+use super::actions::{self, compute_pod_actions_with, PodActions, ToStart};
 use super::kill::{grace_seconds, MIN_GRACE_PERIOD_SECONDS};
 use super::status::get_pod_status;
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
@@ -44,7 +44,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         {
             return self.deadline_exceeded(pod).await;
         }
-        let mut actions = compute_pod_actions(pod, &rt);
+        let mut actions = compute_pod_actions_with(pod, &rt, self.probes.results());
         let probe_kills =
             actions::probe_kills(pod, &rt, self.probes.results(), &actions.containers_to_kill);
         actions.containers_to_kill.extend(probe_kills);
@@ -129,14 +129,21 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 first_err = Some(e);
             }
         } else {
+            // Sidecars that exited come back first, in order; then the app containers.
+            for s in &actions.sidecars_to_start {
+                if let Err(e) = self.start_one(pod, s, true, &sb, &ips).await {
+                    first_err.get_or_insert(e);
+                }
+            }
             let starts = actions
                 .containers_to_start
                 .iter()
                 .map(|s| self.start_one(pod, s, false, &sb, &ips));
-            first_err = futures::future::join_all(starts)
+            let app_err = futures::future::join_all(starts)
                 .await
                 .into_iter()
                 .find_map(Result::err);
+            first_err = first_err.or(app_err);
         }
         let rt = self.fresh_status(&uid).await?;
         crate::gc::remove_dead_containers(&self.cri, &rt).await;
@@ -416,6 +423,10 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         actions
             .containers_to_start
             .retain(|s| !held(&spec.containers[s.index].name));
+        let inits = spec.init_containers.as_deref().unwrap_or(&[]);
+        actions
+            .sidecars_to_start
+            .retain(|s| !held(&inits[s.index].name));
         wait
     }
 }

@@ -245,7 +245,11 @@ async fn run_worker(
     let mut ticker = tokio::time::interval(spec.period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticker.tick().await;
+        let due = ticker.tick().await;
+        inner
+            .metrics
+            .probe_schedule_delay
+            .observe(due.elapsed().as_secs_f64());
         let view = inner.cache.latest(&uid).and_then(|rt| {
             rt.latest(&container.name).map(|c| ContainerView {
                 id: c.id.clone(),

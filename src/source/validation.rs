@@ -112,13 +112,9 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
                 if list == "spec.containers" {
                     return Err(err(field, p, "may only be set on init containers"));
                 }
-                // A sidecar would run as an ordinary init container that never completes, and
-                // the app containers would never start: refused until sidecars are implemented.
-                return Err(err(
-                    field,
-                    p,
-                    "sidecar containers (an init container's restartPolicy) are not supported by nodelet yet",
-                ));
+                if p != "Always" {
+                    return Err(err(field, p, "must be Always (a sidecar) when set"));
+                }
             }
             if !seen.insert(c.name.as_str()) {
                 return Err(err(
@@ -332,7 +328,7 @@ mod tests {
             ("metadata: {name: ok, uid: x/../../victim}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
             ("metadata: {name: ok, uid: ..}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
             ("metadata: {name: ok}\nspec: {dnsPolicy: Bogus, containers: [{name: c, image: b}]}", "spec.dnsPolicy"),
-            ("metadata: {name: ok}\nspec: {initContainers: [{name: s, image: b, restartPolicy: Always}], containers: [{name: c, image: b}]}", "spec.initContainers[0].restartPolicy"),
+            ("metadata: {name: ok}\nspec: {initContainers: [{name: s, image: b, restartPolicy: Never}], containers: [{name: c, image: b}]}", "spec.initContainers[0].restartPolicy"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, restartPolicy: Always}]}", "spec.containers[0].restartPolicy"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, livenessProbe: {periodSeconds: 3}}]}", "spec.containers[0].livenessProbe"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, readinessProbe: {exec: {command: [x]}, httpGet: {port: 80}}}]}", "spec.containers[0].readinessProbe"),

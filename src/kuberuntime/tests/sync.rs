@@ -447,3 +447,53 @@ async fn a_failed_liveness_probe_kills_the_container_with_the_probes_grace_and_r
     assert_eq!(h.probes.workers(), 0);
     assert_eq!(h.probes.results().pods(), 0);
 }
+
+#[tokio::test]
+async fn a_sidecar_starts_in_its_turn_holds_the_next_until_started_restarts_and_stops_last() {
+    use crate::prober::ProbeKind;
+    let h = harness();
+    let p = pod(
+        "{initContainers: [{name: side, image: 'busybox:1.36', restartPolicy: Always, \
+         startupProbe: {exec: {command: [ready]}, periodSeconds: 3600}}, {name: setup, image: 'busybox:1.36'}], \
+         containers: [{name: app, image: 'busybox:1.36'}]}",
+    );
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["side"]);
+    // Its startup probe has not succeeded: setup waits.
+    h.pleg_sees_it().await;
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.calls_of("CreateContainer").len(), 1);
+    let side = crate::kuberuntime::status::get_pod_status(&h.rt, "u1")
+        .await
+        .unwrap();
+    let side_id = side.latest("side").unwrap().id.clone();
+    h.probes
+        .results()
+        .set("u1", "side", &side_id, ProbeKind::Startup, true);
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["setup", "side"]);
+    h.exit("setup", 0).await;
+    h.sync(&p).await.unwrap();
+    assert_eq!(
+        h.rt.running(),
+        vec!["app", "side"],
+        "the sidecar keeps running"
+    );
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+    // The sidecar exits: it is started again beside the app.
+    h.exit("side", 1).await;
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.running(), vec!["app", "side"]);
+    assert_eq!(h.rt.calls_of("CreateContainer side").len(), 2);
+    // The pod goes: the app container stops before the sidecar.
+    h.pleg_sees_it().await;
+    h.rt.clear_calls();
+    h.mgr
+        .terminate_pod(p.clone(), KillPodOptions::removed())
+        .await
+        .unwrap();
+    let stops = h.rt.calls_of("StopContainer");
+    assert_eq!(stops.len(), 2, "{stops:?}");
+    assert!(stops[0].starts_with("StopContainer app"), "{stops:?}");
+    assert!(stops[1].starts_with("StopContainer side"), "{stops:?}");
+}

@@ -1,0 +1,198 @@
+//! Probe cost and scheduling: `PODS` pods (default 110), each with an exec readiness probe and an
+//! httpGet liveness probe every second, on the real containerd. Over `SECONDS` (default 30) of
+//! steady state it measures nodelet's CPU per probe against the runtime's own CPU per probe
+//! (containerd and its shims: the baseline of the same run), and the probe workers' scheduling
+//! delay (`nodelet_prober_schedule_delay_seconds`, p50/p99 from its histogram).
+
+#[path = "agent/mod.rs"]
+mod agent;
+
+use std::time::{Duration, Instant};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// CPU seconds of a process, its reaped children included (utime + stime + cutime + cstime).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // rest[0] is the state (field 3); utime is field 14 → rest[11].
+    let ticks = f[11] + f[12] + f[13] + f[14];
+    ticks / 100.0
+}
+
+/// containerd and every containerd-shim process.
+fn runtime_pids() -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if comm == "containerd" || comm.starts_with("containerd-shim") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn runtime_cpu() -> f64 {
+    runtime_pids().into_iter().map(cpu_seconds).sum()
+}
+
+/// (total probes, schedule-delay histogram buckets (le, cumulative count), count) from
+/// `/metrics/probes`.
+fn probe_metrics(port: u16) -> (f64, Vec<(f64, f64)>, f64) {
+    let text = reqwest::blocking::get(format!("http://127.0.0.1:{port}/metrics/probes"))
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    let mut total = 0.0;
+    let mut buckets = Vec::new();
+    let mut count = 0.0;
+    for l in text.lines() {
+        let v: f64 = l
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        if l.starts_with("prober_probe_total{") {
+            total += v;
+        } else if let Some(rest) =
+            l.strip_prefix("nodelet_prober_schedule_delay_seconds_bucket{le=\"")
+        {
+            let le = rest.split('"').next().unwrap_or("+Inf");
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap_or(0.0)
+            };
+            buckets.push((le, v));
+        } else if l.starts_with("nodelet_prober_schedule_delay_seconds_count") {
+            count = v;
+        }
+    }
+    (total, buckets, count)
+}
+
+/// The upper bound of the bucket holding quantile `q` of the observations between two scrapes.
+fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> f64 {
+    let diff: Vec<(f64, f64)> = after
+        .iter()
+        .map(|(le, c)| {
+            let b = before
+                .iter()
+                .find(|(l, _)| l == le)
+                .map_or(0.0, |(_, c)| *c);
+            (*le, c - b)
+        })
+        .collect();
+    let total = diff.last().map_or(0.0, |(_, c)| *c);
+    diff.iter()
+        .find(|(_, c)| *c >= q * total)
+        .map_or(f64::INFINITY, |(le, _)| *le)
+}
+
+fn ready_pods(port: u16) -> usize {
+    let body = reqwest::blocking::get(format!("http://127.0.0.1:{port}/pods"))
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .count()
+}
+
+fn main() {
+    let pods = env_usize("PODS", 110);
+    let seconds = env_usize("SECONDS", 30) as u64;
+    let node = format!("probes-{}", std::process::id());
+    let a = agent::start(&node, "maxPods: 250\n", std::process::Stdio::null());
+    for i in 0..pods {
+        let m = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: web\n    image: busybox:1.36\n    command: [sh, -c, 'mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www']\n    resources: {{requests: {{cpu: 1m, memory: 4Mi}}}}\n    readinessProbe: {{exec: {{command: ['true']}}, periodSeconds: 1}}\n    livenessProbe: {{httpGet: {{path: /index.html, port: 8080}}, periodSeconds: 1, failureThreshold: 30}}\n"
+        );
+        let tmp = a.manifests.join(format!(".p{i}.tmp"));
+        std::fs::write(&tmp, m).unwrap();
+        std::fs::rename(tmp, a.manifests.join(format!("p{i}.yaml"))).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while ready_pods(a.port) < pods {
+        assert!(Instant::now() < deadline, "pods not ready in 10 minutes");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // Settle, then measure a steady window.
+    std::thread::sleep(Duration::from_secs(5));
+    let pid = a.child.id();
+    let (p0, b0, _) = probe_metrics(a.port);
+    let (n0, r0, t0) = (cpu_seconds(pid), runtime_cpu(), Instant::now());
+    std::thread::sleep(Duration::from_secs(seconds));
+    let (p1, b1, _) = probe_metrics(a.port);
+    let (n1, r1, t1) = (cpu_seconds(pid), runtime_cpu(), Instant::now());
+    let probes = p1 - p0;
+    let wall = (t1 - t0).as_secs_f64();
+    let nodelet_ms = (n1 - n0) * 1000.0 / probes;
+    let runtime_ms = (r1 - r0) * 1000.0 / probes;
+    println!(
+        "probes: {pods} pods, exec readiness + httpGet liveness every 1 s, {wall:.1} s window"
+    );
+    println!(
+        "  probes run: {probes:.0} ({:.1}/s; wanted {})",
+        probes / wall,
+        2 * pods
+    );
+    println!(
+        "  nodelet CPU per probe: {nodelet_ms:.3} ms; runtime (containerd + shims) CPU per probe: {runtime_ms:.3} ms; ratio nodelet/runtime {:.3}",
+        nodelet_ms / runtime_ms
+    );
+    println!(
+        "  nodelet CPU: {:.1}% of a core; runtime CPU: {:.1}% of a core",
+        (n1 - n0) * 100.0 / wall,
+        (r1 - r0) * 100.0 / wall
+    );
+    println!(
+        "  scheduling delay (histogram bucket bounds): p50 <= {:.2} ms, p99 <= {:.2} ms",
+        quantile(&b0, &b1, 0.5) * 1000.0,
+        quantile(&b0, &b1, 0.99) * 1000.0
+    );
+
+    // Clean up: the pods go with their manifests.
+    for e in std::fs::read_dir(&a.manifests).unwrap().flatten() {
+        let _ = std::fs::remove_file(e.path());
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body = reqwest::blocking::get(format!("http://127.0.0.1:{}/pods", a.port))
+            .and_then(|r| r.text())
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if v["items"].as_array().is_none_or(|i| i.is_empty()) || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut a = a;
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
+}
