@@ -55,6 +55,8 @@ pub fn remove_orphaned_pod_dirs(
         if in_use.contains(&uid) || !crate::pod::is_safe_uid(&uid) {
             continue;
         }
+        // Volumes first: a tmpfs emptyDir is unmounted before its directory goes.
+        crate::volume::tear_down_pod(&e.path());
         match std::fs::remove_dir_all(e.path()) {
             Ok(()) => removed.push(uid),
             Err(err) => {

@@ -12,6 +12,7 @@
 //! - [`cri`]: the CRI client; [`container`]: the runtime's view of pods and the pod cache.
 //! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
 //! - [`status`]: pod phase, conditions and container states; [`gc`]: dead containers.
+//! - [`volume`]: emptyDir and hostPath volumes and the containers' mounts.
 //! - [`cm`] and [`qos`]: pod cgroups and QoS classes; [`resources`]: requests and limits of pods
 //!   and containers.
 //! - [`eviction`]: the eviction manager: signals, thresholds, kernel memory notifications,
@@ -55,4 +56,5 @@ pub mod status;
 pub mod syncloop;
 #[cfg(test)]
 pub mod testing;
+pub mod volume;
 pub mod yaml;

@@ -147,6 +147,30 @@ pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceErro
             });
         }
     }
+    // Hugepages cannot be overcommitted: a request needs a limit, and they must be equal (the
+    // API server's "Limit must be set for non overcommitable resources").
+    for (name, q) in c
+        .resources
+        .iter()
+        .flat_map(|r| r.requests.iter().flatten())
+        .filter(|(k, _)| k.starts_with("hugepages-"))
+    {
+        let limit = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(name));
+        let same = limit.is_some_and(|l| parse_value(&l.0).ok() == parse_value(&q.0).ok());
+        if !same {
+            return Err(ResourceError {
+                container: c.name.clone(),
+                field: format!("resources.requests.{name}"),
+                message:
+                    "a limit must be set for non overcommitable resources, equal to the request"
+                        .into(),
+            });
+        }
+    }
     let names: Vec<String> = c
         .resources
         .iter()

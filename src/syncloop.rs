@@ -16,7 +16,7 @@ use crossbeam_channel::{select, tick, Receiver};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
-use crate::admission::{host_ports, PodAdmitter, Rejection};
+use crate::admission::{PodAdmitter, Rejection};
 use crate::events::Recorder;
 use crate::pleg::PodLifecycleEvent;
 use crate::pod::{pod_ref, pod_uid};
@@ -200,16 +200,16 @@ impl<S: PodSyncer> SyncLoop<S> {
             }
             let adopted = self.adopted.remove(&uid);
             let fresh = was_failed || (!self.pods.contains_key(&uid) && !adopted);
-            // An edit that changes the pod's host ports is admitted again for them (kubelet sees
-            // an edited manifest as a new pod); other edits of a running pod are not.
-            let ports_changed = self
+            // An edited manifest goes through admission again, the other pods counted as
+            // running: kubelet sees an edited static pod as a new pod (a new UID), which its
+            // admit handlers check afresh; nodelet keeps the UID (see the README) but not the
+            // exemption. A refused edit stops the running pod, as kubelet's would.
+            let edited = self
                 .pods
                 .get(&uid)
-                .is_some_and(|p| host_ports::host_ports(p) != host_ports::host_ports(&pod));
-            let rejection = if fresh {
+                .is_some_and(|p| crate::pod::config_hash(p) != crate::pod::config_hash(&pod));
+            let rejection = if fresh || edited {
                 self.admission_refusal(&pod, &uid)
-            } else if ports_changed {
-                host_ports::admit(&pod, self.running_pods(&uid))
             } else {
                 None
             };

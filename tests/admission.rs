@@ -174,10 +174,28 @@ fn admission_refuses_what_kubelet_refuses_and_a_full_node_still_runs_what_fits()
         n.metric("kubelet_admission_rejections_total{reason=\"OutOfcpu\"}"),
         2.0
     );
+    n.wait_running(&edge, &["c"], Duration::from_secs(5));
     assert_eq!(
         n.metric("kubelet_admission_rejections_total{reason=\"NodeAffinity\"}"),
         1.0
     );
+
+    // An edit goes through admission again: edge asking for 900m beside fit's 600m is refused
+    // and stopped, as kubelet refuses an edited static pod (a new pod to it).
+    n.write_manifest(
+        "edge.yaml",
+        &sleeper(
+            "edge",
+            "  nodeSelector: {tier: edge}\n",
+            "{requests: {cpu: 900m}}",
+        ),
+    );
+    let (reason, _) = failed(&n, "edge", within);
+    assert_eq!(reason, "OutOfcpu");
+    wait_until(Duration::from_secs(20), "edge stopped", || {
+        n.runtime.sandboxes(&edge).is_empty()
+    });
+    n.wait_running(&fit, &["c"], Duration::from_secs(5));
 
     // When the fitting pod goes, a refused pod whose manifest changes is admitted.
     std::fs::remove_file(n.manifests().join("fit.yaml")).unwrap();

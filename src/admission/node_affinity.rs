@@ -64,16 +64,43 @@ impl NodeIdentity {
     }
 }
 
-/// Parses `--node-labels`: `key=value` pairs separated by commas.
+/// A label name part or value: at most 63 of `[A-Za-z0-9-_.]`, starting and ending with a
+/// letter or digit (apimachinery's `IsQualifiedName` name part and `IsValidLabelValue`).
+fn is_label_token(s: &str) -> bool {
+    s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// A label key: `[prefix/]name`, the prefix a DNS-1123 subdomain.
+fn is_label_key(k: &str) -> bool {
+    match k.split_once('/') {
+        Some((prefix, name)) => {
+            crate::pod::is_dns1123_subdomain(prefix) && !name.contains('/') && is_label_token(name)
+        }
+        None => is_label_token(k),
+    }
+}
+
+/// Parses `--node-labels`: `key=value` pairs separated by commas, keys and values as the API
+/// server allows them in labels (an empty value is allowed).
 ///
-/// Errors: a message naming the entry that is not `key=value` with a non-empty key.
+/// Errors: a message naming the entry that is not `key=value` or whose key or value is not a
+/// valid label key or value.
 pub fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
     s.split(',')
         .map(str::trim)
         .filter(|e| !e.is_empty())
         .map(|e| match e.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-            _ => Err(format!("{e:?} is not key=value")),
+            Some((k, v)) if is_label_key(k) && (v.is_empty() || is_label_token(v)) => {
+                Ok((k.to_owned(), v.to_owned()))
+            }
+            Some(_) => Err(format!(
+                "{e:?}: a label key is [prefix/]name and a value at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+            )),
+            None => Err(format!("{e:?} is not key=value")),
         })
         .collect()
 }
@@ -83,8 +110,11 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
     match r.operator.as_str() {
         "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
         "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
+        // Invalid requirements (values where none belong, Gt/Lt without exactly one) match
+        // nothing, as the scheduler's selector parsing makes them.
+        "Exists" => values.is_empty() && value.is_some(),
+        "DoesNotExist" => values.is_empty() && value.is_none(),
+        "Gt" | "Lt" if values.len() != 1 => false,
         "Gt" | "Lt" => {
             let (Some(v), Some(bound)) = (
                 value.and_then(|v| v.parse::<i64>().ok()),
@@ -248,5 +278,20 @@ mod tests {
         );
         assert_eq!(admit(&pod("{os: {name: linux}, containers: []}"), &n), None);
         assert!(parse_node_labels("a=b,c").is_err());
+        for bad in [
+            "a b=c",
+            "a=b=c",
+            "x/y/z=1",
+            "-a=1",
+            &format!("{}=1", "k".repeat(64)),
+        ] {
+            assert!(parse_node_labels(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_node_labels("node-role.kubernetes.io/master=,tier=edge")
+                .unwrap()
+                .len(),
+            2
+        );
     }
 }

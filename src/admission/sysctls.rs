@@ -23,10 +23,26 @@ pub const SAFE_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_wmem",
 ];
 
+/// A sysctl name in dotted form: kubelet's `NormalizeName` swaps '/' and '.' only when the
+/// first separator is '/' (`net/ipv4/ip_forward`); any other name is kept as written.
+pub fn normalize(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(i) if name.as_bytes()[i] == b'/' => name
+            .chars()
+            .map(|c| match c {
+                '/' => '.',
+                '.' => '/',
+                c => c,
+            })
+            .collect(),
+        _ => name.to_owned(),
+    }
+}
+
 /// The kernel namespace a sysctl belongs to (`ipc` or `net`), or `None` when it is not
 /// namespaced (kubelet's `GetNamespace`).
 pub fn namespace(name: &str) -> Option<&'static str> {
-    let name = name.replace('/', ".");
+    let name = normalize(name);
     if name.starts_with("kernel.shm")
         || name.starts_with("kernel.msg")
         || name == "kernel.sem"
@@ -58,7 +74,7 @@ pub fn admit(pod: &Pod, allowed: &[String]) -> Option<Rejection> {
     let spec = pod.spec.as_ref()?;
     let sysctls = spec.security_context.as_ref()?.sysctls.as_deref()?;
     for s in sysctls {
-        let name = s.name.replace('/', ".");
+        let name = normalize(&s.name);
         let listed = SAFE_SYSCTLS.contains(&name.as_str())
             || allowed.iter().any(|p| match p.strip_suffix('*') {
                 Some(prefix) => name.starts_with(prefix),
@@ -90,6 +106,20 @@ pub fn admit(pod: &Pod, allowed: &[String]) -> Option<Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_normalized_only_when_the_first_separator_is_a_slash() {
+        assert_eq!(normalize("net/ipv4/ip_forward"), "net.ipv4.ip_forward");
+        assert_eq!(
+            normalize("kernel.shm_rmid_forced"),
+            "kernel.shm_rmid_forced"
+        );
+        assert_eq!(normalize("../x"), "../x");
+        assert_eq!(
+            normalize("net.ipv4.conf.eth0/1.rp_filter"),
+            "net.ipv4.conf.eth0/1.rp_filter"
+        );
+    }
     use crate::testing::pods::with_spec as pod;
 
     #[test]

@@ -4,8 +4,13 @@
 //! Writers: the PLEG (for pods whose containers changed) and the pod workers (each fresh read).
 //! [`PodCache::get_newer_than`] answers only with a status read at or after the given time; the
 //! PLEG's [`PodCache::update_time`] marks every entry fresh as of a relist that saw no change.
+//!
+//! The cache also remembers the containers containerd reported OOM-killed (its `/tasks/oom`
+//! event), and every status written or already held shows them exited as `OOMKilled`:
+//! containerd 1.6's CRI status says `Completed` for a container whose shell survived the kill
+//! and exited 0, and the event may come before or after the exit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -16,6 +21,26 @@ struct Inner {
     pods: HashMap<String, (Arc<RuntimePodStatus>, Instant)>,
     /// Time of the last relist: every pod without a newer entry is unchanged since then.
     global: Option<Instant>,
+    /// Containers with an OOM kill (bounded: cleared past [`MAX_OOM_KILLED`]).
+    oom_killed: HashSet<String>,
+}
+
+/// Most OOM-killed container IDs remembered.
+const MAX_OOM_KILLED: usize = 1024;
+
+/// Marks the exited containers of `status` that are in `oom` as OOMKilled; true when any was.
+fn apply_oom(status: &mut RuntimePodStatus, oom: &HashSet<String>) -> bool {
+    let mut changed = false;
+    for c in &mut status.containers {
+        if c.state == Some(super::ContainerState::Exited)
+            && c.reason != "OOMKilled"
+            && oom.contains(&c.id)
+        {
+            c.reason = "OOMKilled".into();
+            changed = true;
+        }
+    }
+    changed
 }
 
 /// Latest runtime status per pod UID. Cheap to clone.
@@ -24,12 +49,45 @@ pub struct PodCache(Arc<Mutex<Inner>>);
 
 impl PodCache {
     /// Records `status` of `uid` as read at `at`; an older write never replaces a newer one.
-    pub fn set(&self, uid: &str, status: RuntimePodStatus, at: Instant) {
+    pub fn set(&self, uid: &str, mut status: RuntimePodStatus, at: Instant) {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if g.pods.get(uid).is_some_and(|(_, t)| *t > at) {
             return;
         }
+        apply_oom(&mut status, &g.oom_killed);
         g.pods.insert(uid.to_owned(), (Arc::new(status), at));
+    }
+
+    /// Records an OOM kill of `container_id`. Returns the UID of the pod whose held status
+    /// changed (the container had already exited), so its worker can act on it.
+    pub fn mark_oom_killed(&self, container_id: &str) -> Option<String> {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if g.oom_killed.len() >= MAX_OOM_KILLED {
+            g.oom_killed.clear();
+        }
+        g.oom_killed.insert(container_id.to_owned());
+        let oom = std::mem::take(&mut g.oom_killed);
+        let mut changed = None;
+        for (uid, (st, _)) in g.pods.iter_mut() {
+            if st.containers.iter().any(|c| c.id == container_id) {
+                let mut copy = (**st).clone();
+                if apply_oom(&mut copy, &oom) {
+                    *st = Arc::new(copy);
+                    changed = Some(uid.clone());
+                }
+            }
+        }
+        g.oom_killed = oom;
+        changed
+    }
+
+    /// True when containerd reported `container_id` OOM-killed.
+    pub fn is_oom_killed(&self, container_id: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .oom_killed
+            .contains(container_id)
     }
 
     /// Marks every entry as current at `at` (a relist found no other change).
@@ -59,13 +117,14 @@ impl PodCache {
             .map(|(s, _)| s.clone())
     }
 
-    /// Forgets a pod.
+    /// Forgets a pod (and the OOM kills of its containers).
     pub fn delete(&self, uid: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pods
-            .remove(uid);
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((st, _)) = g.pods.remove(uid) {
+            for c in &st.containers {
+                g.oom_killed.remove(&c.id);
+            }
+        }
     }
 }
 
@@ -73,6 +132,32 @@ impl PodCache {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn an_oom_kill_marks_the_exit_whether_it_comes_before_or_after_it() {
+        use crate::container::{ContainerState, RuntimeContainer};
+        let c = PodCache::default();
+        let exited = |id: &str| RuntimePodStatus {
+            containers: vec![RuntimeContainer {
+                id: id.into(),
+                state: Some(ContainerState::Exited),
+                reason: "Completed".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        // Before: the exit written later shows OOMKilled.
+        assert_eq!(c.mark_oom_killed("a"), None);
+        c.set("u1", exited("a"), Instant::now());
+        assert_eq!(c.latest("u1").unwrap().containers[0].reason, "OOMKilled");
+        // After: the held status changes, and its pod is named.
+        c.set("u2", exited("b"), Instant::now());
+        assert_eq!(c.mark_oom_killed("b").as_deref(), Some("u2"));
+        assert_eq!(c.latest("u2").unwrap().containers[0].reason, "OOMKilled");
+        assert!(c.is_oom_killed("b"));
+        c.delete("u2");
+        assert!(!c.is_oom_killed("b"), "forgotten with its pod");
+    }
 
     #[test]
     fn answers_only_with_statuses_newer_than_asked() {

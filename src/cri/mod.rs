@@ -45,6 +45,10 @@ pub struct Cri {
     timeout: Duration,
 }
 
+/// The longest deadline of a CRI call: a year (StopContainer's is the grace period plus
+/// `runtimeRequestTimeout`, and a manifest may give any grace period).
+pub const MAX_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
+
 fn unix_channel(socket: PathBuf) -> Channel {
     // The URI is required by tonic but unused: the connector always dials the socket.
     Endpoint::from_static("http://[::1]:50051").connect_with_connector_lazy(tower::service_fn(
@@ -196,10 +200,13 @@ impl Cri {
         }
     }
 
+    /// A request with a deadline of `timeout`, at most [`MAX_DEADLINE`]: a grace period of
+    /// `i64::MAX` seconds is valid in a manifest, and gRPC's timeout header cannot carry it
+    /// (tonic refuses such a duration with a panic).
     fn request<T>(&self, msg: T, timeout: Option<Duration>) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         if let Some(t) = timeout {
-            r.set_timeout(t);
+            r.set_timeout(t.min(MAX_DEADLINE));
         }
         r
     }
@@ -358,7 +365,9 @@ impl RuntimeService for Cri {
             container_id: id.into(),
             timeout: grace_seconds,
         };
-        let deadline = self.timeout + Duration::from_secs(grace_seconds.max(0) as u64);
+        let deadline = self
+            .timeout
+            .saturating_add(Duration::from_secs(grace_seconds.max(0) as u64));
         let r = self
             .runtime
             .clone()
@@ -453,7 +462,7 @@ impl RuntimeService for Cri {
             cmd,
             timeout: timeout.as_secs() as i64,
         };
-        let deadline = (!timeout.is_zero()).then(|| timeout + self.timeout);
+        let deadline = (!timeout.is_zero()).then(|| timeout.saturating_add(self.timeout));
         let r = self
             .runtime
             .clone()

@@ -105,7 +105,7 @@ pub fn sandbox_hash(pod: &Pod) -> String {
         .iter()
         .flat_map(|c| c.ports.iter().flatten())
         .collect();
-    crate::hash::object_hash(&(
+    let base = crate::hash::object_hash(&(
         s.host_network,
         s.host_pid,
         s.host_ipc,
@@ -115,7 +115,14 @@ pub fn sandbox_hash(pod: &Pod) -> String {
         &s.dns_policy,
         &s.dns_config,
         ports,
-    ))
+    ));
+    // Sysctls and the runtime class shape the sandbox too; they join the hash only when set,
+    // so that the sandboxes of pods without them keep their hash across an upgrade.
+    let sysctls = s.security_context.as_ref().and_then(|c| c.sysctls.as_ref());
+    if sysctls.is_none() && s.runtime_class_name.is_none() {
+        return base;
+    }
+    crate::hash::object_hash(&(base, sysctls, &s.runtime_class_name))
 }
 
 /// True for a sidecar: an init container with `restartPolicy: Always`.

@@ -289,6 +289,10 @@ pub fn container_config(
                 run_as_user: run_as_user.map(|value| api::Int64Value { value }),
                 run_as_group: run_as_group.map(|value| api::Int64Value { value }),
                 ..Default::default()
+            })
+            .map(|mut sc| {
+                super::security_context::apply(pod, c, &settings.root_dir.join("seccomp"), &mut sc);
+                sc
             }),
         }),
         ..Default::default()

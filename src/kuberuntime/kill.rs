@@ -171,6 +171,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             warn!(pod = %pod_ref(pod), uid, "pod identity is not safe for paths; leaving its directories and cgroups alone");
             return;
         }
+        // The pod's containers are gone: its volumes can go (tmpfs unmounted) before its
+        // directory.
+        crate::volume::tear_down_pod(&pod_dir(&self.settings.root_dir, uid));
         for dir in [logs, pod_dir(&self.settings.root_dir, uid)] {
             if let Err(e) = std::fs::remove_dir_all(&dir) {
                 if e.kind() != std::io::ErrorKind::NotFound {

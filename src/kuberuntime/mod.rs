@@ -22,6 +22,7 @@ pub mod labels;
 pub mod lifecycle;
 pub mod logs;
 pub mod sandbox;
+pub mod security_context;
 pub mod status;
 pub mod sync;
 #[cfg(test)]

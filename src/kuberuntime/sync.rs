@@ -84,6 +84,27 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         // The pod's probe workers run from its first sync; they read its containers from the
         // pod cache.
         self.probes.update_pod(pod, &ips);
+        // Volumes before any container (kubelet's WaitForAttachAndMount): a failure holds the
+        // pod in ContainerCreating with a FailedMount event, and the next sync tries again.
+        let volumes = match crate::volume::set_up_pod(
+            pod,
+            &hosts_file::pod_dir(&self.settings.root_dir, &uid),
+        ) {
+            Ok(v) => v,
+            Err(e) => {
+                warn!(pod = %pod_ref(pod), uid, error = %e, "volume set-up failed");
+                self.recorder
+                    .warning(pod_ref(pod), "FailedMount", e.to_string());
+                let rt = self.fresh_status(&uid).await?;
+                self.record_status(pod, &rt);
+                return Err(SyncError::Start {
+                    container: String::new(),
+                    reason: "FailedMount",
+                    message: e.to_string(),
+                });
+            }
+        };
+        let volumes = &volumes;
         let to_kill: Vec<(String, String, i64)> = actions
             .containers_to_kill
             .iter()
@@ -125,20 +146,20 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
 
         let mut first_err = None;
         if let Some(init) = &actions.next_init {
-            if let Err(e) = self.start_one(pod, init, true, &sb, &ips).await {
+            if let Err(e) = self.start_one(pod, init, true, &sb, &ips, volumes).await {
                 first_err = Some(e);
             }
         } else {
             // Sidecars that exited come back first, in order; then the app containers.
             for s in &actions.sidecars_to_start {
-                if let Err(e) = self.start_one(pod, s, true, &sb, &ips).await {
+                if let Err(e) = self.start_one(pod, s, true, &sb, &ips, volumes).await {
                     first_err.get_or_insert(e);
                 }
             }
             let starts = actions
                 .containers_to_start
                 .iter()
-                .map(|s| self.start_one(pod, s, false, &sb, &ips));
+                .map(|s| self.start_one(pod, s, false, &sb, &ips, volumes));
             let app_err = futures::future::join_all(starts)
                 .await
                 .into_iter()
@@ -254,6 +275,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         is_init: bool,
         sb: &SandboxInfo,
         pod_ips: &[String],
+        volumes: &std::collections::BTreeMap<String, PathBuf>,
     ) -> Result<(), SyncError> {
         let spec = pod.spec.as_ref().ok_or_else(|| SyncError::Start {
             container: String::new(),
@@ -306,6 +328,22 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 return Err(fail(e.reason(), e.to_string()));
             }
         };
+        if super::security_context::run_as_non_root(pod, c) {
+            let image = self.cri.image_status(&image_ref).await.ok().flatten();
+            let user = c
+                .security_context
+                .as_ref()
+                .and_then(|s| s.run_as_user)
+                .or_else(|| spec.security_context.as_ref().and_then(|s| s.run_as_user));
+            super::security_context::verify_run_as_non_root(
+                pod,
+                c,
+                user,
+                image.as_ref().and_then(|i| i.uid.as_ref()).map(|u| u.value),
+                image.as_ref().map_or("", |i| i.username.as_str()),
+            )
+            .map_err(|e| fail("CreateContainerConfigError", e))?;
+        }
         let inputs = container::ContainerInputs {
             restart_count: start.restart_count,
             image_ref: &image_ref,
@@ -314,6 +352,15 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         };
         let mut config = container::container_config(&self.settings, pod, c, &inputs)
             .map_err(|e| fail("CreateContainerConfigError", e.message))?;
+        let vars: std::collections::HashMap<String, String> =
+            container::make_env(pod, c, &self.settings, pod_ips)
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+        let mounts =
+            crate::volume::mounts::container_mounts(c, volumes, &|s| container::expand(s, &vars))
+                .map_err(|e| fail("CreateContainerConfigError", e))?;
+        config.mounts.extend(mounts);
         match hosts_file::ensure_hosts_file(&self.settings, pod, pod_ips) {
             Ok(Some(mount)) => config.mounts.push(mount),
             Ok(None) => {}

@@ -3,13 +3,14 @@
 //! containerd 1.6 does not implement CRI `GetContainerEvents`, but its Events service streams
 //! task events on the same socket. nodelet subscribes to `/tasks/` topics in the `k8s.io`
 //! namespace and triggers a relist on each, so the change goes through the same diff, cache and
-//! channel as a periodic relist. A task exit with a non-zero status is also reported at once
-//! ([`Pleg::container_exited`]): containerd 1.6's CRI plugin shows the container as exited only
-//! after it has deleted the task, some 50 ms later. An OOM event before the exit marks it as
-//! OOMKilled, as the runtime's own status later says. An exit with status 0 is left to the
-//! relist that follows the task's deletion: the OOM event of a container whose shell survived
-//! the OOM kill and exited 0 may come after the exit (seen 11 ms after), and only the runtime's
-//! status then tells a completed container from an OOM-killed one. The stream marks the PLEG
+//! channel as a periodic relist. A task exit with a non-zero status, or after the container's
+//! OOM event, is also reported at once ([`Pleg::container_exited`]): containerd 1.6's CRI
+//! plugin shows the container as exited only after it has deleted the task, some 50 ms later.
+//! An OOM event marks the container OOMKilled in the pod cache whenever it comes: containerd's
+//! CRI status says `Completed` for a container whose shell survived the kill and exited 0, and
+//! the event may come after the exit (seen 11 ms after). So an exit with status 0 and no OOM
+//! event yet is left to the relist that follows the task's deletion, by which time a late OOM
+//! event has arrived; one arriving later still syncs the pod again. The stream marks the PLEG
 //! healthy while it runs; when it breaks the PLEG falls back to the 1 s relist and the stream is
 //! reconnected every second.
 
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use containerd_client::events::{TaskExit, TaskOom};
+use containerd_client::events::{TaskDelete, TaskExit, TaskOom};
 use containerd_client::services::v1::events_client::EventsClient;
 use containerd_client::services::v1::SubscribeRequest;
 use hyper_util::rt::TokioIo;
@@ -73,6 +74,13 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
     info!("following containerd task events; PLEG relist is the safety net");
     while let Some(envelope) = stream.message().await? {
         debug!(topic = %envelope.topic, "containerd event");
+        if !about_a_container(
+            &envelope.topic,
+            envelope.event.as_ref().map(|a| a.value.as_slice()),
+        ) {
+            // An exec'd process (a probe, a hook): the containers did not change.
+            continue;
+        }
         if envelope.topic == "/tasks/oom" {
             if let Some(oom) = envelope
                 .event
@@ -87,9 +95,9 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
                 .event
                 .and_then(|any| TaskExit::decode(any.value.as_slice()).ok())
             {
-                // The task itself, not an exec'd process in it; a zero status waits for the
-                // runtime's own status (see the module docs).
-                if (exit.id == exit.container_id || exit.id.is_empty()) && exit.exit_status != 0 {
+                // A zero status waits for the runtime's status unless the OOM kill is known
+                // (see the module docs).
+                if exit.exit_status != 0 || pleg.is_oom_killed(&exit.container_id) {
                     let at = exit
                         .exited_at
                         .map_or(0, |t| t.seconds * 1_000_000_000 + i64::from(t.nanos));
@@ -100,4 +108,65 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
         pleg.trigger();
     }
     Ok(())
+}
+
+/// True for an event about a container's own task, false for one about a process exec'd in it
+/// (`/tasks/exec-added`, `/tasks/exec-started`, and the exit and delete of an exec'd process,
+/// whose `id` is the exec ID): exec probes and hooks must not cost a relist each.
+fn about_a_container(topic: &str, event: Option<&[u8]>) -> bool {
+    let exec_id = |id: &str, container: &str| !id.is_empty() && id != container;
+    match topic {
+        "/tasks/exec-added" | "/tasks/exec-started" => false,
+        "/tasks/exit" => event
+            .and_then(|a| TaskExit::decode(a).ok())
+            .is_none_or(|e| !exec_id(&e.id, &e.container_id)),
+        "/tasks/delete" => event
+            .and_then(|a| TaskDelete::decode(a).ok())
+            .is_none_or(|e| !exec_id(&e.id, &e.container_id)),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn any<M: Message>(m: &M) -> Vec<u8> {
+        m.encode_to_vec()
+    }
+
+    #[test]
+    fn exec_processes_do_not_count_as_container_changes() {
+        let exec_exit = TaskExit {
+            container_id: "c".into(),
+            id: "exec-1".into(),
+            ..Default::default()
+        };
+        let task_exit = TaskExit {
+            container_id: "c".into(),
+            id: "c".into(),
+            ..Default::default()
+        };
+        assert!(!about_a_container(
+            "/tasks/exit",
+            Some(any(&exec_exit).as_slice())
+        ));
+        assert!(about_a_container(
+            "/tasks/exit",
+            Some(any(&task_exit).as_slice())
+        ));
+        assert!(!about_a_container("/tasks/exec-added", None));
+        assert!(!about_a_container("/tasks/exec-started", None));
+        let exec_delete = TaskDelete {
+            container_id: "c".into(),
+            id: "exec-1".into(),
+            ..Default::default()
+        };
+        assert!(!about_a_container(
+            "/tasks/delete",
+            Some(any(&exec_delete).as_slice())
+        ));
+        assert!(about_a_container("/tasks/start", None));
+        assert!(about_a_container("/tasks/oom", None));
+    }
 }

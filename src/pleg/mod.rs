@@ -149,8 +149,6 @@ pub struct Pleg<R: RuntimeService = Cri> {
     last_relist: Mutex<Option<Instant>>,
     trigger: Notify,
     stream_healthy: AtomicBool,
-    /// Containers with an OOM event and no exit yet.
-    oom_killed: Mutex<HashSet<String>>,
 }
 
 impl<R: RuntimeService> Pleg<R> {
@@ -172,7 +170,6 @@ impl<R: RuntimeService> Pleg<R> {
             last_relist: Mutex::new(None),
             trigger: Notify::new(),
             stream_healthy: AtomicBool::new(false),
-            oom_killed: Mutex::new(HashSet::new()),
         })
     }
 
@@ -213,16 +210,26 @@ impl<R: RuntimeService> Pleg<R> {
         }
     }
 
-    /// The kernel OOM-killed a process of the container (containerd's task OOM event, which
-    /// comes before the task exit): the exit, when it comes, is OOMKilled whatever its code (a
-    /// shell may exit 0 after its child was killed).
+    /// The kernel OOM-killed a process of the container (containerd's task OOM event, before
+    /// or after the task exit): its exit is OOMKilled whatever its code (a shell may exit 0
+    /// after its child was killed). The pod cache keeps the mark; when the exit is already in
+    /// it, the pod gets a ContainerDied event again so that its worker sees the OOM kill.
     pub fn container_oom(&self, container_id: &str) {
-        let mut oom = self.oom_killed.lock().unwrap_or_else(|e| e.into_inner());
-        // Bounded: an OOM of a container this PLEG never sees exit must not pile up.
-        if oom.len() >= 1024 {
-            oom.clear();
+        if let Some(uid) = self.cache.mark_oom_killed(container_id) {
+            let ev = PodLifecycleEvent {
+                uid,
+                kind: PodLifecycleEventType::ContainerDied,
+                container_id: container_id.to_owned(),
+            };
+            if self.tx.try_send(ev).is_err() {
+                self.metrics.pleg_discard_events.inc();
+            }
         }
-        oom.insert(container_id.to_owned());
+    }
+
+    /// True once containerd has reported the container OOM-killed.
+    pub fn is_oom_killed(&self, container_id: &str) -> bool {
+        self.cache.is_oom_killed(container_id)
     }
 
     /// A container that the last relist saw running has exited (from containerd's task exit
@@ -238,20 +245,13 @@ impl<R: RuntimeService> Pleg<R> {
                 _ => return,
             }
         };
-        let oom = self
-            .oom_killed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(container_id);
         if let Some(st) = self.cache.latest(&uid) {
             let mut st = (*st).clone();
             if let Some(c) = st.containers.iter_mut().find(|c| c.id == container_id) {
                 c.state = Some(crate::container::ContainerState::Exited);
                 c.exit_code = exit_code;
                 c.finished_at = exited_at_ns;
-                if oom {
-                    c.reason = "OOMKilled".into();
-                }
+                // The cache marks it OOMKilled when containerd reported the OOM kill.
                 self.cache.set(&uid, st, Instant::now());
             }
         }

@@ -319,3 +319,236 @@ async fn grpc(t: &Target<'_>, port: i32, service: &str, timeout: Duration) -> Ou
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::spec::PortRef;
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn ctx() -> HandlerContext {
+        let rt = crate::testing::runtime::FakeRuntime::new(crate::clock::FakeClock::new(1));
+        HandlerContext::new(exec_fn(rt)).unwrap()
+    }
+
+    fn container() -> Container {
+        serde_yaml::from_str("{name: c, ports: [{name: web, containerPort: 1}]}").unwrap()
+    }
+
+    fn target<'a>(c: &'a Container, ips: &'a [String]) -> Target<'a> {
+        Target {
+            container: c,
+            container_id: "id",
+            pod_ips: ips,
+            host_network: false,
+        }
+    }
+
+    /// A one-shot-per-connection HTTP server on 127.0.0.1: answers each request by path
+    /// (`/redirect-here` → 302 to `/ok`, `/redirect-away` → 302 to another host, `/ok` → 200
+    /// echoing the `x-probe` header, anything else → 500).
+    async fn http_server() -> u16 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    let req = String::from_utf8_lossy(&buf[..n]).to_string();
+                    let path = req.split(' ').nth(1).unwrap_or("").to_owned();
+                    let header = req
+                        .lines()
+                        .find(|l| l.to_ascii_lowercase().starts_with("x-probe:"))
+                        .map(|l| l[8..].trim().to_owned())
+                        .unwrap_or_default();
+                    let agent = req
+                        .lines()
+                        .find(|l| l.to_ascii_lowercase().starts_with("user-agent:"))
+                        .map(|l| l[11..].trim().to_owned())
+                        .unwrap_or_default();
+                    let resp = match path.as_str() {
+                        "/redirect-here" => "HTTP/1.1 302 Found\r\nLocation: /ok\r\nContent-Length: 0\r\n\r\n".to_owned(),
+                        "/redirect-away" => "HTTP/1.1 302 Found\r\nLocation: http://192.0.2.1/x\r\nContent-Length: 0\r\n\r\n".to_owned(),
+                        "/ok" => {
+                            let body = format!("{header} {agent}");
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                        }
+                        _ => "HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n".to_owned(),
+                    };
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        port
+    }
+
+    fn http(port: u16, path: &str) -> Handler {
+        Handler::Http(HttpGet {
+            scheme: "http".into(),
+            host: None,
+            port: PortRef::Number(i32::from(port)),
+            path: path.into(),
+            headers: vec![("X-Probe".into(), "hello".into())],
+        })
+    }
+
+    #[tokio::test]
+    async fn http_probes_follow_same_host_redirects_send_headers_and_judge_the_status() {
+        let port = http_server().await;
+        let c = container();
+        let ips = ["127.0.0.1".to_owned()];
+        let t = target(&c, &ips);
+        let d = Duration::from_secs(2);
+        let ok = run(&ctx(), &http(port, "/ok"), &t, d).await;
+        assert_eq!(
+            ok,
+            Outcome {
+                success: true,
+                output: format!("hello {USER_AGENT}")
+            }
+        );
+        assert!(
+            run(&ctx(), &http(port, "/redirect-here"), &t, d)
+                .await
+                .success
+        );
+        // A redirect to another host is not followed: the 302 itself counts (success), and
+        // nothing is sent to the other host.
+        assert!(
+            run(&ctx(), &http(port, "/redirect-away"), &t, d)
+                .await
+                .success
+        );
+        let bad = run(&ctx(), &http(port, "/boom"), &t, d).await;
+        assert_eq!(bad, Outcome::fail("HTTP probe failed with statuscode: 500"));
+        // A hook does not look at the status code.
+        assert!(run_hook(&ctx(), &http(port, "/boom"), &t).await.success);
+    }
+
+    #[tokio::test]
+    async fn probes_reach_only_the_pods_own_addresses_and_named_ports_must_exist() {
+        let c = container();
+        let ips = ["10.88.0.7".to_owned()];
+        let t = target(&c, &ips);
+        let d = Duration::from_secs(1);
+        let elsewhere = Handler::Tcp {
+            host: Some("192.0.2.1".into()),
+            port: PortRef::Number(80),
+        };
+        let out = run(&ctx(), &elsewhere, &t, d).await;
+        assert!(!out.success);
+        assert!(
+            out.output.contains("not an address of this pod"),
+            "{}",
+            out.output
+        );
+        let loopback = Handler::Tcp {
+            host: Some("127.0.0.1".into()),
+            port: PortRef::Number(80),
+        };
+        assert!(run(&ctx(), &loopback, &t, d)
+            .await
+            .output
+            .contains("not an address of this pod"));
+        let named = Handler::Tcp {
+            host: None,
+            port: PortRef::Name("metrics".into()),
+        };
+        assert_eq!(
+            run(&ctx(), &named, &t, d).await,
+            Outcome::fail("couldn't find port \"metrics\" in container \"c\"")
+        );
+        let no_ip = run(&ctx(), &loopback, &target(&c, &[]), d).await;
+        assert!(!no_ip.success);
+    }
+
+    #[tokio::test]
+    async fn tcp_probes_connect_or_fail_with_the_dial_error() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = l.local_addr().unwrap().port();
+        let closed = {
+            let l2 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l2.local_addr().unwrap().port()
+        };
+        let c = container();
+        let ips = ["127.0.0.1".to_owned()];
+        let t = target(&c, &ips);
+        let tcp = |p: u16| Handler::Tcp {
+            host: None,
+            port: PortRef::Number(i32::from(p)),
+        };
+        assert!(
+            run(&ctx(), &tcp(open), &t, Duration::from_secs(1))
+                .await
+                .success
+        );
+        let out = run(&ctx(), &tcp(closed), &t, Duration::from_secs(1)).await;
+        assert!(
+            out.output
+                .starts_with(&format!("dial tcp 127.0.0.1:{closed}: ")),
+            "{}",
+            out.output
+        );
+    }
+
+    #[tokio::test]
+    async fn grpc_probes_ask_the_health_service() {
+        use tonic_health::ServingStatus;
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", ServingStatus::Serving)
+            .await;
+        reporter
+            .set_service_status("db", ServingStatus::NotServing)
+            .await;
+        let incoming =
+            tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = incoming.local_addr().unwrap().port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming),
+        );
+        let c = container();
+        let ips = ["127.0.0.1".to_owned()];
+        let t = target(&c, &ips);
+        let grpc = |service: &str| Handler::Grpc {
+            port: i32::from(port),
+            service: service.into(),
+        };
+        let d = Duration::from_secs(2);
+        assert!(run(&ctx(), &grpc(""), &t, d).await.success);
+        assert_eq!(
+            run(&ctx(), &grpc("db"), &t, d).await,
+            Outcome::fail("service unhealthy (responded with \"NOT_SERVING\")")
+        );
+        let none = Handler::Grpc {
+            port: 1,
+            service: String::new(),
+        };
+        assert!(run(&ctx(), &none, &t, d)
+            .await
+            .output
+            .starts_with("timeout: failed to connect service"));
+    }
+
+    #[tokio::test]
+    async fn exec_probes_fail_with_the_runtimes_message() {
+        let rt = crate::testing::runtime::FakeRuntime::new(crate::clock::FakeClock::new(1));
+        let ctx = HandlerContext::new(exec_fn(rt.clone())).unwrap();
+        let c = container();
+        let t = target(&c, &[]);
+        let exec = Handler::Exec(vec!["/no/such/binary".into()]);
+        assert!(run(&ctx, &exec, &t, Duration::from_secs(1)).await.success);
+        rt.fail_next(
+            "exec_sync",
+            "OCI runtime exec failed: no such file or directory",
+        );
+        assert_eq!(
+            run(&ctx, &exec, &t, Duration::from_secs(1)).await,
+            Outcome::fail("OCI runtime exec failed: no such file or directory")
+        );
+    }
+}

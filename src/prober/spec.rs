@@ -245,7 +245,7 @@ pub fn validate(field: &str, c: &Container) -> Result<(), (String, String)> {
                     "must be between 1 and 65535".into(),
                 ))
             }
-            Ok(Some(_)) => {}
+            Ok(Some(h)) => validate_handler(&at, &h)?,
         }
         for (f, v) in [
             ("initialDelaySeconds", p.initial_delay_seconds),
@@ -290,7 +290,7 @@ pub fn validate(field: &str, c: &Container) -> Result<(), (String, String)> {
                         "is not supported by lifecycle hooks".into(),
                     ))
                 }
-                Ok(Some(_)) => {}
+                Ok(Some(h)) => validate_handler(&at, &h)?,
             }
             if h.sleep.as_ref().is_some_and(|s| s.seconds < 0) {
                 return Err((
@@ -301,6 +301,68 @@ pub fn validate(field: &str, c: &Container) -> Result<(), (String, String)> {
         }
     }
     Ok(())
+}
+
+/// A port number in 1..=65535, or a port name as the API server allows it (an IANA service
+/// name: at most 15 lowercase letters, digits and '-', with a letter).
+fn validate_port(at: &str, p: &PortRef) -> Result<(), (String, String)> {
+    match p {
+        PortRef::Number(n) if (1..=65535).contains(n) => Ok(()),
+        PortRef::Number(_) => Err((at.into(), "must be between 1 and 65535".into())),
+        PortRef::Name(s)
+            if !s.is_empty()
+                && s.len() <= 15
+                && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && s.chars().any(|c| c.is_ascii_lowercase())
+                && !s.starts_with('-')
+                && !s.ends_with('-') =>
+        {
+            Ok(())
+        }
+        PortRef::Name(_) => Err((
+            at.into(),
+            "must be a port number or an IANA service name (at most 15 lowercase letters, digits and '-')".into(),
+        )),
+    }
+}
+
+/// The API server's checks of one handler: exec has a command; httpGet has scheme HTTP or
+/// HTTPS, a valid port and header names that are HTTP tokens; tcpSocket a valid port.
+fn validate_handler(at: &str, h: &Handler) -> Result<(), (String, String)> {
+    match h {
+        Handler::Exec(cmd) if cmd.is_empty() => {
+            Err((format!("{at}.exec.command"), "is required".into()))
+        }
+        Handler::Http(g) => {
+            if !matches!(g.scheme.as_str(), "http" | "https") {
+                return Err((
+                    format!("{at}.httpGet.scheme"),
+                    "must be HTTP or HTTPS".into(),
+                ));
+            }
+            validate_port(&format!("{at}.httpGet.port"), &g.port)?;
+            let token = |s: &str| {
+                !s.is_empty()
+                    && s.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            };
+            if let Some((name, _)) = g.headers.iter().find(|(n, _)| !token(n)) {
+                return Err((
+                    format!("{at}.httpGet.httpHeaders"),
+                    format!("{name:?} is not a valid HTTP header name"),
+                ));
+            }
+            if let Some((name, _)) = g.headers.iter().find(|(_, v)| v.contains(['\r', '\n'])) {
+                return Err((
+                    format!("{at}.httpGet.httpHeaders"),
+                    format!("the value of {name:?} may not hold a line break"),
+                ));
+            }
+            Ok(())
+        }
+        Handler::Tcp { port, .. } => validate_port(&format!("{at}.tcpSocket.port"), port),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -347,6 +409,16 @@ mod tests {
             validate("spec.containers[0]", &two).unwrap_err().1,
             "may not specify more than 1 handler type"
         );
+        for (bad, field) in [
+            ("{name: c, readinessProbe: {tcpSocket: {port: 0}}}", "spec.containers[0].readinessProbe.tcpSocket.port"),
+            ("{name: c, readinessProbe: {httpGet: {port: 70000}}}", "spec.containers[0].readinessProbe.httpGet.port"),
+            ("{name: c, readinessProbe: {httpGet: {port: 80, scheme: FTP}}}", "spec.containers[0].readinessProbe.httpGet.scheme"),
+            ("{name: c, readinessProbe: {httpGet: {port: 80, httpHeaders: [{name: 'Bad Name', value: x}]}}}", "spec.containers[0].readinessProbe.httpGet.httpHeaders"),
+            ("{name: c, livenessProbe: {exec: {command: []}}}", "spec.containers[0].livenessProbe.exec.command"),
+            ("{name: c, livenessProbe: {tcpSocket: {port: Not_A_Name}}}", "spec.containers[0].livenessProbe.tcpSocket.port"),
+        ] {
+            assert_eq!(validate("spec.containers[0]", &container(bad)).unwrap_err().0, field, "{bad}");
+        }
         let hook = container("{name: c, lifecycle: {preStop: {}}}");
         assert_eq!(
             validate("spec.containers[0]", &hook).unwrap_err().0,

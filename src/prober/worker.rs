@@ -104,10 +104,17 @@ impl Worker {
             return (Step::Wait, publish);
         }
         if !c.running {
-            // A stopped container fails every probe (kubelet sets Failure for its ID).
+            // A container not running (created, not yet started; or exited) is not ready. Its
+            // liveness and startup results are left alone: kubelet sets Failure for every kind
+            // here, and a Failure recorded before the container started would kill it once it
+            // runs (seen with many containers starting slowly).
             self.last = None;
             self.run = 0;
-            return (Step::Wait, Some(Publish::Set(false)));
+            let publish = match self.kind {
+                ProbeKind::Readiness => Some(Publish::Set(false)),
+                _ => publish,
+            };
+            return (Step::Wait, publish);
         }
         let active = Duration::from_nanos(u64::try_from(now_ns - c.started_at).unwrap_or(0));
         if active < self.spec.initial_delay {

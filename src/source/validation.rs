@@ -125,6 +125,9 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
             }
         }
     }
+    crate::volume::validate(spec).map_err(|(field, reason)| err(field, "", &reason))?;
+    crate::kuberuntime::security_context::validate(pod, spec)
+        .map_err(|(field, reason)| err(field, "", &reason))?;
     validate_host_ports(spec)?;
     validate_host_namespaces(spec)?;
     crate::resources::validate_pod_resources(pod).map_err(|e| FieldError {
@@ -143,6 +146,30 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
     }
     // A negative terminationGracePeriodSeconds is admitted and taken as 1 s (the API server's
     // defaulting since Kubernetes 1.27); see `source::manifest`.
+    if let Some(d) = spec.active_deadline_seconds {
+        if d < 1 {
+            return Err(err(
+                "spec.activeDeadlineSeconds",
+                &d.to_string(),
+                "must be greater than or equal to 1",
+            ));
+        }
+    }
+    let mut sysctls = std::collections::BTreeSet::new();
+    for (i, s) in spec
+        .security_context
+        .iter()
+        .flat_map(|sc| sc.sysctls.iter().flatten())
+        .enumerate()
+    {
+        if !sysctls.insert(crate::admission::sysctls::normalize(&s.name)) {
+            return Err(err(
+                format!("spec.securityContext.sysctls[{i}].name"),
+                &s.name,
+                "is a duplicate",
+            ));
+        }
+    }
     if let Some(d) = spec.dns_policy.as_deref() {
         if !matches!(
             d,

@@ -192,6 +192,11 @@ impl Nodelet {
         s
     }
 
+    /// `--root-dir`.
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
     pub fn manifests(&self) -> PathBuf {
         self.dir.path().join("manifests")
     }

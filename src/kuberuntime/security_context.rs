@@ -1,0 +1,274 @@
+//! Security contexts to CRI (kubelet's `kuberuntime_container_linux.go` and
+//! `security_context.go`): the container's settings over the pod's, as
+//! `LinuxContainerSecurityContext`. Fields nodelet cannot enforce refuse the pod (validation),
+//! so that isolation is never silently weaker than the manifest asks.
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+
+use crate::cri::api;
+
+/// The settings that kubelet resolves container-over-pod, as CRI fields: run as user/group,
+/// supplemental groups (with `fsGroup`), capabilities, `no_new_privs`, seccomp.
+/// `seccomp_root` is where `Localhost` profiles live (`<root-dir>/seccomp`).
+pub fn apply(
+    pod: &Pod,
+    c: &Container,
+    seccomp_root: &std::path::Path,
+    sc: &mut api::LinuxContainerSecurityContext,
+) {
+    let csc = c.security_context.as_ref();
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    if let Some(caps) = csc.and_then(|s| s.capabilities.as_ref()) {
+        sc.capabilities = Some(api::Capability {
+            add_capabilities: caps.add.clone().unwrap_or_default(),
+            drop_capabilities: caps.drop.clone().unwrap_or_default(),
+            ..Default::default()
+        });
+    }
+    // kubelet's AddNoNewPrivileges: only an explicit false sets no_new_privs.
+    sc.no_new_privs = csc
+        .and_then(|s| s.allow_privilege_escalation)
+        .is_some_and(|allow| !allow);
+    let mut groups: Vec<i64> = psc
+        .and_then(|s| s.supplemental_groups.clone())
+        .unwrap_or_default();
+    if let Some(g) = psc.and_then(|s| s.fs_group) {
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    sc.supplemental_groups = groups;
+    let profile = csc
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref()));
+    // Without a profile kubelet runs Unconfined (SeccompDefault off), and so does nodelet.
+    sc.seccomp = Some(match profile.map(|p| p.type_.as_str()) {
+        Some("RuntimeDefault") => api::SecurityProfile {
+            profile_type: api::security_profile::ProfileType::RuntimeDefault as i32,
+            ..Default::default()
+        },
+        Some("Localhost") => api::SecurityProfile {
+            profile_type: api::security_profile::ProfileType::Localhost as i32,
+            localhost_ref: seccomp_root
+                .join(
+                    profile
+                        .and_then(|p| p.localhost_profile.as_deref())
+                        .unwrap_or(""),
+                )
+                .display()
+                .to_string(),
+        },
+        _ => api::SecurityProfile {
+            profile_type: api::security_profile::ProfileType::Unconfined as i32,
+            ..Default::default()
+        },
+    });
+}
+
+/// `runAsNonRoot` of the container over the pod's.
+pub fn run_as_non_root(pod: &Pod, c: &Container) -> bool {
+    c.security_context
+        .as_ref()
+        .and_then(|s| s.run_as_non_root)
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.run_as_non_root)
+        })
+        .unwrap_or(false)
+}
+
+/// kubelet's `verifyRunAsNonRoot`: with `runAsNonRoot`, the user the container will run as
+/// (`run_as_user`, else the image's uid or user name) must be known and not root.
+///
+/// Errors: kubelet's message.
+pub fn verify_run_as_non_root(
+    pod: &Pod,
+    c: &Container,
+    run_as_user: Option<i64>,
+    image_uid: Option<i64>,
+    image_user: &str,
+) -> Result<(), String> {
+    if !run_as_non_root(pod, c) {
+        return Ok(());
+    }
+    let who = format!(
+        "(pod: {:?}, container: {})",
+        crate::pod::pod_ref(pod),
+        c.name
+    );
+    match (run_as_user, image_uid) {
+        (Some(0), _) => Err(format!("container's runAsUser breaks non-root policy {who}")),
+        (Some(_), _) => Ok(()),
+        (None, Some(0)) => Err(format!("container has runAsNonRoot and image will run as root {who}")),
+        (None, Some(_)) => Ok(()),
+        (None, None) if image_user.is_empty() || image_user == "root" => Err(format!(
+            "container has runAsNonRoot and image will run as root {who}"
+        )),
+        (None, None) => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root {who}"
+        )),
+    }
+}
+
+/// Refuses the security settings nodelet does not enforce yet, naming the field: SELinux
+/// options, AppArmor profiles (field or annotation), `procMount: Unmasked`, user namespaces
+/// (`hostUsers: false`), and a Localhost seccomp profile without its path.
+///
+/// Errors: `(field, reason)`.
+pub fn validate(pod: &Pod, spec: &PodSpec) -> Result<(), (String, String)> {
+    let no = |field: String, what: &str| {
+        Err((field, format!("{what} is not supported by nodelet yet; the pod is refused rather than run with weaker isolation")))
+    };
+    if let Some(psc) = &spec.security_context {
+        if psc.se_linux_options.is_some() {
+            return no("spec.securityContext.seLinuxOptions".into(), "SELinux");
+        }
+        if psc.app_armor_profile.is_some() {
+            return no("spec.securityContext.appArmorProfile".into(), "AppArmor");
+        }
+        if let Some(p) = &psc.seccomp_profile {
+            seccomp_ok("spec.securityContext.seccompProfile", p)?;
+        }
+    }
+    if spec.host_users == Some(false) {
+        return no("spec.hostUsers".into(), "a user namespace");
+    }
+    if pod
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .any(|(k, _)| k.starts_with("container.apparmor.security.beta.kubernetes.io/"))
+    {
+        return no(
+            "metadata.annotations[container.apparmor.security.beta.kubernetes.io]".into(),
+            "AppArmor",
+        );
+    }
+    let init = spec.init_containers.as_deref().unwrap_or(&[]);
+    for (list, containers) in [
+        ("spec.initContainers", init),
+        ("spec.containers", &spec.containers[..]),
+    ] {
+        for (i, c) in containers.iter().enumerate() {
+            let Some(sc) = &c.security_context else {
+                continue;
+            };
+            let at = format!("{list}[{i}].securityContext");
+            if sc.se_linux_options.is_some() {
+                return no(format!("{at}.seLinuxOptions"), "SELinux");
+            }
+            if sc.app_armor_profile.is_some() {
+                return no(format!("{at}.appArmorProfile"), "AppArmor");
+            }
+            if sc.proc_mount.as_deref().is_some_and(|m| m != "Default") {
+                return no(format!("{at}.procMount"), "an unmasked /proc");
+            }
+            if let Some(p) = &sc.seccomp_profile {
+                seccomp_ok(&format!("{at}.seccompProfile"), p)?;
+            }
+            if sc.privileged == Some(true) && sc.allow_privilege_escalation == Some(false) {
+                return Err((
+                    format!("{at}.allowPrivilegeEscalation"),
+                    "cannot set allowPrivilegeEscalation to false and privileged to true".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn seccomp_ok(
+    at: &str,
+    p: &k8s_openapi::api::core::v1::SeccompProfile,
+) -> Result<(), (String, String)> {
+    match p.type_.as_str() {
+        "RuntimeDefault" | "Unconfined" => Ok(()),
+        "Localhost" => match p.localhost_profile.as_deref() {
+            Some(l) if crate::volume::mounts::is_safe_sub_path(l) && !l.is_empty() => Ok(()),
+            _ => Err((
+                format!("{at}.localhostProfile"),
+                "must be a relative path without '..'".into(),
+            )),
+        },
+        _ => Err((
+            format!("{at}.type"),
+            "must be RuntimeDefault, Unconfined or Localhost".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(spec: &str) -> Pod {
+        serde_yaml::from_str(&format!(
+            "metadata: {{name: p, namespace: d}}\nspec: {spec}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn container_settings_win_over_the_pods_and_reach_cri() {
+        let p = pod("{securityContext: {supplementalGroups: [5], fsGroup: 2000, seccompProfile: {type: RuntimeDefault}}, containers: [{name: c, image: b, securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [NET_RAW], add: [SYS_TIME]}}}]}");
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let mut sc = api::LinuxContainerSecurityContext::default();
+        apply(
+            &p,
+            c,
+            std::path::Path::new("/var/lib/nodelet/seccomp"),
+            &mut sc,
+        );
+        assert!(sc.no_new_privs);
+        assert_eq!(sc.supplemental_groups, vec![5, 2000]);
+        let caps = sc.capabilities.unwrap();
+        assert_eq!(
+            (caps.drop_capabilities, caps.add_capabilities),
+            (vec!["NET_RAW".to_owned()], vec!["SYS_TIME".to_owned()])
+        );
+        assert_eq!(
+            sc.seccomp.unwrap().profile_type,
+            api::security_profile::ProfileType::RuntimeDefault as i32
+        );
+    }
+
+    #[test]
+    fn run_as_non_root_is_checked_against_the_user_and_the_image() {
+        let p = pod("{securityContext: {runAsNonRoot: true}, containers: [{name: c, image: b}]}");
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert!(verify_run_as_non_root(&p, c, Some(1000), None, "").is_ok());
+        assert!(verify_run_as_non_root(&p, c, Some(0), None, "")
+            .unwrap_err()
+            .contains("breaks non-root policy"));
+        assert!(verify_run_as_non_root(&p, c, None, Some(0), "")
+            .unwrap_err()
+            .contains("will run as root"));
+        assert!(
+            verify_run_as_non_root(&p, c, None, None, "").is_err(),
+            "busybox runs as root"
+        );
+        assert!(verify_run_as_non_root(&p, c, None, None, "app")
+            .unwrap_err()
+            .contains("non-numeric user (app)"));
+        assert!(verify_run_as_non_root(&p, c, None, Some(1000), "").is_ok());
+    }
+
+    #[test]
+    fn unenforced_settings_refuse_the_pod_naming_the_field() {
+        for (spec, field) in [
+            ("{securityContext: {seLinuxOptions: {level: 's0'}}, containers: [{name: c, image: b}]}", "spec.securityContext.seLinuxOptions"),
+            ("{containers: [{name: c, image: b, securityContext: {procMount: Unmasked}}]}", "spec.containers[0].securityContext.procMount"),
+            ("{containers: [{name: c, image: b, securityContext: {appArmorProfile: {type: RuntimeDefault}}}]}", "spec.containers[0].securityContext.appArmorProfile"),
+            ("{hostUsers: false, containers: [{name: c, image: b}]}", "spec.hostUsers"),
+            ("{containers: [{name: c, image: b, securityContext: {seccompProfile: {type: Localhost, localhostProfile: ../x}}}]}", "spec.containers[0].securityContext.seccompProfile.localhostProfile"),
+        ] {
+            let p = pod(spec);
+            assert_eq!(validate(&p, p.spec.as_ref().unwrap()).unwrap_err().0, field, "{spec}");
+        }
+        let ok = pod("{securityContext: {runAsUser: 1000, fsGroup: 2000}, containers: [{name: c, image: b, securityContext: {capabilities: {drop: [ALL]}, readOnlyRootFilesystem: true}}]}");
+        assert_eq!(validate(&ok, ok.spec.as_ref().unwrap()), Ok(()));
+    }
+}

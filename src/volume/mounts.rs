@@ -1,0 +1,131 @@
+//! A container's `volumeMounts` as CRI mounts (kubelet's `makeMounts`): the volume's host path,
+//! or a `subPath` (or `subPathExpr`, expanded with the container's env) inside it, created when
+//! missing; `readOnly`; `mountPropagation` (None → private, HostToContainer → rslave,
+//! Bidirectional → rshared). A subPath must stay inside its volume: no absolute path, no `..`,
+//! and no symlink that resolves outside it.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Container;
+
+use crate::cri::api;
+
+/// True when `sub` is a relative path without `..` (the API server's subPath rule).
+pub fn is_safe_sub_path(sub: &str) -> bool {
+    let p = Path::new(sub);
+    !p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
+/// The CRI mounts of container `c`, given the host path of each of the pod's volumes and an
+/// expansion of `$(VAR)` references for `subPathExpr`.
+///
+/// Errors: a message naming the mount: an unknown volume, a subPath that is unsafe or leaves
+/// its volume, or one that cannot be created.
+pub fn container_mounts(
+    c: &Container,
+    volumes: &BTreeMap<String, PathBuf>,
+    expand: &dyn Fn(&str) -> String,
+) -> Result<Vec<api::Mount>, String> {
+    let mut out = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let Some(base) = volumes.get(&m.name) else {
+            return Err(format!("volumeMount {:?}: no volume of that name", m.name));
+        };
+        let sub = match (&m.sub_path, &m.sub_path_expr) {
+            (Some(s), _) if !s.is_empty() => s.clone(),
+            (_, Some(e)) if !e.is_empty() => expand(e),
+            _ => String::new(),
+        };
+        let host = if sub.is_empty() {
+            base.clone()
+        } else {
+            if !is_safe_sub_path(&sub) {
+                return Err(format!(
+                    "volumeMount {:?}: subPath {sub:?} must be a relative path without '..'",
+                    m.name
+                ));
+            }
+            let target = base.join(&sub);
+            if std::fs::symlink_metadata(&target).is_err() {
+                std::fs::create_dir_all(&target).map_err(|e| {
+                    format!(
+                        "volumeMount {:?}: cannot create subPath {sub:?}: {e}",
+                        m.name
+                    )
+                })?;
+            }
+            let (root, real) = (base.canonicalize(), target.canonicalize());
+            match (root, real) {
+                (Ok(root), Ok(real)) if real.starts_with(&root) => real,
+                _ => {
+                    return Err(format!(
+                        "volumeMount {:?}: subPath {sub:?} is not within the volume",
+                        m.name
+                    ))
+                }
+            }
+        };
+        let propagation = match m.mount_propagation.as_deref() {
+            Some("HostToContainer") => api::MountPropagation::PropagationHostToContainer,
+            Some("Bidirectional") => api::MountPropagation::PropagationBidirectional,
+            _ => api::MountPropagation::PropagationPrivate,
+        };
+        out.push(api::Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host.display().to_string(),
+            readonly: m.read_only.unwrap_or(false),
+            propagation: propagation as i32,
+            ..Default::default()
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_paths_stay_inside_their_volume() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vol = tmp.path().join("vol");
+        std::fs::create_dir_all(&vol).unwrap();
+        std::os::unix::fs::symlink("/etc", vol.join("escape")).unwrap();
+        let vols = BTreeMap::from([("v".to_owned(), vol.clone())]);
+        let c = |sub: &str| -> Container {
+            serde_yaml::from_str(&format!(
+                "{{name: c, volumeMounts: [{{name: v, mountPath: /m, subPath: '{sub}', readOnly: true}}]}}"
+            ))
+            .unwrap()
+        };
+        let id = |s: &str| s.to_owned();
+        let m = container_mounts(&c("a/b"), &vols, &id).unwrap();
+        assert_eq!(
+            m[0].host_path,
+            vol.canonicalize()
+                .unwrap()
+                .join("a/b")
+                .display()
+                .to_string()
+        );
+        assert!(m[0].readonly);
+        assert!(vol.join("a/b").is_dir(), "created");
+        for bad in ["../x", "/etc", "a/../../x", "escape"] {
+            assert!(container_mounts(&c(bad), &vols, &id).is_err(), "{bad}");
+        }
+        let unknown: Container =
+            serde_yaml::from_str("{name: c, volumeMounts: [{name: w, mountPath: /m}]}").unwrap();
+        assert!(container_mounts(&unknown, &vols, &id)
+            .unwrap_err()
+            .contains("\"w\""));
+        let expr: Container = serde_yaml::from_str(
+            "{name: c, volumeMounts: [{name: v, mountPath: /m, subPathExpr: '$(POD)'}]}",
+        )
+        .unwrap();
+        let m = container_mounts(&expr, &vols, &|s| s.replace("$(POD)", "web-1")).unwrap();
+        assert!(m[0].host_path.ends_with("/vol/web-1"));
+    }
+}
