@@ -90,8 +90,9 @@ pub struct Metrics {
     pub probe_total: Family<ProbeLabel, Counter>,
     /// Probe durations, seconds (`prober_probe_duration_seconds`).
     pub probe_duration: Family<ProbeDurationLabel, Histogram>,
-    /// How late each probe started after its period said it was due, seconds
-    /// (`nodelet_prober_schedule_delay_seconds`): the probe workers' scheduling jitter.
+    /// How late each probe tick ran after it was due (or after the previous probe ended, when
+    /// that probe overran its period), seconds (`nodelet_prober_schedule_delay_seconds`): the
+    /// probe workers' scheduling jitter.
     pub probe_schedule_delay: Histogram,
     /// Manifests refused, by reason (`nodelet_static_pod_manifest_errors_total`).
     pub manifest_errors: Family<ReasonLabel, Counter>,

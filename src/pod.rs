@@ -32,6 +32,18 @@ pub fn pod_ref(pod: &Pod) -> String {
     )
 }
 
+/// The containers that run side by side: the sidecars (init containers with `restartPolicy:
+/// Always`), then the app containers.
+pub fn long_running_containers(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> impl Iterator<Item = &k8s_openapi::api::core::v1::Container> {
+    spec.init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .chain(spec.containers.iter())
+}
+
 /// The spec of the container (app or init) named `name`.
 pub fn container_spec<'a>(
     pod: &'a Pod,

@@ -49,13 +49,7 @@ pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
         return Vec::new();
     };
     let host_network = spec.host_network.unwrap_or(false);
-    let sidecars = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-    sidecars
-        .chain(spec.containers.iter())
+    crate::pod::long_running_containers(spec)
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
             let port = match p.host_port.unwrap_or(0) {

@@ -344,13 +344,7 @@ pub fn probe_kills(
     let Some(spec) = pod.spec.as_ref() else {
         return Vec::new();
     };
-    let sidecars = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-    sidecars
-        .chain(spec.containers.iter())
+    crate::pod::long_running_containers(spec)
         .filter_map(|c| {
             let rc = rt.latest(&c.name)?;
             if rc.state() != ContainerState::Running || already.iter().any(|k| k.0 == rc.id) {

@@ -44,6 +44,17 @@ fn describe(h: &Handler) -> &'static str {
     }
 }
 
+/// kubelet's message for a failed hook (`Exec lifecycle hook ([...]) for Container "c" in Pod
+/// "p" failed - error: ...`, without the command).
+fn failure_message(h: &Handler, c: &Container, pod: &Pod, output: &str) -> String {
+    format!(
+        "{} lifecycle hook for Container {:?} in Pod {:?} failed - error: {output}",
+        describe(h),
+        c.name,
+        pod_ref(pod),
+    )
+}
+
 impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Runs the container's postStart hook, if any. Errors: kubelet's message naming the hook,
     /// the container and the pod, after a `Warning FailedPostStartHook` event.
@@ -68,13 +79,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         if out.success {
             return Ok(());
         }
-        let msg = format!(
-            "{} lifecycle hook for Container {:?} in Pod {:?} failed - error: {}",
-            describe(&h),
-            c.name,
-            pod_ref(pod),
-            out.output
-        );
+        let msg = failure_message(&h, c, pod, &out.output);
         warn!(pod = %pod_ref(pod), container = %c.name, error = %out.output, "postStart hook failed");
         self.recorder
             .warning(pod_ref(pod), "FailedPostStartHook", msg.clone());
@@ -106,13 +111,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let run = handlers::run_hook(self.probes.handler_context(), &h, &t);
         match tokio::time::timeout(limit, run).await {
             Ok(out) if !out.success => {
-                let msg = format!(
-                    "{} lifecycle hook for Container {:?} in Pod {:?} failed - error: {}",
-                    describe(&h),
-                    c.name,
-                    pod_ref(pod),
-                    out.output
-                );
+                let msg = failure_message(&h, c, pod, &out.output);
                 warn!(pod = %pod_ref(pod), container = %c.name, error = %out.output, "preStop hook failed");
                 self.recorder
                     .warning(pod_ref(pod), "FailedPreStopHook", msg);

@@ -216,14 +216,19 @@ impl<R: RuntimeService> Pleg<R> {
     /// it, the pod gets a ContainerDied event again so that its worker sees the OOM kill.
     pub fn container_oom(&self, container_id: &str) {
         if let Some(uid) = self.cache.mark_oom_killed(container_id) {
-            let ev = PodLifecycleEvent {
-                uid,
-                kind: PodLifecycleEventType::ContainerDied,
-                container_id: container_id.to_owned(),
-            };
-            if self.tx.try_send(ev).is_err() {
-                self.metrics.pleg_discard_events.inc();
-            }
+            self.send_died(uid, container_id);
+        }
+    }
+
+    /// Sends ContainerDied for `container_id` of pod `uid` (counted when the channel is full).
+    fn send_died(&self, uid: String, container_id: &str) {
+        let ev = PodLifecycleEvent {
+            uid,
+            kind: PodLifecycleEventType::ContainerDied,
+            container_id: container_id.to_owned(),
+        };
+        if self.tx.try_send(ev).is_err() {
+            self.metrics.pleg_discard_events.inc();
         }
     }
 
@@ -256,14 +261,7 @@ impl<R: RuntimeService> Pleg<R> {
             }
         }
         debug!(uid = %uid, container = %container_id, exit_code, "PLEG event from containerd task exit");
-        let ev = PodLifecycleEvent {
-            uid,
-            kind: PodLifecycleEventType::ContainerDied,
-            container_id: container_id.to_owned(),
-        };
-        if self.tx.try_send(ev).is_err() {
-            self.metrics.pleg_discard_events.inc();
-        }
+        self.send_died(uid, container_id);
     }
 
     /// Container ID → pod UID of the last relist (for mapping runtime events to pods).

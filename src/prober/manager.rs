@@ -68,14 +68,9 @@ pub struct ProbeDeps {
 
 /// The app containers and sidecars of `pod` (the containers that may have probes).
 fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    let spec = pod.spec.as_ref();
-    spec.into_iter().flat_map(|s| {
-        s.init_containers
-            .iter()
-            .flatten()
-            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
-            .chain(s.containers.iter())
-    })
+    pod.spec
+        .iter()
+        .flat_map(crate::pod::long_running_containers)
 }
 
 impl ProbeManager {
@@ -244,12 +239,15 @@ async fn run_worker(
     let mut w = Worker::new(kind, spec.clone());
     let mut ticker = tokio::time::interval(spec.period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When the last probe ended: a tick it overran is due only from then (the probe's own
+    // duration is not scheduling delay).
+    let mut last_end = tokio::time::Instant::now();
     loop {
         let due = ticker.tick().await;
         inner
             .metrics
             .probe_schedule_delay
-            .observe(due.elapsed().as_secs_f64());
+            .observe(due.max(last_end).elapsed().as_secs_f64());
         let view = inner.cache.latest(&uid).and_then(|rt| {
             rt.latest(&container.name).map(|c| ContainerView {
                 id: c.id.clone(),
@@ -298,5 +296,6 @@ async fn run_worker(
         if let Some(v) = w.after(outcome.success) {
             inner.publish(&pod, &container.name, &view.id, kind, Publish::Set(v));
         }
+        last_end = tokio::time::Instant::now();
     }
 }
