@@ -131,35 +131,33 @@ pub fn admit<'a>(
     let short = |requested: i64, used: i64, capacity: i64| {
         requested > 0 && requested > capacity.saturating_sub(used)
     };
-    if short(want.cpu_request, used.cpu_request, alloc.cpu_milli) {
-        return Some(insufficient(
+    // Ephemeral storage is checked only when the node's is known (0: unknown).
+    for (name, requested, u, cap, known) in [
+        (
             "cpu",
             want.cpu_request,
             used.cpu_request,
             alloc.cpu_milli,
-        ));
-    }
-    if short(want.memory_request, used.memory_request, alloc.memory) {
-        return Some(insufficient(
+            true,
+        ),
+        (
             "memory",
             want.memory_request,
             used.memory_request,
             alloc.memory,
-        ));
-    }
-    if alloc.ephemeral_storage > 0
-        && short(
-            want.ephemeral_storage_request,
-            used.ephemeral_storage_request,
-            alloc.ephemeral_storage,
-        )
-    {
-        return Some(insufficient(
+            true,
+        ),
+        (
             "ephemeral-storage",
             want.ephemeral_storage_request,
             used.ephemeral_storage_request,
             alloc.ephemeral_storage,
-        ));
+            alloc.ephemeral_storage > 0,
+        ),
+    ] {
+        if known && short(requested, u, cap) {
+            return Some(insufficient(name, requested, u, cap));
+        }
     }
     for (size, requested) in &want.hugepages {
         let u = used.hugepages.get(size).copied().unwrap_or(0);

@@ -262,7 +262,12 @@ impl<N: EvictionNode> Manager<N> {
         self.pressure.update(conditions, signals);
         // Local storage limits first, whether or not the node is under pressure (kubelet's
         // `localStorageEviction`): every pod over its limits goes in this pass.
-        if let Some(first) = self.local_storage_evictions(notified_at).into_iter().next() {
+        let pods = self.node.active_pods();
+        if let Some(first) = self
+            .local_storage_evictions(&pods, notified_at)
+            .into_iter()
+            .next()
+        {
             return Some(first);
         }
 
@@ -274,7 +279,6 @@ impl<N: EvictionNode> Manager<N> {
         };
         let obs = observations.get(&threshold.signal)?;
         let resource = Resource::of(&threshold.signal);
-        let pods = self.node.active_pods();
         let by_uid: HashMap<&str, &Arc<Pod>> =
             pods.iter().map(|p| (crate::pod::pod_uid(p), p)).collect();
         let usages: Vec<PodUsage> = pods
@@ -347,20 +351,24 @@ impl<N: EvictionNode> Manager<N> {
     /// Evicts every pod over its local storage limits (kubelet's `localStorageEviction`):
     /// critical pods and pods already terminating are left alone; the grace period is a hard
     /// eviction's. Returns the evictions made.
-    fn local_storage_evictions(&mut self, notified_at: Option<SystemTime>) -> Vec<Eviction> {
+    fn local_storage_evictions(
+        &mut self,
+        pods: &[Arc<Pod>],
+        notified_at: Option<SystemTime>,
+    ) -> Vec<Eviction> {
         let mut out = Vec::new();
-        for pod in self.node.active_pods() {
-            let uid = crate::pod::pod_uid(&pod);
-            if !local_storage::has_limits(&pod)
-                || is_critical(&pod, self.settings.static_pods_are_critical)
+        for pod in pods {
+            let uid = crate::pod::pod_uid(pod);
+            if !local_storage::has_limits(pod)
+                || is_critical(pod, self.settings.static_pods_are_critical)
                 || self.node.is_terminating(uid)
             {
                 continue;
             }
-            let Some(usage) = self.node.container_storage(&pod) else {
+            let Some(usage) = self.node.container_storage(pod) else {
                 continue;
             };
-            let Some(v) = local_storage::violation(&pod, &usage) else {
+            let Some(v) = local_storage::violation(pod, &usage) else {
                 continue;
             };
             info!(
@@ -372,7 +380,7 @@ impl<N: EvictionNode> Manager<N> {
                 "evicting pod over its local storage limits"
             );
             out.push(self.evict(
-                &pod,
+                pod,
                 v.signal,
                 HARD_EVICTION_GRACE_SECONDS,
                 v.message,

@@ -352,11 +352,12 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         };
         let mut config = container::container_config(&self.settings, pod, c, &inputs)
             .map_err(|e| fail("CreateContainerConfigError", e.message))?;
-        let vars: std::collections::HashMap<String, String> =
-            container::make_env(pod, c, &self.settings, pod_ips)
-                .unwrap_or_default()
-                .into_iter()
-                .collect();
+        // subPathExpr expands with the env the config was just built with.
+        let vars: std::collections::HashMap<String, String> = config
+            .envs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect();
         let mounts =
             crate::volume::mounts::container_mounts(c, volumes, &|s| container::expand(s, &vars))
                 .map_err(|e| fail("CreateContainerConfigError", e))?;
