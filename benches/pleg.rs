@@ -85,6 +85,9 @@ impl Bench {
                 image_ref: &self.image,
                 pod_ips: &[],
                 is_init: false,
+                env_sources: nodelet::kuberuntime::container::EnvSources {
+                    objects: &Default::default(),
+                },
             },
         )
         .unwrap();

@@ -114,6 +114,9 @@ async fn baseline_pod(
             image_ref: &image,
             pod_ips: &ips,
             is_init: false,
+            env_sources: nodelet::kuberuntime::container::EnvSources {
+                objects: &Default::default(),
+            },
         },
     )
     .unwrap();

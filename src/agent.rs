@@ -116,6 +116,19 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         root_dir: flags.root_dir.clone(),
         cgroup_policy: node_config.policy.clone(),
         memory_capacity: node_config.capacity.memory,
+        allocatable: {
+            let a = crate::cm::resources::node_allocatable(
+                node_config.capacity,
+                node_config.system_reserved,
+                node_config.kube_reserved,
+            );
+            crate::kuberuntime::Allocatable {
+                cpu_milli: a.cpu_milli,
+                memory: a.memory,
+                ephemeral_storage: crate::eviction::signals::filesystem(&flags.root_dir)
+                    .map_or(0, |(bytes, _)| bytes.capacity),
+            }
+        },
         crash_backoff: config.crash_loop_back_off,
         pull_backoff: config.image_pull_back_off,
     };
@@ -222,6 +235,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         metrics: metrics.clone(),
         clock: crate::clock::system(),
     });
+    let objects = crate::objects::LocalObjects::default();
     let manager = Arc::new(KubeRuntimeManager::new(
         cri,
         settings,
@@ -234,6 +248,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             failed: failed.clone(),
             clock: crate::clock::system(),
             probes,
+            objects: objects.clone(),
         },
     ));
     // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
@@ -270,7 +285,8 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             recorder.clone(),
             metrics.clone(),
             Some(CheckpointStore::new(flags.root_dir.join("static-pods"))),
-        );
+        )
+        .with_objects(objects.clone());
         let (pc, period, stop) = (
             pod_config.clone(),
             config.file_check_frequency,

@@ -3,7 +3,8 @@
 //! The table of contents of the agent, in the order work flows through it:
 //!
 //! - [`config`]: the KubeletConfiguration file.
-//! - [`source`]: pod sources (static manifest directory) → ADD/UPDATE/REMOVE.
+//! - [`source`]: pod sources (static manifest directory) → ADD/UPDATE/REMOVE; [`objects`]: the
+//!   ConfigMaps and Secrets of that directory.
 //! - [`syncloop`]: the sync loop that dispatches to pod workers; [`housekeeping`]: its clean-up
 //!   passes; [`admission`]: pods refused before they run; [`active_deadline`]: pods stopped
 //!   after `activeDeadlineSeconds`.
@@ -12,7 +13,8 @@
 //! - [`cri`]: the CRI client; [`container`]: the runtime's view of pods and the pod cache.
 //! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
 //! - [`status`]: pod phase, conditions and container states; [`gc`]: dead containers.
-//! - [`volume`]: emptyDir and hostPath volumes and the containers' mounts.
+//! - [`volume`]: emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes and
+//!   the containers' mounts.
 //! - [`cm`] and [`qos`]: pod cgroups and QoS classes; [`resources`]: requests and limits of pods
 //!   and containers.
 //! - [`eviction`]: the eviction manager: signals, thresholds, kernel memory notifications,
@@ -20,8 +22,8 @@
 //! - [`server`], [`metrics`], [`events`]: what operators see.
 //! - [`plan`]: `nodelet plan`, what the agent would do with manifests.
 //! - [`agent`]: wiring; [`node`]: node facts; [`clock`]: injected time; [`pod`]: pod identity;
-//!   [`hash`], [`quantity`], [`duration`] (Go-style durations of the configuration), [`yaml`]
-//!   (bounded YAML decoding): shared helpers.
+//!   [`fieldpath`] (downward API values), [`hash`], [`quantity`], [`duration`] (Go-style
+//!   durations of the configuration), [`yaml`] (bounded YAML decoding): shared helpers.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -36,12 +38,14 @@ pub mod cri;
 pub mod duration;
 pub mod events;
 pub mod eviction;
+pub mod fieldpath;
 pub mod gc;
 pub mod hash;
 pub mod housekeeping;
 pub mod kuberuntime;
 pub mod metrics;
 pub mod node;
+pub mod objects;
 pub mod plan;
 pub mod pleg;
 pub mod pod;

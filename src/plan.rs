@@ -16,7 +16,7 @@ use crate::kuberuntime::container::linux_resources;
 use crate::kuberuntime::Settings;
 use crate::qos::pod_qos_class;
 use crate::quantity::{parse_amount, Scale};
-use crate::source::manifest::decode_static_pod;
+use crate::source::manifest::decode_manifest;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -200,8 +200,13 @@ pub fn plan(config: &Config, plan_node: &PlanNode, manifests: &[PathBuf]) -> (St
             }
         };
         let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-        let pod = match decode_static_pod(&abs, &bytes, node_name) {
-            Ok(p) => p,
+        // A file of ConfigMaps and Secrets alone defines no pod to plan (their values are never
+        // shown).
+        let pod = match decode_manifest(&abs, &bytes, node_name) {
+            Ok(m) => match m.pod {
+                Some(p) => p,
+                None => continue,
+            },
             Err(e) => {
                 errors.push(e.to_string());
                 continue;

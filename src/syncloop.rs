@@ -170,6 +170,13 @@ impl<S: PodSyncer> SyncLoop<S> {
                 pod.metadata.namespace.as_deref().unwrap_or(""),
             );
             info!(pod = name, namespace, uid, source = update.source, op = ?update.op, "pod config changed");
+            if update.op == PodOp::Reconcile {
+                // The spec is unchanged: a sync of the pod the loop has.
+                if let Some(pod) = self.runnable(&uid) {
+                    self.workers.update_pod(pod.clone(), UpdateType::Sync);
+                }
+                continue;
+            }
             if update.op == PodOp::Remove {
                 self.failed.forget(&uid);
                 let pod = self.pods.remove(&uid).unwrap_or(pod);

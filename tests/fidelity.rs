@@ -1,6 +1,7 @@
 //! Small inputs where kubelet's answer is precise, on the real containerd: pod phase with a
 //! failed init container, a container that never ran, an OOM-killed init container whose shell
-//! exits 0, a start error under restartPolicy Never; and manifests copied with one `cp`.
+//! exits 0, a start error under restartPolicy Never; termination messages from the file or the
+//! log tail; and manifests copied with one `cp`.
 
 mod common;
 
@@ -170,4 +171,38 @@ fn manifests_copied_with_one_cp_are_never_reported_as_broken() {
     assert!(!events.contains("EmptyManifest"), "{events}");
     assert!(!events.contains("DecodeError"), "{events}");
     assert_eq!(n.metric("nodelet_static_pod_manifest_errors_total"), 0.0);
+}
+
+#[test]
+fn termination_messages_come_from_the_file_or_the_log_tail_on_error() {
+    let mut n = Nodelet::new("termmsg");
+    n.start();
+    n.write_manifest(
+        "msg.yaml",
+        &manifest(
+            "msg",
+            "  restartPolicy: Never\n  containers:\n  - {name: file, image: busybox:1.36, command: [sh, -c, 'echo -n bye from file > /dev/termination-log']}\n  - {name: custom, image: busybox:1.36, terminationMessagePath: /tmp/why, command: [sh, -c, 'echo custom > /tmp/why; exit 2']}\n  - {name: logs, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo first; echo oops >&2; exit 3']}\n  - {name: quiet, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo ok']}\n",
+        ),
+    );
+    let message = |c: &str| {
+        status(&n, "msg")["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == c)
+            .map(|s| s["state"]["terminated"]["message"].clone())
+    };
+    wait_until(Duration::from_secs(30), "all four terminated", || {
+        status(&n, "msg")["containerStatuses"]
+            .as_array()
+            .is_some_and(|a| a.len() == 4 && a.iter().all(|s| s["state"]["terminated"].is_object()))
+    });
+    assert_eq!(message("file").unwrap(), "bye from file");
+    assert_eq!(message("custom").unwrap(), "custom\n");
+    assert_eq!(message("logs").unwrap(), "first\noops\n");
+    assert_eq!(
+        message("quiet").unwrap(),
+        serde_json::Value::Null,
+        "exit 0: no fallback to the logs"
+    );
 }

@@ -1,7 +1,8 @@
 //! Volumes and security contexts on the real containerd: emptyDir shared by two containers, a
 //! Memory emptyDir as a sized tmpfs, hostPath types, runAsUser and fsGroup, dropped capabilities,
 //! a read-only root filesystem, refused subPaths and unsupported volume kinds, and the pod
-//! directory gone with the pod.
+//! directory gone with the pod; local ConfigMaps and Secrets (volumes, env, atomic updates, a
+//! missing object holding a container) and the downward API.
 
 mod common;
 
@@ -128,7 +129,7 @@ fn bad_volumes_are_refused_or_held_with_a_clear_reason() {
         "cm.yaml",
         &pod(
             "cm",
-            &format!("  volumes: [{{name: v, configMap: {{name: settings}}}}]\n{c}    volumeMounts: [{{name: v, mountPath: /v}}]\n"),
+            &format!("  volumes: [{{name: v, persistentVolumeClaim: {{claimName: data}}}}]\n{c}    volumeMounts: [{{name: v, mountPath: /v}}]\n"),
         ),
     );
     n.write_manifest(
@@ -161,7 +162,7 @@ fn bad_volumes_are_refused_or_held_with_a_clear_reason() {
     let events = n.get("/events").unwrap();
     for field in [
         "spec.containers[0].volumeMounts[0].subPath",
-        "spec.volumes[0].configMap",
+        "spec.volumes[0].persistentVolumeClaim",
         "spec.securityContext.seLinuxOptions",
     ] {
         assert!(events.contains(field), "{field}: {events}");
@@ -172,4 +173,213 @@ fn bad_volumes_are_refused_or_held_with_a_clear_reason() {
     // The file appears: the pod starts at a later sync.
     std::fs::write(&file, "x").unwrap();
     n.wait_running(&uid, &["c"], Duration::from_secs(60));
+}
+
+/// `n` bytes of `c`, and the md5 of it as busybox's `md5sum` prints it.
+fn big(c: char, n: usize) -> (String, String) {
+    let text: String = std::iter::repeat_n(c, n).collect();
+    let out = std::process::Command::new("md5sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut p| {
+            use std::io::Write;
+            p.stdin.take().unwrap().write_all(text.as_bytes())?;
+            p.wait_with_output()
+        })
+        .unwrap();
+    let sum = String::from_utf8_lossy(&out.stdout)[..32].to_owned();
+    (text, sum)
+}
+
+#[test]
+fn config_maps_secrets_and_the_downward_api_reach_the_containers() {
+    let mut n = Nodelet::new("objects");
+    n.start();
+    const SECRET: &str = "pw-7f3a9c1e-never-logged";
+    let (a, sum_a) = big('a', 65536);
+    let (b, sum_b) = big('b', 65536);
+    let objects = |big: &str, level: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app}}\ndata:\n  LEVEL: '{level}'\n  big: {big}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: db}}\nstringData: {{password: {SECRET}}}\n"
+        )
+    };
+    n.write_manifest("objects.yaml", &objects(&a, "1"));
+    let checkpoints = n.root().join("static-pods");
+    wait_until(Duration::from_secs(10), "objects.yaml checkpointed", || {
+        walkdir(&checkpoints).len() == 1
+    });
+    let before = walkdir(&n.root());
+    // The reader checks every read of the 64 KiB file against the two versions; a partial or
+    // mixed read is written to /out/bad.
+    n.write_manifest(
+        "app.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: app, labels: {{tier: web}}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {{name: cfg, configMap: {{name: app, items: [{{key: big, path: big}}, {{key: LEVEL, path: conf/level, mode: 0400}}]}}}}
+  - {{name: sec, secret: {{secretName: db, defaultMode: 0440}}}}
+  - {{name: info, downwardAPI: {{items: [{{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}, {{path: name, fieldRef: {{fieldPath: metadata.name}}}}, {{path: mem, resourceFieldRef: {{containerName: c, resource: limits.memory, divisor: 1Mi}}}}]}}}}
+  - {{name: all, projected: {{sources: [{{configMap: {{name: app, items: [{{key: LEVEL, path: level}}]}}}}, {{secret: {{name: db}}}}, {{downwardAPI: {{items: [{{path: uid, fieldRef: {{fieldPath: metadata.uid}}}}]}}}}]}}}}
+  - {{name: out, emptyDir: {{}}}}
+  containers:
+  - name: c
+    image: busybox:1.36
+    resources: {{limits: {{memory: 64Mi}}}}
+    command: [sh, -c, 'while true; do s=$(md5sum < /cfg/big | cut -c1-32); [ \"$s\" = {sum_a} ] || [ \"$s\" = {sum_b} ] || echo \"bad $s\" >> /out/bad; echo $s > /out/last; done']
+    envFrom: [{{configMapRef: {{name: app}}, prefix: APP_}}]
+    env:
+    - {{name: PW, valueFrom: {{secretKeyRef: {{name: db, key: password}}}}}}
+    - {{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}
+    - {{name: POD_UID, valueFrom: {{fieldRef: {{fieldPath: metadata.uid}}}}}}
+    - {{name: MEM, valueFrom: {{resourceFieldRef: {{resource: limits.memory, divisor: 1Mi}}}}}}
+    volumeMounts: [{{name: cfg, mountPath: /cfg}}, {{name: sec, mountPath: /sec}}, {{name: info, mountPath: /info}}, {{name: all, mountPath: /all}}, {{name: out, mountPath: /out}}]
+  - name: late
+    image: busybox:1.36
+    command: [sleep, '3600']
+    env: [{{name: X, valueFrom: {{configMapKeyRef: {{name: later, key: x}}}}}}]
+"
+        ),
+    );
+    let uid = n.uid("app");
+    let c = n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let id = c["c"].id.clone();
+    let exec = |cmd: &[&str]| n.runtime.exec(&id, cmd).1.trim().to_owned();
+    // Env: envFrom with its prefix, a Secret key, the downward API.
+    assert_eq!(exec(&["sh", "-c", "echo \"$APP_LEVEL\""]), "1");
+    assert_eq!(exec(&["sh", "-c", "echo \"$PW\""]), SECRET);
+    assert_eq!(exec(&["sh", "-c", "echo \"$POD_UID\""]), uid);
+    assert_eq!(exec(&["sh", "-c", "echo \"$MEM\""]), "64");
+    let ip = exec(&["sh", "-c", "echo \"$POD_IP\""]);
+    assert!(ip.parse::<std::net::IpAddr>().is_ok(), "{ip:?}");
+    let pod = n.pod("app").unwrap();
+    assert_eq!(pod["status"]["podIP"], ip.as_str());
+    // Volumes: items with modes, the Secret on a tmpfs, downward API files, a projection.
+    assert_eq!(exec(&["cat", "/cfg/conf/level"]), "1");
+    assert_eq!(exec(&["stat", "-L", "-c", "%a", "/cfg/conf/level"]), "400");
+    assert_eq!(exec(&["cat", "/sec/password"]), SECRET);
+    assert_eq!(exec(&["stat", "-L", "-c", "%a", "/sec/password"]), "440");
+    assert_eq!(exec(&["cat", "/info/labels"]), "tier=\"web\"");
+    assert_eq!(exec(&["cat", "/info/name"]), format!("app-{}", n.node));
+    assert_eq!(exec(&["cat", "/info/mem"]), "64");
+    assert_eq!(exec(&["cat", "/all/level"]), "1");
+    assert_eq!(exec(&["cat", "/all/password"]), SECRET);
+    assert_eq!(exec(&["cat", "/all/uid"]), uid);
+    let vols = n.root().join("pods").join(&uid).join("volumes");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    for tmpfs in ["kubernetes.io~secret/sec", "kubernetes.io~projected/all"] {
+        let path = vols.join(tmpfs);
+        assert!(
+            mounts
+                .lines()
+                .any(|l| l.starts_with("tmpfs ")
+                    && l.split(' ').nth(1) == Some(path.to_str().unwrap())),
+            "{tmpfs} is a tmpfs"
+        );
+    }
+    // The container held for a missing ConfigMap says so, and starts once it appears.
+    wait_until(Duration::from_secs(20), "late held", || {
+        let st = status(&n, "app");
+        st["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["name"] == "late"
+                    && c["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+                    && c["state"]["waiting"]["message"] == "configmap \"later\" not found"
+            })
+    });
+    // An edit of the ConfigMap reaches the mounted file (at once: the pods that use it are
+    // synced), never half-written.
+    wait_until(Duration::from_secs(10), "first reads", || {
+        exec(&["cat", "/out/last"]) == sum_a
+    });
+    let edited = std::time::Instant::now();
+    n.write_manifest(
+        "objects.yaml",
+        &format!(
+            "{}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: later}}\ndata: {{x: 'y'}}\n",
+            objects(&b, "2")
+        ),
+    );
+    wait_until(Duration::from_secs(10), "the new version read", || {
+        exec(&["cat", "/out/last"]) == sum_b
+    });
+    let took = edited.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "within syncFrequency (10 s): {took:?}"
+    );
+    assert_eq!(exec(&["cat", "/cfg/conf/level"]), "2");
+    n.wait_running(&uid, &["c", "late"], Duration::from_secs(30));
+    // Keep reading through two more swaps.
+    for (text, sum) in [(&a, &sum_a), (&b, &sum_b)] {
+        n.write_manifest("objects.yaml", &objects(text, "3"));
+        wait_until(Duration::from_secs(10), "swap read", || {
+            exec(&["cat", "/out/last"]) == *sum
+        });
+    }
+    assert_eq!(
+        n.runtime.exec(&id, &["test", "-e", "/out/bad"]).0,
+        1,
+        "a partial read: {}",
+        exec(&["cat", "/out/bad"])
+    );
+    eprintln!("configMap edit to the container's read: {took:?}");
+    // The Secret's value is in no log, event, status or pod listing.
+    let mut seen = vec![
+        ("agent log", n.log()),
+        ("/events", n.get("/events").unwrap_or_default()),
+        ("/pods", n.get("/pods").unwrap_or_default()),
+        ("/metrics", n.get("/metrics").unwrap_or_default()),
+    ];
+    for e in walkdir(&n.logs()) {
+        seen.push(("pod log", std::fs::read_to_string(e).unwrap_or_default()));
+    }
+    for (what, text) in seen {
+        assert!(!text.contains(SECRET), "the Secret's value in {what}");
+    }
+    // The pod goes: its directory and its tmpfs mounts go; nothing else under root-dir changed.
+    std::fs::remove_file(n.manifests().join("app.yaml")).unwrap();
+    let pod_dir = n.root().join("pods").join(&uid);
+    wait_until(Duration::from_secs(30), "pod directory removed", || {
+        !pod_dir.exists()
+    });
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        !mounts.contains(&uid),
+        "a tmpfs of the pod is still mounted"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "root-dir as before the pod",
+        || walkdir(&n.root()) == before,
+    );
+    // The checkpoint of a manifest holding a Secret is readable by root alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&walkdir(&checkpoints)[0])
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "checkpoint mode {mode:o}");
+}
+
+/// Every file under `dir`, sorted.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
 }

@@ -62,18 +62,11 @@ pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
 
 /// Values of the downward API field paths a static pod may reference.
 fn field_value(pod: &Pod, settings: &Settings, pod_ips: &[String], path: &str) -> Option<String> {
-    let m = &pod.metadata;
     let spec = pod.spec.as_ref();
-    let bracket = |prefix: &str| {
-        path.strip_prefix(prefix)
-            .and_then(|r| r.strip_prefix("['"))
-            .and_then(|r| r.strip_suffix("']"))
-            .map(str::to_owned)
-    };
+    if let Some(v) = crate::fieldpath::metadata_value(pod, path) {
+        return Some(v);
+    }
     match path {
-        "metadata.name" => m.name.clone(),
-        "metadata.namespace" => m.namespace.clone(),
-        "metadata.uid" => m.uid.clone(),
         "spec.nodeName" => spec.and_then(|s| s.node_name.clone()),
         "spec.serviceAccountName" => Some(
             spec.and_then(|s| s.service_account_name.clone())
@@ -91,25 +84,7 @@ fn field_value(pod: &Pod, settings: &Settings, pod_ips: &[String], path: &str) -
         } else {
             pod_ips.join(",")
         }),
-        _ => {
-            if let Some(k) = bracket("metadata.labels") {
-                return Some(
-                    m.labels
-                        .as_ref()
-                        .and_then(|l| l.get(&k).cloned())
-                        .unwrap_or_default(),
-                );
-            }
-            if let Some(k) = bracket("metadata.annotations") {
-                return Some(
-                    m.annotations
-                        .as_ref()
-                        .and_then(|l| l.get(&k).cloned())
-                        .unwrap_or_default(),
-                );
-            }
-            None
-        }
+        _ => None,
     }
 }
 
@@ -126,27 +101,93 @@ fn host_ip_if_host_network(pod: &Pod, settings: &Settings) -> String {
     }
 }
 
-/// The container's environment, in spec order, with `$(VAR)` expanded against earlier entries
-/// and `valueFrom.fieldRef` resolved. `configMapKeyRef`/`secretKeyRef`/`resourceFieldRef` need an
-/// API server and are refused unless marked optional.
+/// A container's environment and what was left out of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Env {
+    /// Name and value, in order (a later entry of the same name replaced the earlier value).
+    pub vars: Vec<(String, String)>,
+    /// kubelet's `InvalidEnvironmentVariableNames` warnings: keys of an `envFrom` source that
+    /// are not valid variable names and were skipped.
+    pub skipped: Vec<String>,
+}
+
+/// A valid environment variable name (the API server's relaxed rule, on by default since
+/// Kubernetes 1.32): printable ASCII without `=`.
+fn is_env_var_name(k: &str) -> bool {
+    !k.is_empty() && k.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'=')
+}
+
+/// Where a container's environment comes from beyond its pod and the node's settings.
+pub struct EnvSources<'a> {
+    /// Local ConfigMaps and Secrets.
+    pub objects: &'a crate::objects::LocalObjects,
+}
+
+/// The container's environment (kubelet's `makeEnvironmentVariables`): first each `envFrom`
+/// source (a ConfigMap's or Secret's keys, with `prefix`), then `env` in spec order, each value
+/// with `$(VAR)` expanded against what came before, `valueFrom` resolved: `fieldRef` (the
+/// downward API), `resourceFieldRef`, `configMapKeyRef` and `secretKeyRef` (local objects of the
+/// pod's namespace). A missing optional object or key leaves the variable out.
 ///
-/// Errors: [`ConfigError`] naming the variable.
+/// Errors: [`ConfigError`] with kubelet's message for a missing object
+/// (`configmap "x" not found`) or key (`couldn't find key k in ConfigMap ns/x`), naming the
+/// variable otherwise. Never a Secret's value.
 pub fn make_env(
     pod: &Pod,
     c: &Container,
     settings: &Settings,
     pod_ips: &[String],
-) -> Result<Vec<(String, String)>, ConfigError> {
+    sources: &EnvSources<'_>,
+) -> Result<Env, ConfigError> {
+    use crate::objects::{not_found, ObjectKind};
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let mut vars: HashMap<String, String> = HashMap::new();
-    let mut out: Vec<(String, String)> = Vec::new();
+    let mut env = Env::default();
     let err = |message: String| ConfigError {
         container: c.name.clone(),
         message,
     };
-    if c.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err(err(
-            "envFrom needs an API server (ConfigMap/Secret); static pods cannot use it".into(),
-        ));
+    let set = |env: &mut Env, vars: &mut HashMap<String, String>, k: String, v: String| {
+        vars.insert(k.clone(), v.clone());
+        match env.vars.iter_mut().find(|(n, _)| *n == k) {
+            Some(slot) => slot.1 = v,
+            None => env.vars.push((k, v)),
+        }
+    };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
+            (Some(r), None) => (ObjectKind::ConfigMap, &r.name, r.optional),
+            (None, Some(r)) => (ObjectKind::Secret, &r.name, r.optional),
+            _ => {
+                return Err(err(
+                    "envFrom: exactly one of configMapRef and secretRef must be set".into(),
+                ))
+            }
+        };
+        let Some(data) = sources.objects.get(kind, namespace, name) else {
+            if optional == Some(true) {
+                continue;
+            }
+            return Err(err(not_found(kind, name)));
+        };
+        let mut invalid = Vec::new();
+        for (k, v) in data.iter() {
+            let key = format!("{prefix}{k}");
+            if !is_env_var_name(&key) {
+                invalid.push(key);
+                continue;
+            }
+            set(&mut env, &mut vars, key, text(v));
+        }
+        if !invalid.is_empty() {
+            env.skipped.push(format!(
+                "Keys [{}] from the EnvFrom {} {namespace}/{name} were skipped since they are considered invalid environment variable names.",
+                invalid.join(", "),
+                if kind == ObjectKind::Secret { "secret" } else { "configMap" },
+            ));
+        }
     }
     for e in c.env.iter().flatten() {
         let value = if let Some(src) = &e.value_from {
@@ -157,29 +198,51 @@ pub fn make_env(
                         e.name, f.field_path
                     ))
                 })?
-            } else if src
-                .config_map_key_ref
-                .as_ref()
-                .is_some_and(|r| r.optional == Some(true))
-                || src
-                    .secret_key_ref
-                    .as_ref()
-                    .is_some_and(|r| r.optional == Some(true))
-            {
-                continue;
+            } else if let Some(r) = &src.resource_field_ref {
+                let container = r.container_name.as_deref().filter(|n| !n.is_empty());
+                crate::fieldpath::resource_field_value(
+                    pod,
+                    container.unwrap_or(&c.name),
+                    &r.resource,
+                    r.divisor.as_ref().map(|d| d.0.as_str()),
+                    &settings.allocatable,
+                )
+                .map_err(|m| err(format!("env {}: {m}", e.name)))?
             } else {
-                return Err(err(format!("env {}: valueFrom needs an API server; only fieldRef is supported for static pods", e.name)));
+                let (kind, name, key, optional) =
+                    match (&src.config_map_key_ref, &src.secret_key_ref) {
+                        (Some(r), None) => (ObjectKind::ConfigMap, &r.name, &r.key, r.optional),
+                        (None, Some(r)) => (ObjectKind::Secret, &r.name, &r.key, r.optional),
+                        _ => {
+                            return Err(err(format!(
+                                "env {}: valueFrom must set exactly one source",
+                                e.name
+                            )))
+                        }
+                    };
+                let Some(data) = sources.objects.get(kind, namespace, name) else {
+                    if optional == Some(true) {
+                        continue;
+                    }
+                    return Err(err(not_found(kind, name)));
+                };
+                match data.get(key.as_str()) {
+                    Some(v) => text(v),
+                    None if optional == Some(true) => continue,
+                    None => {
+                        return Err(err(format!(
+                            "couldn't find key {key} in {} {namespace}/{name}",
+                            kind.as_str()
+                        )))
+                    }
+                }
             }
         } else {
             expand(e.value.as_deref().unwrap_or(""), &vars)
         };
-        vars.insert(e.name.clone(), value.clone());
-        match out.iter_mut().find(|(k, _)| *k == e.name) {
-            Some(slot) => slot.1 = value,
-            None => out.push((e.name.clone(), value)),
-        }
+        set(&mut env, &mut vars, e.name.clone(), value);
     }
-    Ok(out)
+    Ok(env)
 }
 
 /// The container's cgroup resources and oom_score_adj in CreateContainer (kubelet's
@@ -228,6 +291,8 @@ pub struct ContainerInputs<'a> {
     pub pod_ips: &'a [String],
     /// Started as an init container.
     pub is_init: bool,
+    /// Local ConfigMaps and Secrets for the env.
+    pub env_sources: EnvSources<'a>,
 }
 
 /// Builds the ContainerConfig: metadata, image, command/args with `$(VAR)` expanded, env,
@@ -239,8 +304,8 @@ pub fn container_config(
     c: &Container,
     inputs: &ContainerInputs<'_>,
 ) -> Result<api::ContainerConfig, ConfigError> {
-    let env = make_env(pod, c, settings, inputs.pod_ips)?;
-    let vars: HashMap<String, String> = env.iter().cloned().collect();
+    let env = make_env(pod, c, settings, inputs.pod_ips, &inputs.env_sources)?;
+    let vars: HashMap<String, String> = env.vars.iter().cloned().collect();
     let expand_all = |v: &Option<Vec<String>>| {
         v.iter()
             .flatten()
@@ -269,6 +334,7 @@ pub fn container_config(
         args: expand_all(&c.args),
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs: env
+            .vars
             .into_iter()
             .map(|(key, value)| api::KeyValue { key, value })
             .collect(),
@@ -323,9 +389,12 @@ mod tests {
         let p = pod();
         let c = &p.spec.as_ref().unwrap().containers[0];
         let s = Settings::example();
-        let env = make_env(&p, c, &s, &["10.88.0.5".into()]).unwrap();
+        let objects = crate::objects::LocalObjects::default();
+        let sources = EnvSources { objects: &objects };
+        let env = make_env(&p, c, &s, &["10.88.0.5".into()], &sources).unwrap();
         let get = |k: &str| {
-            env.iter()
+            env.vars
+                .iter()
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.clone())
                 .unwrap()
@@ -344,6 +413,7 @@ mod tests {
                 image_ref: "sha256:abc",
                 pod_ips: &[],
                 is_init: false,
+                env_sources: EnvSources { objects: &objects },
             },
         )
         .unwrap();
@@ -397,11 +467,135 @@ mod tests {
         assert_eq!(linux_resources(&off, &p, &spec.containers[0]).cpu_quota, 0);
     }
 
+    fn objects() -> crate::objects::LocalObjects {
+        use crate::objects::{ObjectKind, ObjectRef};
+        let o = crate::objects::LocalObjects::default();
+        let r = |kind, name: &str| ObjectRef {
+            kind,
+            namespace: "ns".into(),
+            name: name.into(),
+        };
+        let d = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect()
+        };
+        o.replace(
+            [
+                (
+                    r(ObjectKind::ConfigMap, "cfg"),
+                    d(&[("MODE", "fast"), ("bad=key", "x"), ("LEVEL", "3")]),
+                ),
+                (r(ObjectKind::Secret, "db"), d(&[("password", "s3cret")])),
+            ]
+            .into(),
+        );
+        o
+    }
+
     #[test]
-    fn secret_refs_are_refused_with_the_variable_name() {
-        let p: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: b, env: [{name: PW, valueFrom: {secretKeyRef: {name: s, key: k}}}]}]}").unwrap();
+    fn env_from_objects_key_refs_and_resource_fields() {
+        let p: Pod = serde_yaml::from_str(
+            "metadata: {name: p, namespace: ns}
+spec:
+  containers:
+  - name: c
+    image: b
+    resources: {requests: {cpu: 250m, memory: 64Mi}, limits: {memory: 128Mi}}
+    envFrom: [{configMapRef: {name: cfg}, prefix: CFG_}, {secretRef: {name: gone, optional: true}}]
+    env:
+    - {name: PW, valueFrom: {secretKeyRef: {name: db, key: password}}}
+    - {name: LEVEL, valueFrom: {configMapKeyRef: {name: cfg, key: LEVEL}}}
+    - {name: MISSING, valueFrom: {configMapKeyRef: {name: cfg, key: nope, optional: true}}}
+    - {name: CPU_M, valueFrom: {resourceFieldRef: {resource: requests.cpu, divisor: 1m}}}
+    - {name: CPU, valueFrom: {resourceFieldRef: {resource: requests.cpu}}}
+    - {name: MEM_MI, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
+    - {name: CPU_LIMIT, valueFrom: {resourceFieldRef: {resource: limits.cpu}}}
+    - {name: URL, value: 'db://$(CFG_MODE)'}
+",
+        )
+        .unwrap();
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let e = make_env(&p, c, &Settings::example(), &[]).unwrap_err();
-        assert!(e.to_string().contains("PW"), "{e}");
+        let objects = objects();
+        let env = make_env(
+            &p,
+            c,
+            &Settings::example(),
+            &[],
+            &EnvSources { objects: &objects },
+        )
+        .unwrap();
+        let names: Vec<(&str, &str)> = env
+            .vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("CFG_LEVEL", "3"),
+                ("CFG_MODE", "fast"),
+                ("PW", "s3cret"),
+                ("LEVEL", "3"),
+                ("CPU_M", "250"),
+                // 250m rounded up to whole cores; no cpu limit: the node's allocatable (2 cores).
+                ("CPU", "1"),
+                ("MEM_MI", "128"),
+                ("CPU_LIMIT", "2"),
+                ("URL", "db://fast"),
+            ]
+        );
+        assert_eq!(env.skipped.len(), 1);
+        assert!(env.skipped[0].contains("CFG_bad=key"), "{:?}", env.skipped);
+    }
+
+    #[test]
+    fn missing_objects_and_keys_get_kubelets_messages_never_a_value() {
+        let objects = objects();
+        let cases = [
+            (
+                "{name: A, valueFrom: {secretKeyRef: {name: nope, key: k}}}",
+                "secret \"nope\" not found",
+            ),
+            (
+                "{name: A, valueFrom: {secretKeyRef: {name: db, key: user}}}",
+                "couldn't find key user in Secret ns/db",
+            ),
+            (
+                "{name: A, valueFrom: {configMapKeyRef: {name: cfg, key: X}}}",
+                "couldn't find key X in ConfigMap ns/cfg",
+            ),
+        ];
+        for (env, want) in cases {
+            let p: Pod = serde_yaml::from_str(&format!(
+                "metadata: {{name: p, namespace: ns}}\nspec: {{containers: [{{name: c, image: b, env: [{env}]}}]}}"
+            ))
+            .unwrap();
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            let e = make_env(
+                &p,
+                c,
+                &Settings::example(),
+                &[],
+                &EnvSources { objects: &objects },
+            )
+            .unwrap_err();
+            assert_eq!(e.message, want);
+            assert!(!e.to_string().contains("s3cret"));
+        }
+        let p: Pod = serde_yaml::from_str("metadata: {name: p, namespace: other}\nspec: {containers: [{name: c, image: b, envFrom: [{configMapRef: {name: cfg}}]}]}").unwrap();
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let e = make_env(
+            &p,
+            c,
+            &Settings::example(),
+            &[],
+            &EnvSources { objects: &objects },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.message, "configmap \"cfg\" not found",
+            "another namespace's object"
+        );
     }
 }

@@ -25,6 +25,7 @@ pub mod sandbox;
 pub mod security_context;
 pub mod status;
 pub mod sync;
+pub mod termination_message;
 #[cfg(test)]
 mod tests;
 
@@ -42,6 +43,7 @@ use crate::container::cache::PodCache;
 use crate::cri::{Cri, CriError, CriRuntime};
 use crate::events::Recorder;
 use crate::metrics::Metrics;
+use crate::objects::LocalObjects;
 use crate::podworkers::{KillPodOptions, PodSyncer, Requeue};
 use crate::prober::ProbeManager;
 use crate::status::failed::FailedPods;
@@ -50,6 +52,7 @@ use crate::status::StatusManager;
 use backoff::{Backoff, BackoffPolicy};
 use sandbox::ResolvConf;
 
+pub use crate::fieldpath::Allocatable;
 pub use kill::MIN_GRACE_PERIOD_SECONDS;
 
 /// Node facts and paths the runtime manager needs.
@@ -76,6 +79,8 @@ pub struct Settings {
     pub cgroup_policy: CgroupPolicy,
     /// Node memory capacity, bytes (Burstable oom_score_adj).
     pub memory_capacity: i64,
+    /// Node allocatable (the limits a `resourceFieldRef` falls back to).
+    pub allocatable: Allocatable,
     /// Container restart back-off (`crashLoopBackOff`).
     pub crash_backoff: BackoffPolicy,
     /// Image pull back-off (`imagePullBackOff`).
@@ -102,6 +107,11 @@ impl Settings {
             root_dir: "/var/lib/nodelet".into(),
             cgroup_policy: CgroupPolicy::default(),
             memory_capacity: 8 << 30,
+            allocatable: Allocatable {
+                cpu_milli: 2000,
+                memory: 8 << 30,
+                ephemeral_storage: 100 << 30,
+            },
             crash_backoff: BackoffPolicy::KUBELET,
             pull_backoff: BackoffPolicy::KUBELET,
         }
@@ -147,6 +157,8 @@ pub struct Shared {
     pub clock: SharedClock,
     /// Probe workers and their results (liveness and startup failures kill; readiness shows).
     pub probes: ProbeManager,
+    /// Local ConfigMaps and Secrets (env and volumes).
+    pub objects: LocalObjects,
 }
 
 /// The runtime manager: one per agent, shared by all pod workers, over the CRI runtime `R`.
@@ -170,6 +182,7 @@ pub struct KubeRuntimeManager<R: CriRuntime = Cri> {
     /// Pods failed by eviction or admission: never started, status Failed.
     failed: FailedPods,
     probes: ProbeManager,
+    objects: LocalObjects,
 }
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
@@ -192,6 +205,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             started: Mutex::new(HashSet::new()),
             failed: shared.failed,
             probes: shared.probes,
+            objects: shared.objects,
         }
     }
 

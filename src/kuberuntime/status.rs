@@ -98,8 +98,14 @@ pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<R
             started_at: st.started_at,
             finished_at: st.finished_at,
             exit_code: st.exit_code,
+            message: if st.message.is_empty()
+                && ContainerState::from(st.state) == ContainerState::Exited
+            {
+                super::termination_message::read(&st).unwrap_or_default()
+            } else {
+                st.message.clone()
+            },
             reason: st.reason,
-            message: st.message,
             image: c.image.map(|i| i.image).unwrap_or_default(),
             image_ref: c.image_ref,
             id: c.id,

@@ -89,6 +89,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let volumes = match crate::volume::set_up_pod(
             pod,
             &hosts_file::pod_dir(&self.settings.root_dir, &uid),
+            &self.objects,
+            &self.settings.allocatable,
         ) {
             Ok(v) => v,
             Err(e) => {
@@ -349,6 +351,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             image_ref: &image_ref,
             pod_ips,
             is_init,
+            env_sources: container::EnvSources {
+                objects: &self.objects,
+            },
         };
         let mut config = container::container_config(&self.settings, pod, c, &inputs)
             .map_err(|e| fail("CreateContainerConfigError", e.message))?;
@@ -362,6 +367,23 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             crate::volume::mounts::container_mounts(c, volumes, &|s| container::expand(s, &vars))
                 .map_err(|e| fail("CreateContainerConfigError", e))?;
         config.mounts.extend(mounts);
+        if let Some(path) = c
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            let pod_dir = hosts_file::pod_dir(&self.settings.root_dir, uid);
+            let host = super::termination_message::prepare(&pod_dir, &c.name, start.restart_count)
+                .map_err(|e| {
+                    fail(
+                        "CreateContainerConfigError",
+                        format!("cannot create the termination message file: {e}"),
+                    )
+                })?;
+            config
+                .mounts
+                .push(super::termination_message::mount(&host, path));
+        }
         match hosts_file::ensure_hosts_file(&self.settings, pod, pod_ips) {
             Ok(Some(mount)) => config.mounts.push(mount),
             Ok(None) => {}

@@ -3,7 +3,8 @@
 //! When a manifest that ran a pod is broken by an edit, nodelet keeps the pod from its last good
 //! version. The checkpoint makes that survive an agent restart: each good manifest is copied to
 //! `<root-dir>/static-pods/<hash of its path>.json` as `{"path", "manifest"}`, and removed when
-//! the manifest file is removed.
+//! the manifest file is removed. Checkpoints are readable by their owner only (mode 0600): a
+//! manifest may hold Secrets.
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +49,16 @@ impl CheckpointStore {
         let json = serde_json::to_vec(&cp).map_err(std::io::Error::other)?;
         let target = self.file_for(manifest);
         let tmp = target.with_extension("tmp");
-        std::fs::write(&tmp, json)?;
+        // Owner-only: a manifest may hold Secrets.
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?
+            .write_all(&json)?;
         std::fs::rename(tmp, target)
     }
 

@@ -9,7 +9,9 @@
 //! and no close yet, or, with no event seen, it changed less than [`SETTLE`] ago) is neither
 //! read nor reported until it is complete: several manifests copied with one `cp` never show as
 //! broken. Dotfiles and directories are ignored. Each re-list sends the full set of pods to
-//! [`PodConfig::set`].
+//! [`PodConfig::set`], publishes the files' ConfigMaps and Secrets ([`crate::objects`]; a file may
+//! hold several documents, at most one of them a Pod) and has the pods that use a changed object
+//! synced ([`PodConfig::reconcile`]).
 //!
 //! Broken manifests are reported (log, event, metric) once per distinct content. A manifest that
 //! breaks after it was good keeps its last good pod running until it is fixed or removed: an
@@ -27,7 +29,7 @@ use k8s_openapi::api::core::v1::Pod;
 use notify::{EventKind, RecursiveMode, Watcher};
 
 use super::checkpoint::CheckpointStore;
-use super::manifest::decode_static_pod;
+use super::manifest::{decode_manifest, Manifest};
 use super::{ManifestError, PodConfig};
 use crate::events::Recorder;
 use crate::metrics::Metrics;
@@ -51,8 +53,8 @@ struct FileEntry {
     /// A hash of the file's content (to tell a change), or why it could not be read. The bytes
     /// themselves are not kept.
     content: Result<u64, String>,
-    /// The last pod this file produced successfully (kept while the file is broken).
-    good: Option<Pod>,
+    /// What this file defined the last time it decoded (kept while the file is broken).
+    good: Option<Manifest>,
     /// The error of the current content, if it is broken.
     error: Option<ManifestError>,
 }
@@ -77,6 +79,10 @@ pub struct FileSource {
     /// The last listing skipped a file still being written: list again once it settles.
     unsettled: bool,
     clock: crate::clock::SharedClock,
+    /// Where the files' ConfigMaps and Secrets go.
+    objects: crate::objects::LocalObjects,
+    /// Objects whose data changed since [`FileSource::take_changed_objects`] was last called.
+    changed_objects: std::collections::BTreeSet<crate::objects::ObjectRef>,
 }
 
 /// Reads one manifest: `Ok(None)` when it is gone or not a regular file (directories, FIFOs,
@@ -123,13 +129,13 @@ impl FileSource {
     ) -> Self {
         let mut files = BTreeMap::new();
         for (path, bytes) in checkpoints.iter().flat_map(CheckpointStore::load) {
-            if let Ok(pod) = decode_static_pod(&path, &bytes, &node_name) {
+            if let Ok(m) = decode_manifest(&path, &bytes, &node_name) {
                 let restored = Err("restored from checkpoint".to_owned());
                 files.insert(
                     path,
                     FileEntry {
                         content: restored,
-                        good: Some(pod),
+                        good: Some(m),
                         error: None,
                     },
                 );
@@ -147,7 +153,23 @@ impl FileSource {
             writes: HashMap::new(),
             unsettled: false,
             clock: crate::clock::system(),
+            objects: Default::default(),
+            changed_objects: Default::default(),
         }
+    }
+
+    /// Publishes the files' ConfigMaps and Secrets into `objects`.
+    pub fn with_objects(mut self, objects: crate::objects::LocalObjects) -> Self {
+        self.objects = objects;
+        self
+    }
+
+    /// The objects whose data changed (added, edited, removed) since the last call; the pods
+    /// that reference them need a sync.
+    pub fn take_changed_objects(
+        &mut self,
+    ) -> std::collections::BTreeSet<crate::objects::ObjectRef> {
+        std::mem::take(&mut self.changed_objects)
     }
 
     /// Reads time (what "recently written" means) from `clock`.
@@ -282,7 +304,7 @@ impl FileSource {
                 continue;
             }
             let result = match &content {
-                Ok(bytes) => decode_static_pod(&path, bytes, &self.node_name),
+                Ok(bytes) => decode_manifest(&path, bytes, &self.node_name),
                 Err(message) => Err(ManifestError::Read {
                     file: path.display().to_string(),
                     message: message.clone(),
@@ -290,7 +312,7 @@ impl FileSource {
             };
             let prev_good = self.files.remove(&path).and_then(|f| f.good);
             let entry = match result {
-                Ok(pod) => {
+                Ok(m) => {
                     if let (Some(cp), Ok(bytes)) = (&self.checkpoints, &content) {
                         if let Err(e) = cp.save(&path, bytes) {
                             tracing::warn!(file = %path.display(), error = %e, "cannot checkpoint manifest");
@@ -298,7 +320,7 @@ impl FileSource {
                     }
                     FileEntry {
                         content: digest,
-                        good: Some(pod),
+                        good: Some(m),
                         error: None,
                     }
                 }
@@ -316,7 +338,48 @@ impl FileSource {
             };
             self.files.insert(path, entry);
         }
+        self.collect_objects();
         self.collect_pods()
+    }
+
+    /// Publishes the objects of the current files, the first file (in name order) defining each
+    /// winning; a later duplicate is reported.
+    fn collect_objects(&mut self) {
+        let mut objects = HashMap::new();
+        let mut first: HashMap<crate::objects::ObjectRef, PathBuf> = HashMap::new();
+        let mut duplicates = Vec::new();
+        for (path, entry) in &self.files {
+            for (r, data) in entry.good.iter().flat_map(|m| m.objects.iter()) {
+                match first.get(r) {
+                    Some(owner) => {
+                        if entry.error.is_none() {
+                            duplicates.push((
+                                path.clone(),
+                                ManifestError::DuplicateObject {
+                                    file: path.display().to_string(),
+                                    kind: r.kind.as_str(),
+                                    namespace: r.namespace.clone(),
+                                    name: r.name.clone(),
+                                    first: owner.display().to_string(),
+                                },
+                            ));
+                        }
+                    }
+                    None => {
+                        first.insert(r.clone(), path.clone());
+                        objects.insert(r.clone(), data.clone());
+                    }
+                }
+            }
+        }
+        for (path, err) in duplicates {
+            self.report(&err, &path);
+            if let Some(e) = self.files.get_mut(&path) {
+                e.error = Some(err);
+            }
+        }
+        let changed = self.objects.replace(objects);
+        self.changed_objects.extend(changed);
     }
 
     /// Pods from the current files, the first owner of each namespace/name winning.
@@ -332,6 +395,7 @@ impl FileSource {
             self.files
                 .get(file)
                 .and_then(|f| f.good.as_ref())
+                .and_then(|m| m.pod.as_ref())
                 .is_some_and(|p| key(p) == *k)
         });
         // Existing owners first, then new files in name order.
@@ -348,7 +412,7 @@ impl FileSource {
             let Some(entry) = self.files.get(&path) else {
                 continue;
             };
-            let Some(pod) = entry.good.as_ref() else {
+            let Some(pod) = entry.good.as_ref().and_then(|m| m.pod.as_ref()) else {
                 continue;
             };
             let k = key(pod);
@@ -517,10 +581,13 @@ pub fn run(
         }
         if relist {
             let pods = source.list();
-            config
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .set(SOURCE, pods);
+            let changed = source.take_changed_objects();
+            let mut config = config.lock().unwrap_or_else(|e| e.into_inner());
+            config.set(SOURCE, pods);
+            if !changed.is_empty() {
+                config.reconcile(SOURCE, &changed);
+            }
+            drop(config);
             relist = false;
             schedule.listed(clock.now());
             if source.take_unsettled() {
@@ -644,6 +711,79 @@ mod tests {
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].reason, "DuplicatePod");
         assert!(ev[0].message.contains("a.yaml") && ev[0].message.contains("b.yaml"));
+    }
+
+    #[test]
+    fn files_hold_config_maps_and_secrets_beside_a_pod() {
+        use crate::objects::{LocalObjects, ObjectKind};
+        let dir = tempfile::tempdir().unwrap();
+        let cm = |v: &str| {
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg}}\ndata: {{k: {v}}}\n")
+        };
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            format!("{}---\n{}", cm("one"), POD.replace("NAME", "a")),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("s.yaml"),
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: ns}\ndata: {password: czNjcmV0}\nstringData: {user: admin}\n",
+        )
+        .unwrap();
+        let objects = LocalObjects::default();
+        let mut s = source(dir.path()).with_objects(objects.clone());
+        assert_eq!(s.list().len(), 1, "the pod of a.yaml");
+        assert_eq!(objects.len(), 2);
+        let secret = objects.get(ObjectKind::Secret, "ns", "db").unwrap();
+        assert_eq!(secret["password"], b"s3cret", "data is base64-decoded");
+        assert_eq!(secret["user"], b"admin", "stringData merged");
+        assert_eq!(s.take_changed_objects().len(), 2);
+        // An edit of the ConfigMap alone changes that object, not the pod.
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            format!("{}---\n{}", cm("two"), POD.replace("NAME", "a")),
+        )
+        .unwrap();
+        let uid = s.list()[0].metadata.uid.clone();
+        let changed: Vec<String> = s
+            .take_changed_objects()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(changed, ["cfg"]);
+        assert_eq!(
+            objects
+                .get(ObjectKind::ConfigMap, "default", "cfg")
+                .unwrap()["k"],
+            b"two"
+        );
+        // A second definition of the same ConfigMap in a later file is reported; the first stays.
+        std::fs::write(dir.path().join("b.yaml"), cm("three")).unwrap();
+        assert_eq!(s.list()[0].metadata.uid, uid);
+        assert_eq!(
+            objects
+                .get(ObjectKind::ConfigMap, "default", "cfg")
+                .unwrap()["k"],
+            b"two"
+        );
+        assert!(s.take_changed_objects().is_empty());
+        let ev = s.recorder.list();
+        assert_eq!(ev.last().unwrap().reason, "DuplicateObject");
+        // A Secret that is not base64 is refused naming the key, never the value.
+        std::fs::write(
+            dir.path().join("s.yaml"),
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: ns}\ndata: {password: 'not base64!'}\n",
+        )
+        .unwrap();
+        s.list();
+        let ev = s.recorder.list();
+        let last = ev.last().unwrap();
+        assert!(last.message.contains("data.password"), "{}", last.message);
+        assert!(!last.message.contains("not base64!"), "{}", last.message);
+        assert!(
+            objects.get(ObjectKind::Secret, "ns", "db").is_some(),
+            "the last good one stays"
+        );
     }
 
     #[test]

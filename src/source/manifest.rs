@@ -14,10 +14,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 
 use super::validation::{validate_pod, FieldError};
 use super::ManifestError;
+use crate::objects::{
+    config_map_data, is_valid_key, secret_data, Data, ObjectKind, ObjectRef, MAX_OBJECT_BYTES,
+};
 use crate::pod::{is_dns1123_subdomain, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
 /// Namespace UUID under which file pod UIDs are derived (a fixed random v4 UUID of nodelet's).
@@ -25,13 +28,29 @@ const UID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6e0d_e1e7_5a1c_4f0e_9b
 
 use crate::pod::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS;
 
-/// Decodes one manifest (YAML or JSON, a single `v1` `Pod`), validates it and applies the file-pod
-/// defaults. `file` names the manifest in errors and seeds the UID.
+/// What one manifest file defines: at most one pod, and any number of ConfigMaps and Secrets
+/// (documents separated by `---`).
+#[derive(Debug, Clone, Default)]
+pub struct Manifest {
+    /// The pod, with the file-pod defaults applied.
+    pub pod: Option<Pod>,
+    /// ConfigMaps and Secrets, with their data (see [`crate::objects`]).
+    pub objects: Vec<(ObjectRef, Data)>,
+}
+
+/// Decodes one manifest file (YAML or JSON; several YAML documents separated by `---`): at most
+/// one `v1` `Pod`, validated and given the file-pod defaults, and any number of `v1` `ConfigMap`
+/// and `Secret` documents (nodelet's local objects, [`crate::objects`]). `file` names the file
+/// in errors and seeds the pod's UID.
 ///
-/// Errors: [`ManifestError::Empty`], [`ManifestError::Parse`] (with the parser's line/column),
-/// [`ManifestError::Invalid`] naming the field and value, [`ManifestError::InvalidName`] when
-/// `<name>-<nodeName>` is not a DNS-1123 subdomain.
-pub fn decode_static_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<Pod, ManifestError> {
+/// Errors: [`ManifestError::Empty`], [`ManifestError::Parse`] (with the parser's line/column, or
+/// the field path), [`ManifestError::Invalid`] naming the field and value (never a Secret's
+/// value), [`ManifestError::InvalidName`] when `<name>-<nodeName>` is not a DNS-1123 subdomain.
+pub fn decode_manifest(
+    file: &Path,
+    bytes: &[u8],
+    node_name: &str,
+) -> Result<Manifest, ManifestError> {
     let file_s = file.display().to_string();
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return Err(ManifestError::Empty { file: file_s });
@@ -42,49 +61,228 @@ pub fn decode_static_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<P
         file: file_s.clone(),
         message,
     })?;
-    let value: serde_yaml::Value =
-        serde_yaml::from_slice(bytes).map_err(|e| ManifestError::Parse {
-            file: file_s.clone(),
-            message: e.to_string(),
-        })?;
-    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-    let api_version = value
-        .get("apiVersion")
-        .and_then(|k| k.as_str())
-        .unwrap_or("");
-    if kind != "Pod" || api_version != "v1" {
-        return Err(ManifestError::Invalid {
-            file: file_s,
-            error: FieldError {
-                field: if kind != "Pod" {
-                    "kind".into()
-                } else {
-                    "apiVersion".into()
-                },
-                value: if kind != "Pod" {
-                    kind.into()
-                } else {
-                    api_version.into()
-                },
-                reason: "a static pod manifest holds one object with apiVersion v1 and kind Pod"
-                    .into(),
-            },
-        });
+    let parse = |message: String| ManifestError::Parse {
+        file: file_s.clone(),
+        message,
+    };
+    let invalid = |field: &str, value: &str, reason: &str| ManifestError::Invalid {
+        file: file_s.clone(),
+        error: FieldError {
+            field: field.into(),
+            value: value.into(),
+            reason: reason.into(),
+        },
+    };
+    let mut out = Manifest::default();
+    for (i, doc) in serde_yaml::Deserializer::from_slice(bytes).enumerate() {
+        use serde::Deserialize;
+        let value = serde_yaml::Value::deserialize(doc).map_err(|e| parse(e.to_string()))?;
+        if value.is_null() {
+            continue;
+        }
+        let at = |field: &str| {
+            if i == 0 {
+                field.to_owned()
+            } else {
+                format!("document {}: {field}", i + 1)
+            }
+        };
+        let kind = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("")
+            .to_owned();
+        let kind = kind.as_str();
+        let api_version = value
+            .get("apiVersion")
+            .and_then(|k| k.as_str())
+            .unwrap_or("");
+        if !matches!(kind, "Pod" | "ConfigMap" | "Secret") {
+            return Err(invalid(
+                &at("kind"),
+                kind,
+                "a static pod manifest holds a v1 Pod, ConfigMaps and Secrets",
+            ));
+        }
+        if api_version != "v1" {
+            return Err(invalid(&at("apiVersion"), api_version, "must be v1"));
+        }
+        match kind {
+            "Pod" => {
+                if out.pod.is_some() {
+                    return Err(invalid(
+                        &at("kind"),
+                        kind,
+                        "a manifest file holds at most one Pod",
+                    ));
+                }
+                let mut value = value;
+                octal_modes(&mut value);
+                let mut pod: Pod = serde_path_to_error::deserialize(value)
+                    .map_err(|e| parse(crate::config::field_error_message(&e)))?;
+                validate_pod(&pod).map_err(|error| ManifestError::Invalid {
+                    file: file_s.clone(),
+                    error,
+                })?;
+                let content_hash = crate::hash::object_hash(&pod);
+                apply_file_pod_defaults(&mut pod, file, node_name, &content_hash)?;
+                out.pod = Some(pod);
+            }
+            _ => {
+                let object = decode_object(kind, value)
+                    .map_err(|(field, value, reason)| invalid(&at(&field), &value, &reason))?;
+                if out.objects.iter().any(|(r, _)| *r == object.0) {
+                    return Err(invalid(
+                        &at("metadata.name"),
+                        &object.0.name,
+                        &format!("another {kind} of this file has this name"),
+                    ));
+                }
+                out.objects.push(object);
+            }
+        }
     }
-    let mut pod: Pod = serde_path_to_error::deserialize(serde_yaml::Deserializer::from_slice(
-        bytes,
+    if out.pod.is_none() && out.objects.is_empty() {
+        return Err(ManifestError::Empty { file: file_s });
+    }
+    Ok(out)
+}
+
+/// File modes written as YAML 1.1 octal (`defaultMode: 0400`, as the Kubernetes docs write
+/// them and Kubernetes' YAML decoder reads them, 256) become numbers; the YAML 1.2 parser here
+/// reads them as strings. Only `mode` and `defaultMode` keys are touched.
+fn octal_modes(v: &mut serde_yaml::Value) {
+    match v {
+        serde_yaml::Value::Mapping(m) => {
+            for (k, val) in m.iter_mut() {
+                let is_mode = matches!(k.as_str(), Some("mode" | "defaultMode"));
+                if let (true, serde_yaml::Value::String(s)) = (is_mode, &*val) {
+                    let octal = s.len() > 1
+                        && s.starts_with('0')
+                        && s.bytes().all(|b| (b'0'..=b'7').contains(&b));
+                    if let Some(n) = octal.then(|| i64::from_str_radix(s, 8).ok()).flatten() {
+                        *val = serde_yaml::Value::Number(n.into());
+                    }
+                } else {
+                    octal_modes(val);
+                }
+            }
+        }
+        serde_yaml::Value::Sequence(seq) => seq.iter_mut().for_each(octal_modes),
+        _ => {}
+    }
+}
+
+/// Decodes one manifest that must define a pod (see [`decode_manifest`]); used where only pods
+/// matter.
+///
+/// Errors: as [`decode_manifest`], and [`ManifestError::Invalid`] on `kind` when the file holds
+/// no pod.
+pub fn decode_static_pod(file: &Path, bytes: &[u8], node_name: &str) -> Result<Pod, ManifestError> {
+    decode_manifest(file, bytes, node_name)?
+        .pod
+        .ok_or_else(|| ManifestError::Invalid {
+            file: file.display().to_string(),
+            error: FieldError {
+                field: "kind".into(),
+                value: String::new(),
+                reason: "the file defines no Pod".into(),
+            },
+        })
+}
+
+/// Decodes and validates a ConfigMap or Secret document as the API server would: a DNS-1123
+/// subdomain name, a DNS-1123 label namespace (default `default`), valid unique keys, at most
+/// [`MAX_OBJECT_BYTES`] of data. A Secret's values appear in no error: a value that is not
+/// base64 is named by its key only.
+///
+/// Errors: `(field, value, reason)`.
+fn decode_object(
+    kind: &str,
+    value: serde_yaml::Value,
+) -> Result<(ObjectRef, Data), (String, String, String)> {
+    let fail = |f: &str, v: &str, r: &str| (f.to_owned(), v.to_owned(), r.to_owned());
+    let (meta, data, object_kind) = if kind == "ConfigMap" {
+        let cm: ConfigMap = serde_path_to_error::deserialize(value).map_err(|e| {
+            let msg = crate::config::field_error_message(&e);
+            (e.path().to_string(), String::new(), msg)
+        })?;
+        if let Some(k) = cm
+            .data
+            .iter()
+            .flat_map(|d| d.keys())
+            .find(|k| cm.binary_data.as_ref().is_some_and(|b| b.contains_key(*k)))
+        {
+            return Err(fail(
+                &format!("binaryData[{k}]"),
+                k,
+                "duplicates a key of data",
+            ));
+        }
+        (
+            cm.metadata.clone(),
+            config_map_data(&cm),
+            ObjectKind::ConfigMap,
+        )
+    } else {
+        let s: Secret = serde_path_to_error::deserialize(value).map_err(|e| {
+            // The parser's message may quote the value: only the field is named.
+            let path = e.path().to_string();
+            let reason = if path.starts_with("data") {
+                "is not valid base64 (the value is not shown)".to_owned()
+            } else if path.starts_with("stringData") {
+                "must be a string (the value is not shown)".to_owned()
+            } else {
+                crate::config::field_error_message(&e)
+            };
+            (path, String::new(), reason)
+        })?;
+        (s.metadata.clone(), secret_data(&s), ObjectKind::Secret)
+    };
+    let name = meta.name.clone().unwrap_or_default();
+    if !is_dns1123_subdomain(&name) {
+        return Err(fail(
+            "metadata.name",
+            &name,
+            "must be a DNS-1123 subdomain of at most 253 characters",
+        ));
+    }
+    let namespace = meta
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into());
+    if !crate::pod::is_dns1123_label(&namespace) {
+        return Err(fail(
+            "metadata.namespace",
+            &namespace,
+            "must be a DNS-1123 label",
+        ));
+    }
+    let field = "data";
+    if let Some(k) = data.keys().find(|k| !is_valid_key(k)) {
+        return Err(fail(
+            &format!("{field}[{k}]"),
+            k,
+            "must be a key of 1-253 characters of [-._a-zA-Z0-9], not '.' or '..'",
+        ));
+    }
+    let size: usize = data.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_OBJECT_BYTES {
+        return Err(fail(
+            field,
+            "",
+            &format!("holds {size} bytes, more than the {MAX_OBJECT_BYTES} allowed"),
+        ));
+    }
+    Ok((
+        ObjectRef {
+            kind: object_kind,
+            namespace,
+            name,
+        },
+        data,
     ))
-    .map_err(|e| ManifestError::Parse {
-        file: file_s.clone(),
-        message: crate::config::field_error_message(&e),
-    })?;
-    validate_pod(&pod).map_err(|error| ManifestError::Invalid {
-        file: file_s.clone(),
-        error,
-    })?;
-    let content_hash = crate::hash::object_hash(&pod);
-    apply_file_pod_defaults(&mut pod, file, node_name, &content_hash)?;
-    Ok(pod)
 }
 
 fn apply_file_pod_defaults(
@@ -261,6 +459,17 @@ mod tests {
         let long = GOOD.replace("name: web", &format!("name: {}", "a".repeat(250)));
         let e = decode_static_pod(Path::new("/m/f.yaml"), long.as_bytes(), "node1").unwrap_err();
         assert!(matches!(e, ManifestError::InvalidName { .. }), "{e}");
+    }
+
+    #[test]
+    fn yaml_1_1_octal_modes_are_read_as_kubernetes_reads_them() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: m}\nspec:\n  volumes:\n  - {name: s, secret: {secretName: x, defaultMode: 0400, items: [{key: a, path: a, mode: 0755}]}}\n  - {name: c, configMap: {name: y, defaultMode: 420}}\n  containers: [{name: c, image: b}]\n";
+        let pod = decode_static_pod(Path::new("/m/m.yaml"), text.as_bytes(), "n").unwrap();
+        let v = &pod.spec.unwrap().volumes.unwrap();
+        let s = v[0].secret.as_ref().unwrap();
+        assert_eq!(s.default_mode, Some(0o400));
+        assert_eq!(s.items.as_ref().unwrap()[0].mode, Some(0o755));
+        assert_eq!(v[1].config_map.as_ref().unwrap().default_mode, Some(420));
     }
 
     #[test]

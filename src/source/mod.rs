@@ -59,6 +59,21 @@ pub enum ManifestError {
         /// The full pod name.
         name: String,
     },
+    /// Another file already defines a ConfigMap or Secret of this namespace and name; the first
+    /// one (in file name order) wins.
+    #[error("manifest {file}: field metadata.name: {kind} {namespace}/{name} is already defined by {first}; this definition is ignored")]
+    DuplicateObject {
+        /// Path of the ignored definition.
+        file: String,
+        /// ConfigMap or Secret.
+        kind: &'static str,
+        /// Namespace of the object.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The manifest that defines it first.
+        first: String,
+    },
     /// Another file already defines a pod with this namespace and name, or this UID; the first
     /// one wins.
     #[error("manifest {file}: field metadata.name: pod {namespace}/{name} (uid {uid}) is already defined by {first}; this file is ignored")]
@@ -85,6 +100,7 @@ impl ManifestError {
             Self::Parse { .. } => "DecodeError",
             Self::Invalid { .. } | Self::InvalidName { .. } => "InvalidManifest",
             Self::Duplicate { .. } => "DuplicatePod",
+            Self::DuplicateObject { .. } => "DuplicateObject",
         }
     }
 }
@@ -98,6 +114,10 @@ pub enum PodOp {
     Update,
     /// Pods no source wants any more: kill them and forget them.
     Remove,
+    /// Pods whose spec is unchanged but whose ConfigMaps or Secrets changed: sync them (their
+    /// volumes are rewritten, containers held for a missing object start). kubelet's
+    /// `RECONCILE` carries status-only changes the same way, to a sync.
+    Reconcile,
 }
 
 /// A batch of pod changes from one source (kubelet's `kubetypes.PodUpdate`).
@@ -193,6 +213,38 @@ impl PodConfig {
             flag.store(true, Ordering::Release);
         }
         ops
+    }
+}
+
+impl PodConfig {
+    /// Sends a RECONCILE batch of the pods of `source` that reference any of `changed` (see
+    /// [`crate::objects::pod_references`]); returns it, if any pod does.
+    pub fn reconcile(
+        &mut self,
+        source: &'static str,
+        changed: &std::collections::BTreeSet<crate::objects::ObjectRef>,
+    ) -> Option<PodUpdate> {
+        let pods: Vec<Arc<Pod>> = self
+            .pods
+            .get(source)?
+            .values()
+            .filter(|p| {
+                crate::objects::pod_references(p)
+                    .iter()
+                    .any(|r| changed.contains(r))
+            })
+            .cloned()
+            .collect();
+        if pods.is_empty() {
+            return None;
+        }
+        let update = PodUpdate {
+            op: PodOp::Reconcile,
+            source,
+            pods,
+        };
+        let _ = self.tx.send(update.clone());
+        Some(update)
     }
 }
 

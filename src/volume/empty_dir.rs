@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Volume;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use tracing::warn;
 
-use super::VolumePlugin;
+use super::{SetUp, VolumePlugin};
 
 /// The emptyDir plugin.
 pub struct EmptyDir;
@@ -23,29 +23,58 @@ fn is_mount_point(dir: &Path) -> bool {
     a.dev() != b.dev()
 }
 
+/// Mounts a tmpfs of `size` bytes (the node's memory when `None`) on `dir` unless something is
+/// mounted there already; creates `dir`.
+///
+/// Errors: the mkdir or mount(2) error, naming the path.
+pub fn ensure_tmpfs(dir: &Path, size: Option<i128>) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    if is_mount_point(dir) {
+        return Ok(());
+    }
+    let size = size.unwrap_or_else(|| i128::from(procfs_mem_total()));
+    // nix's mount(2): cgroups-rs and procfs do not mount filesystems.
+    mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(format!("size={size},mode=0755").as_str()),
+    )
+    .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))
+}
+
+/// Unmounts `dir` if something is mounted there, then removes it and what it holds.
+pub fn remove_volume_dir(dir: &Path) {
+    if is_mount_point(dir) {
+        if let Err(e) = umount2(dir, MntFlags::MNT_DETACH) {
+            warn!(path = %dir.display(), error = %e, "cannot unmount volume");
+            return;
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            warn!(path = %dir.display(), error = %e, "cannot remove volume");
+        }
+    }
+}
+
 impl VolumePlugin for EmptyDir {
-    fn set_up(&self, v: &Volume, dir: &Path, fs_group: Option<i64>) -> Result<PathBuf, String> {
+    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, String> {
         let ed = v.empty_dir.as_ref().ok_or("not an emptyDir")?;
         std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-        if ed.medium.as_deref() == Some("Memory") && !is_mount_point(dir) {
+        if ed.medium.as_deref() == Some("Memory") {
             let size = match &ed.size_limit {
-                Some(q) => crate::quantity::parse_value(&q.0)
-                    .map_err(|e| format!("sizeLimit {:?}: {e}", q.0))?,
-                None => i128::from(procfs_mem_total()),
+                Some(q) => Some(
+                    crate::quantity::parse_value(&q.0)
+                        .map_err(|e| format!("sizeLimit {:?}: {e}", q.0))?,
+                ),
+                None => None,
             };
-            // nix's mount(2): cgroups-rs and procfs do not mount filesystems.
-            mount(
-                Some("tmpfs"),
-                dir,
-                Some("tmpfs"),
-                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-                Some(format!("size={size},mode=0777").as_str()),
-            )
-            .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
+            ensure_tmpfs(dir, size)?;
         }
         let mut mode = 0o777;
-        if let Some(gid) = fs_group {
-            let gid = u32::try_from(gid).map_err(|_| format!("invalid fsGroup {gid}"))?;
+        if let Some(gid) = s.fs_group_id()? {
             std::os::unix::fs::chown(dir, None, Some(gid))
                 .map_err(|e| format!("chown {}: {e}", dir.display()))?;
             mode |= 0o2000;
@@ -57,17 +86,7 @@ impl VolumePlugin for EmptyDir {
     }
 
     fn tear_down(&self, dir: &Path) {
-        if is_mount_point(dir) {
-            if let Err(e) = umount2(dir, MntFlags::MNT_DETACH) {
-                warn!(path = %dir.display(), error = %e, "cannot unmount emptyDir");
-                return;
-            }
-        }
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                warn!(path = %dir.display(), error = %e, "cannot remove emptyDir");
-            }
-        }
+        remove_volume_dir(dir);
     }
 
     fn dir_name(&self) -> &'static str {

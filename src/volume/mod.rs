@@ -1,9 +1,13 @@
-//! Volumes (kubelet's volume manager with its `emptyDir` and `hostPath` plugins): each pod's
-//! volumes are set up under its directory before its containers start and torn down after it is
-//! gone, laid out as kubelet lays them out (`<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`).
+//! Volumes (kubelet's volume manager and its plugins): each pod's volumes are set up under its
+//! directory before its containers start (again on every sync, which rewrites what changed) and
+//! torn down after it is gone, laid out as kubelet lays them out
+//! (`<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`).
 //!
 //! - [`empty_dir`]: a directory, or with `medium: Memory` a tmpfs of `sizeLimit` bytes.
 //! - [`host_path`]: a path of the host, checked by `type` as kubelet checks it.
+//! - [`config_map`], [`secret`] (on tmpfs), [`downward_api`], [`projected`]: files written with
+//!   [`atomic_writer`], from local ConfigMaps and Secrets ([`crate::objects`]) and the downward
+//!   API.
 //! - [`mounts`]: a container's `volumeMounts` as CRI mounts (`readOnly`, `subPath`,
 //!   `subPathExpr`, `mountPropagation`), a subPath never leaving its volume.
 //!
@@ -11,14 +15,22 @@
 //! NodePublish/NodeUnpublish plugin would use. Other volume kinds are refused by manifest
 //! validation, naming the field, until they are implemented.
 
+pub mod atomic_writer;
+pub mod config_map;
+pub mod downward_api;
 pub mod empty_dir;
 pub mod host_path;
 pub mod mounts;
+pub mod projected;
+pub mod secret;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
+
+use crate::fieldpath::Allocatable;
+use crate::objects::LocalObjects;
 
 /// Why a volume could not be set up; the message is kubelet's `MountVolume.SetUp failed for
 /// volume "<name>" : <cause>`.
@@ -31,19 +43,63 @@ pub struct VolumeError {
     pub cause: String,
 }
 
+/// What a plugin sets a volume up with, beyond the volume itself.
+pub struct SetUp<'a> {
+    /// The pod.
+    pub pod: &'a Pod,
+    /// Local ConfigMaps and Secrets.
+    pub objects: &'a LocalObjects,
+    /// The node's allocatable (downward API resource limits default to it).
+    pub allocatable: &'a Allocatable,
+}
+
+impl SetUp<'_> {
+    /// The pod's `fsGroup` as a gid.
+    ///
+    /// Errors: a negative or too large fsGroup.
+    pub fn fs_group_id(&self) -> Result<Option<u32>, String> {
+        let g = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|s| s.fs_group);
+        g.map(|g| u32::try_from(g).map_err(|_| format!("invalid fsGroup {g}")))
+            .transpose()
+    }
+}
+
 /// A volume kind (kubelet's `VolumePlugin`): sets a volume up for a pod, returning the host
 /// path containers mount, and tears it down.
 pub trait VolumePlugin {
     /// Sets `volume` of the pod up; `dir` is its directory under the pod's directory (the
-    /// plugin may ignore it, as hostPath does). Returns the host path to mount.
+    /// plugin may ignore it, as hostPath does). Called on every sync: a plugin rewrites what
+    /// changed and leaves the rest. Returns the host path to mount.
     ///
     /// Errors: the cause, for [`VolumeError`].
-    fn set_up(&self, volume: &Volume, dir: &Path, fs_group: Option<i64>)
-        -> Result<PathBuf, String>;
+    fn set_up(&self, volume: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, String>;
     /// Tears the volume down at `dir` (unmount, remove); never touches anything outside it.
     fn tear_down(&self, dir: &Path);
     /// The plugin's directory name under `volumes/` (`kubernetes.io~empty-dir`).
     fn dir_name(&self) -> &'static str;
+}
+
+/// Writes `payload` into the volume directory `dir` with [`atomic_writer`], on a tmpfs when
+/// `on_tmpfs` (secret, downwardAPI, projected), files owned by the pod's `fsGroup`; returns `dir`
+/// (what containers mount).
+///
+/// Errors: the tmpfs mount or a write step, naming the path.
+fn publish(
+    dir: &Path,
+    payload: &atomic_writer::Payload,
+    s: &SetUp<'_>,
+    on_tmpfs: bool,
+) -> Result<PathBuf, String> {
+    if on_tmpfs {
+        empty_dir::ensure_tmpfs(dir, None)?;
+    }
+    atomic_writer::write(dir, payload, s.fs_group_id()?)?;
+    Ok(dir.to_path_buf())
 }
 
 /// The plugin of a volume, `None` for a kind nodelet does not implement (refused earlier).
@@ -52,13 +108,37 @@ fn plugin_of(v: &Volume) -> Option<&'static dyn VolumePlugin> {
         Some(&empty_dir::EmptyDir)
     } else if v.host_path.is_some() {
         Some(&host_path::HostPath)
+    } else if v.config_map.is_some() {
+        Some(&config_map::ConfigMapPlugin)
+    } else if v.secret.is_some() {
+        Some(&secret::SecretPlugin)
+    } else if v.downward_api.is_some() {
+        Some(&downward_api::DownwardApiPlugin)
+    } else if v.projected.is_some() {
+        Some(&projected::ProjectedPlugin)
     } else {
         None
     }
 }
 
 /// The plugins whose volumes live under a pod's directory (torn down with the pod).
-const PLUGINS: [&dyn VolumePlugin; 1] = [&empty_dir::EmptyDir];
+const PLUGINS: [&dyn VolumePlugin; 5] = [
+    &empty_dir::EmptyDir,
+    &config_map::ConfigMapPlugin,
+    &secret::SecretPlugin,
+    &downward_api::DownwardApiPlugin,
+    &projected::ProjectedPlugin,
+];
+
+/// The volume kinds nodelet implements (the field names of a `Volume`).
+pub const KINDS: [&str; 6] = [
+    "emptyDir",
+    "hostPath",
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "projected",
+];
 
 /// `<pod dir>/volumes`.
 pub fn volumes_dir(pod_dir: &Path) -> PathBuf {
@@ -69,11 +149,18 @@ pub fn volumes_dir(pod_dir: &Path) -> PathBuf {
 ///
 /// Errors: the first volume that failed ([`VolumeError`]); volumes set up before it stay (the
 /// next sync finds them ready).
-pub fn set_up_pod(pod: &Pod, pod_dir: &Path) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+pub fn set_up_pod(
+    pod: &Pod,
+    pod_dir: &Path,
+    objects: &LocalObjects,
+    allocatable: &Allocatable,
+) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
     let spec = pod.spec.as_ref();
-    let fs_group = spec
-        .and_then(|s| s.security_context.as_ref())
-        .and_then(|s| s.fs_group);
+    let s = SetUp {
+        pod,
+        objects,
+        allocatable,
+    };
     let mut out = BTreeMap::new();
     for v in spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let Some(p) = plugin_of(v) else {
@@ -83,7 +170,7 @@ pub fn set_up_pod(pod: &Pod, pod_dir: &Path) -> Result<BTreeMap<String, PathBuf>
             });
         };
         let dir = volumes_dir(pod_dir).join(p.dir_name()).join(&v.name);
-        let path = p.set_up(v, &dir, fs_group).map_err(|cause| VolumeError {
+        let path = p.set_up(v, &dir, &s).map_err(|cause| VolumeError {
             volume: v.name.clone(),
             cause,
         })?;
@@ -135,11 +222,11 @@ pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (Strin
             .collect();
         match sources.as_slice() {
             [] => return Err((at, "must specify a volume type".into())),
-            [one] if one == "emptyDir" || one == "hostPath" => {}
+            [one] if KINDS.contains(&one.as_str()) => {}
             [one] => {
                 return Err((
                     format!("{at}.{one}"),
-                    "volumes of this kind are not supported by nodelet yet (emptyDir and hostPath are); the pod is refused rather than run without its data".into(),
+                    format!("volumes of this kind are not supported by nodelet yet (it supports {}); the pod is refused rather than run without its data", KINDS.join(", ")),
                 ))
             }
             _ => return Err((at, "may not specify more than 1 volume type".into())),
@@ -161,6 +248,7 @@ pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (Strin
                 }
             }
         }
+        validate_projections(spec, v, &at)?;
         if let Some(hp) = &v.host_path {
             if !Path::new(&hp.path).is_absolute() {
                 return Err((
@@ -245,6 +333,187 @@ pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (Strin
                         ))
                     }
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validates the files a configMap, secret, downwardAPI or projected volume writes, as the API
+/// server does: a name for the object, modes within 0–0777, item paths that stay inside the
+/// volume (see [`atomic_writer::validate_path`]) and are unique, keys valid, downward API field
+/// paths and resources that exist; projected sources other than configMap, secret and
+/// downwardAPI are refused (they need an API server).
+///
+/// Errors: `(field, reason)`.
+fn validate_projections(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    v: &Volume,
+    at: &str,
+) -> Result<(), (String, String)> {
+    use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath};
+    type Paths = std::collections::BTreeSet<String>;
+    fn mode_ok(m: Option<i32>) -> bool {
+        m.is_none_or(|m| (0..=0o777).contains(&m))
+    }
+    fn check_path(paths: &mut Paths, field: String, p: &str) -> Result<(), (String, String)> {
+        atomic_writer::validate_path(p).map_err(|e| (field.clone(), e))?;
+        if !paths.insert(p.to_owned()) {
+            return Err((field, format!("conflicting duplicate path {p:?}")));
+        }
+        Ok(())
+    }
+    fn keys(
+        paths: &mut Paths,
+        field: &str,
+        items: &Option<Vec<KeyToPath>>,
+    ) -> Result<(), (String, String)> {
+        for (i, it) in items.iter().flatten().enumerate() {
+            let f = format!("{field}.items[{i}]");
+            if !crate::objects::is_valid_key(&it.key) {
+                return Err((
+                    format!("{f}.key"),
+                    format!("{:?} is not a valid key", it.key),
+                ));
+            }
+            if !mode_ok(it.mode) {
+                return Err((format!("{f}.mode"), "must be between 0 and 0777".into()));
+            }
+            check_path(paths, format!("{f}.path"), &it.path)?;
+        }
+        Ok(())
+    }
+    fn downward(
+        spec: &k8s_openapi::api::core::v1::PodSpec,
+        paths: &mut Paths,
+        field: &str,
+        items: &Option<Vec<DownwardAPIVolumeFile>>,
+    ) -> Result<(), (String, String)> {
+        for (i, it) in items.iter().flatten().enumerate() {
+            let f = format!("{field}.items[{i}]");
+            check_path(paths, format!("{f}.path"), &it.path)?;
+            if !mode_ok(it.mode) {
+                return Err((format!("{f}.mode"), "must be between 0 and 0777".into()));
+            }
+            match (&it.field_ref, &it.resource_field_ref) {
+                (Some(r), None) => {
+                    let p = r.field_path.as_str();
+                    let whole = matches!(
+                        p,
+                        "metadata.name"
+                            | "metadata.namespace"
+                            | "metadata.uid"
+                            | "metadata.labels"
+                            | "metadata.annotations"
+                    );
+                    let one = ["metadata.labels['", "metadata.annotations['"]
+                        .iter()
+                        .any(|pre| p.starts_with(pre) && p.ends_with("']"));
+                    if !whole && !one {
+                        return Err((
+                            format!("{f}.fieldRef.fieldPath"),
+                            format!("{p:?} is not a field a downwardAPI volume can project (metadata.name, namespace, uid, labels, annotations)"),
+                        ));
+                    }
+                }
+                (None, Some(r)) => {
+                    let name = r.container_name.as_deref().unwrap_or_default();
+                    let known = spec
+                        .containers
+                        .iter()
+                        .chain(spec.init_containers.iter().flatten())
+                        .any(|c| c.name == name);
+                    if !known {
+                        return Err((
+                            format!("{f}.resourceFieldRef.containerName"),
+                            format!("{name:?} is not a container of the pod"),
+                        ));
+                    }
+                }
+                _ => {
+                    return Err((
+                        f,
+                        "exactly one of fieldRef and resourceFieldRef is required".into(),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+    let paths = &mut Paths::new();
+    if let Some(cm) = &v.config_map {
+        if cm.name.is_empty() {
+            return Err((format!("{at}.configMap.name"), "is required".into()));
+        }
+        if !mode_ok(cm.default_mode) {
+            return Err((
+                format!("{at}.configMap.defaultMode"),
+                "must be between 0 and 0777".into(),
+            ));
+        }
+        keys(paths, &format!("{at}.configMap"), &cm.items)?;
+    }
+    if let Some(s) = &v.secret {
+        if s.secret_name.as_deref().is_none_or(str::is_empty) {
+            return Err((format!("{at}.secret.secretName"), "is required".into()));
+        }
+        if !mode_ok(s.default_mode) {
+            return Err((
+                format!("{at}.secret.defaultMode"),
+                "must be between 0 and 0777".into(),
+            ));
+        }
+        keys(paths, &format!("{at}.secret"), &s.items)?;
+    }
+    if let Some(d) = &v.downward_api {
+        if !mode_ok(d.default_mode) {
+            return Err((
+                format!("{at}.downwardAPI.defaultMode"),
+                "must be between 0 and 0777".into(),
+            ));
+        }
+        downward(spec, paths, &format!("{at}.downwardAPI"), &d.items)?;
+    }
+    if let Some(p) = &v.projected {
+        if !mode_ok(p.default_mode) {
+            return Err((
+                format!("{at}.projected.defaultMode"),
+                "must be between 0 and 0777".into(),
+            ));
+        }
+        for (i, src) in p.sources.iter().flatten().enumerate() {
+            let f = format!("{at}.projected.sources[{i}]");
+            let json = serde_json::to_value(src).unwrap_or_default();
+            let kinds: Vec<String> = json
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .collect();
+            match kinds.as_slice() {
+                [k] if k == "configMap" || k == "secret" || k == "downwardAPI" => {}
+                [k] => {
+                    return Err((
+                        format!("{f}.{k}"),
+                        "projected sources of this kind need an API server; nodelet supports configMap, secret and downwardAPI".into(),
+                    ))
+                }
+                _ => return Err((f, "must have exactly one source".into())),
+            }
+            if let Some(cm) = &src.config_map {
+                if cm.name.is_empty() {
+                    return Err((format!("{f}.configMap.name"), "is required".into()));
+                }
+                keys(paths, &format!("{f}.configMap"), &cm.items)?;
+            }
+            if let Some(s) = &src.secret {
+                if s.name.is_empty() {
+                    return Err((format!("{f}.secret.name"), "is required".into()));
+                }
+                keys(paths, &format!("{f}.secret"), &s.items)?;
+            }
+            if let Some(d) = &src.downward_api {
+                downward(spec, paths, &format!("{f}.downwardAPI"), &d.items)?;
             }
         }
     }

@@ -84,6 +84,7 @@ pub(super) fn harness() -> Harness {
         metrics: metrics.clone(),
         clock: clock.shared(),
     });
+    let objects = crate::objects::LocalObjects::default();
     let shared = Shared {
         cm: Arc::new(cm),
         status: status.clone(),
@@ -93,6 +94,7 @@ pub(super) fn harness() -> Harness {
         failed: failed.clone(),
         clock: clock.shared(),
         probes: probes.clone(),
+        objects,
     };
     let mgr = KubeRuntimeManager::new(rt.clone(), settings, shared);
     Harness {

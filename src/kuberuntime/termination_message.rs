@@ -1,0 +1,189 @@
+//! Termination messages (kubelet's `terminationMessagePath` handling in
+//! `kuberuntime_container.go`): before a container starts, an empty file
+//! `<pod dir>/containers/<name>/<id>` (mode 0666, so any user of the container can write it) is
+//! mounted at its `terminationMessagePath`; once it has exited, the file's first 4096 bytes
+//! become the `message` of its terminated state. With `terminationMessagePolicy:
+//! FallbackToLogsOnError`, an empty file and a non-zero exit code take the tail of the container's
+//! log instead: its last 80 lines, at most 2048 bytes.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::labels;
+use crate::cri::api;
+
+/// kubelet's `MaxContainerTerminationMessageLength`, bytes.
+pub const MAX_MESSAGE_BYTES: u64 = 4096;
+/// kubelet's `MaxContainerTerminationMessageLogLines`.
+pub const MAX_LOG_LINES: usize = 80;
+/// kubelet's `MaxContainerTerminationMessageLogLength`, bytes.
+pub const MAX_LOG_BYTES: usize = 2048;
+
+/// Creates the empty message file of a new instance of container `name` under `pod_dir` and
+/// returns its path.
+///
+/// Errors: the I/O error of creating the directory or the file.
+pub fn prepare(pod_dir: &Path, name: &str, attempt: u32) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = pod_dir.join("containers").join(name);
+    std::fs::create_dir_all(&dir)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let id = crate::hash::fnv1a64(format!("{name}/{attempt}/{now}").as_bytes()) as u32;
+    let path = dir.join(format!("{id:08x}"));
+    std::fs::write(&path, b"")?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(path)
+}
+
+/// The mount of the message file at `container_path`.
+pub fn mount(host: &Path, container_path: &str) -> api::Mount {
+    api::Mount {
+        container_path: container_path.to_owned(),
+        host_path: host.display().to_string(),
+        ..Default::default()
+    }
+}
+
+/// The termination message of an exited container from its CRI status (kubelet's
+/// `getTerminationMessage`): the file mounted at the path its annotations name, else, under
+/// FallbackToLogsOnError with a non-zero exit code, the tail of its log. `None` when there is
+/// none.
+pub fn read(st: &api::ContainerStatus) -> Option<String> {
+    let path = st
+        .annotations
+        .get(labels::CONTAINER_TERMINATION_MESSAGE_PATH)?;
+    let policy = st
+        .annotations
+        .get(labels::CONTAINER_TERMINATION_MESSAGE_POLICY)
+        .map(String::as_str)
+        .unwrap_or("File");
+    let from_file = st
+        .mounts
+        .iter()
+        .find(|m| !path.is_empty() && m.container_path == *path)
+        .and_then(|m| {
+            let mut buf = Vec::new();
+            std::fs::File::open(&m.host_path)
+                .and_then(|f| f.take(MAX_MESSAGE_BYTES).read_to_end(&mut buf))
+                .ok()?;
+            Some(String::from_utf8_lossy(&buf).into_owned())
+        })
+        .filter(|m| !m.is_empty());
+    if from_file.is_some() {
+        return from_file;
+    }
+    if policy == "FallbackToLogsOnError" && st.exit_code != 0 && !st.log_path.is_empty() {
+        return log_tail(Path::new(&st.log_path)).filter(|m| !m.is_empty());
+    }
+    None
+}
+
+/// The last [`MAX_LOG_LINES`] lines of a CRI log file (`<time> <stream> <tag> <text>`), their
+/// text only, at most [`MAX_LOG_BYTES`] (the end kept).
+fn log_tail(path: &Path) -> Option<String> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    // Enough of the end of the file for 80 lines of any practical length.
+    let start = len.saturating_sub(64 * 1024);
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<&str> = text.lines().collect();
+    if start > 0 && !lines.is_empty() {
+        lines.remove(0); // a partial first line
+    }
+    let mut out = String::new();
+    for l in lines.iter().rev().take(MAX_LOG_LINES).rev() {
+        let mut parts = l.splitn(4, ' ');
+        let (_, _, tag, msg) = (parts.next(), parts.next(), parts.next(), parts.next());
+        out.push_str(msg.unwrap_or(""));
+        // A full line ends with a newline; a partial one ("P") continues on the next.
+        if tag != Some("P") {
+            out.push('\n');
+        }
+    }
+    if out.len() > MAX_LOG_BYTES {
+        let mut cut = out.len() - MAX_LOG_BYTES;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out = out[cut..].to_owned();
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(
+        path: &str,
+        policy: &str,
+        host: &Path,
+        log: &Path,
+        exit_code: i32,
+    ) -> api::ContainerStatus {
+        api::ContainerStatus {
+            exit_code,
+            log_path: log.display().to_string(),
+            annotations: [
+                (
+                    labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_string(),
+                    path.to_string(),
+                ),
+                (
+                    labels::CONTAINER_TERMINATION_MESSAGE_POLICY.to_string(),
+                    policy.to_string(),
+                ),
+            ]
+            .into(),
+            mounts: vec![mount(host, path)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_file_wins_then_the_log_tail_on_error_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = prepare(tmp.path(), "c", 0).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&host).unwrap().permissions().mode() & 0o777,
+            0o666
+        );
+        let log = tmp.path().join("0.log");
+        let mut lines = String::new();
+        for i in 0..100 {
+            lines.push_str(&format!(
+                "2026-12-01T00:00:00.000000000Z stderr F line {i}\n"
+            ));
+        }
+        lines.push_str("2026-12-01T00:00:00.000000000Z stderr P part\n2026-12-01T00:00:00.000000000Z stderr F ial\n");
+        std::fs::write(&log, lines).unwrap();
+        let p = "/dev/termination-log";
+        assert_eq!(
+            read(&status(p, "File", &host, &log, 1)),
+            None,
+            "empty file, File policy"
+        );
+        let tail = read(&status(p, "FallbackToLogsOnError", &host, &log, 1)).unwrap();
+        assert!(tail.ends_with("line 99\npartial\n"), "{tail}");
+        assert_eq!(
+            tail.lines().count(),
+            79,
+            "80 log lines, two of them one line of text"
+        );
+        assert_eq!(
+            read(&status(p, "FallbackToLogsOnError", &host, &log, 0)),
+            None
+        );
+        std::fs::write(&host, "x".repeat(5000)).unwrap();
+        let msg = read(&status(p, "FallbackToLogsOnError", &host, &log, 1)).unwrap();
+        assert_eq!(msg.len(), 4096, "the file first, its first 4096 bytes");
+    }
+}

@@ -1,0 +1,309 @@
+//! Local ConfigMaps and Secrets: what kubelet's `configmap.Manager` and `secret.Manager` serve
+//! from the API server, served here from `kind: ConfigMap` and `kind: Secret` documents in
+//! `staticPodPath` (beyond kubelet, which refuses static pods that reference them; kubernetes
+//! issues #27312, #103587, #100105). Objects are namespaced as pods are (`default` when unset)
+//! and a pod sees only those of its own namespace.
+//!
+//! The file source replaces the whole set on every listing ([`LocalObjects::replace`]) and learns
+//! which objects changed; the pods that reference them ([`pod_references`]) are synced again, so
+//! that their volumes are rewritten (atomically, see [`crate::volume::atomic_writer`]) and
+//! containers held for a missing object start. Secret values never leave this store but into
+//! containers: no log line, event, status or `plan` output carries them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+
+/// The kind of a local object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjectKind {
+    /// `kind: ConfigMap`.
+    ConfigMap,
+    /// `kind: Secret`.
+    Secret,
+}
+
+impl ObjectKind {
+    /// The API kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "ConfigMap",
+            Self::Secret => "Secret",
+        }
+    }
+}
+
+/// A reference to one object: kind, namespace, name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// ConfigMap or Secret.
+    pub kind: ObjectKind,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// One object's data as containers see it: key → bytes (a ConfigMap's `data` and `binaryData`;
+/// a Secret's `data` with `stringData` merged in, as the API server merges it).
+pub type Data = BTreeMap<String, Vec<u8>>;
+
+/// The objects of every namespace, shared between the file source (the writer) and the runtime
+/// manager and volume plugins (readers). Cheap to clone.
+#[derive(Clone, Default)]
+pub struct LocalObjects(Arc<RwLock<HashMap<ObjectRef, Arc<Data>>>>);
+
+/// The data of a ConfigMap: `data` as UTF-8 bytes and `binaryData`.
+pub fn config_map_data(cm: &ConfigMap) -> Data {
+    let mut out: Data = cm
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.as_bytes().to_vec()))
+        .collect();
+    for (k, v) in cm.binary_data.iter().flatten() {
+        out.insert(k.clone(), v.0.clone());
+    }
+    out
+}
+
+/// The data of a Secret: `data`, overridden by `stringData` (the API server's merge).
+pub fn secret_data(s: &Secret) -> Data {
+    let mut out: Data = s
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    for (k, v) in s.string_data.iter().flatten() {
+        out.insert(k.clone(), v.as_bytes().to_vec());
+    }
+    out
+}
+
+impl LocalObjects {
+    /// The data of `kind` `namespace`/`name`, if such an object exists.
+    pub fn get(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<Arc<Data>> {
+        let key = ObjectRef {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned()
+    }
+
+    /// Replaces every object with `objects`; returns the references whose data changed (added,
+    /// removed or edited).
+    pub fn replace(&self, objects: HashMap<ObjectRef, Data>) -> BTreeSet<ObjectRef> {
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut changed: BTreeSet<ObjectRef> = map
+            .keys()
+            .filter(|k| !objects.contains_key(*k))
+            .cloned()
+            .collect();
+        let mut next = HashMap::with_capacity(objects.len());
+        for (k, data) in objects {
+            match map.get(&k) {
+                Some(old) if **old == data => {
+                    next.insert(k, old.clone());
+                }
+                _ => {
+                    changed.insert(k.clone());
+                    next.insert(k, Arc::new(data));
+                }
+            }
+        }
+        *map = next;
+        changed
+    }
+
+    /// Number of objects (for tests).
+    pub fn len(&self) -> usize {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Every ConfigMap and Secret `pod` references: configMap, secret and projected volumes, and
+/// each container's `envFrom` and `configMapKeyRef`/`secretKeyRef` env (kubelet's
+/// `podutil.VisitPodConfigmapNames` / `VisitPodSecretNames`), in the pod's namespace.
+pub fn pod_references(pod: &Pod) -> BTreeSet<ObjectRef> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let mut out = BTreeSet::new();
+    let mut add = |kind, name: &str| {
+        if !name.is_empty() {
+            out.insert(ObjectRef {
+                kind,
+                namespace: namespace.clone(),
+                name: name.to_owned(),
+            });
+        }
+    };
+    let Some(spec) = pod.spec.as_ref() else {
+        return BTreeSet::new();
+    };
+    for v in spec.volumes.iter().flatten() {
+        if let Some(cm) = &v.config_map {
+            add(ObjectKind::ConfigMap, &cm.name);
+        }
+        if let Some(s) = &v.secret {
+            add(
+                ObjectKind::Secret,
+                s.secret_name.as_deref().unwrap_or_default(),
+            );
+        }
+        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(cm) = &src.config_map {
+                add(ObjectKind::ConfigMap, &cm.name);
+            }
+            if let Some(s) = &src.secret {
+                add(ObjectKind::Secret, &s.name);
+            }
+        }
+    }
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter());
+    for c in containers {
+        for e in c.env_from.iter().flatten() {
+            if let Some(r) = &e.config_map_ref {
+                add(ObjectKind::ConfigMap, &r.name);
+            }
+            if let Some(r) = &e.secret_ref {
+                add(ObjectKind::Secret, &r.name);
+            }
+        }
+        for e in c.env.iter().flatten() {
+            let Some(src) = &e.value_from else { continue };
+            if let Some(r) = &src.config_map_key_ref {
+                add(ObjectKind::ConfigMap, &r.name);
+            }
+            if let Some(r) = &src.secret_key_ref {
+                add(ObjectKind::Secret, &r.name);
+            }
+        }
+    }
+    out
+}
+
+/// kubelet's message for a missing object: `configmap "x" not found` / `secret "x" not found`.
+pub fn not_found(kind: ObjectKind, name: &str) -> String {
+    match kind {
+        ObjectKind::ConfigMap => format!("configmap {name:?} not found"),
+        ObjectKind::Secret => format!("secret {name:?} not found"),
+    }
+}
+
+/// A valid key of a ConfigMap or Secret (the API server's `IsConfigMapKey`): 1–253 characters of
+/// `[-._a-zA-Z0-9]`, not `.` or `..`.
+pub fn is_valid_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 253
+        && k != "."
+        && k != ".."
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Largest total size of one object's data, bytes (the API server's `MaxSecretSize` and
+/// ConfigMap limit, 1 MiB).
+pub const MAX_OBJECT_BYTES: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(kind: ObjectKind, name: &str) -> ObjectRef {
+        ObjectRef {
+            kind,
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn replace_reports_added_edited_and_removed_objects() {
+        let objs = LocalObjects::default();
+        let d = |v: &str| Data::from([("k".to_string(), v.as_bytes().to_vec())]);
+        let first = HashMap::from([
+            (r(ObjectKind::ConfigMap, "a"), d("1")),
+            (r(ObjectKind::Secret, "a"), d("1")),
+        ]);
+        assert_eq!(objs.replace(first.clone()).len(), 2);
+        assert!(objs.replace(first).is_empty(), "nothing changed");
+        let next = HashMap::from([(r(ObjectKind::ConfigMap, "a"), d("2"))]);
+        let changed = objs.replace(next);
+        assert_eq!(
+            changed,
+            BTreeSet::from([r(ObjectKind::ConfigMap, "a"), r(ObjectKind::Secret, "a")])
+        );
+        assert_eq!(
+            objs.get(ObjectKind::ConfigMap, "default", "a").unwrap()["k"],
+            b"2"
+        );
+        assert!(objs.get(ObjectKind::Secret, "default", "a").is_none());
+    }
+
+    #[test]
+    fn references_cover_volumes_projections_and_env() {
+        let pod: Pod = serde_yaml::from_str(
+            "metadata: {name: p, namespace: ns}
+spec:
+  volumes:
+  - {name: a, configMap: {name: cm1}}
+  - {name: b, secret: {secretName: s1}}
+  - name: c
+    projected: {sources: [{configMap: {name: cm2}}, {secret: {name: s2}}]}
+  initContainers:
+  - {name: i, image: x, envFrom: [{secretRef: {name: s3}}]}
+  containers:
+  - name: c
+    image: x
+    envFrom: [{configMapRef: {name: cm3}}]
+    env: [{name: A, valueFrom: {secretKeyRef: {name: s4, key: k}}}, {name: B, valueFrom: {configMapKeyRef: {name: cm4, key: k}}}]
+",
+        )
+        .unwrap();
+        let names: Vec<String> = pod_references(&pod)
+            .into_iter()
+            .map(|r| {
+                assert_eq!(r.namespace, "ns");
+                format!("{}/{}", r.kind.as_str(), r.name)
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "ConfigMap/cm1",
+                "ConfigMap/cm2",
+                "ConfigMap/cm3",
+                "ConfigMap/cm4",
+                "Secret/s1",
+                "Secret/s2",
+                "Secret/s3",
+                "Secret/s4"
+            ]
+        );
+    }
+
+    #[test]
+    fn keys_follow_the_api_servers_rule() {
+        for ok in ["a", "config.yaml", "A_b-c.d", ".hidden"] {
+            assert!(is_valid_key(ok), "{ok}");
+        }
+        for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(254)] {
+            assert!(!is_valid_key(bad), "{bad}");
+        }
+    }
+}
