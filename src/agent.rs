@@ -129,6 +129,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
                     .map_or(0, |(bytes, _)| bytes.capacity),
             }
         },
+        apparmor: crate::admission::apparmor::host_enabled(),
         crash_backoff: config.crash_loop_back_off,
         pull_backoff: config.image_pull_back_off,
     };

@@ -56,6 +56,10 @@ pub fn container_spec<'a>(
         .find(|c| c.name == name)
 }
 
+/// Prefix of the deprecated per-container AppArmor annotation
+/// (`container.apparmor.security.beta.kubernetes.io/<container>`).
+pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+
 /// The pod's `kubernetes.io/config.hash` annotation (its manifest version), empty when absent.
 pub fn config_hash(pod: &Pod) -> &str {
     pod.metadata

@@ -341,3 +341,43 @@ fn the_runtime_class_name_picks_the_runtime_handler_and_a_missing_one_never_runs
         .all(|s| s.state != nodelet::cri::api::PodSandboxState::SandboxReady as i32));
     assert_eq!(status(&n, "missing")["phase"], "Pending");
 }
+
+#[test]
+fn apparmor_profiles_are_admitted_as_kubelet_admits_them() {
+    let mut n = Nodelet::new("apparmor");
+    n.start();
+    n.write_manifest(
+        "confined.yaml",
+        &sleeper("confined", "", "{}").replace(
+            "resources: {}}",
+            "resources: {}, securityContext: {appArmorProfile: {type: RuntimeDefault}}}",
+        ),
+    );
+    n.write_manifest(
+        "open.yaml",
+        &sleeper("open", "", "{}").replace(
+            "metadata: {name: open}",
+            "metadata: {name: open, annotations: {container.apparmor.security.beta.kubernetes.io/c: unconfined}}",
+        ),
+    );
+    let open = n.uid("open");
+    n.wait_running(&open, &["c"], Duration::from_secs(30));
+    if nodelet::admission::apparmor::host_enabled() {
+        // With AppArmor, the confining profile goes to the runtime.
+        let uid = n.uid("confined");
+        let c = n.wait_running(&uid, &["c"], Duration::from_secs(30));
+        let (_, label) = n
+            .runtime
+            .exec(&c["c"].id, &["cat", "/proc/self/attr/current"]);
+        assert!(!label.contains("unconfined"), "{label}");
+    } else {
+        // This machine: no AppArmor, so kubelet's refusal.
+        let (reason, message) = failed(&n, "confined", Duration::from_secs(20));
+        assert_eq!(reason, "AppArmor");
+        assert_eq!(
+            message,
+            "Pod was rejected: Cannot enforce AppArmor: AppArmor is not enabled on the host"
+        );
+        assert!(n.runtime.containers(&n.uid("confined")).is_empty());
+    }
+}

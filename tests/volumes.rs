@@ -223,7 +223,7 @@ spec:
   volumes:
   - {{name: cfg, configMap: {{name: app, items: [{{key: big, path: big}}, {{key: LEVEL, path: conf/level, mode: 0400}}]}}}}
   - {{name: sec, secret: {{secretName: db, defaultMode: 0440}}}}
-  - {{name: info, downwardAPI: {{items: [{{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}, {{path: name, fieldRef: {{fieldPath: metadata.name}}}}, {{path: mem, resourceFieldRef: {{containerName: c, resource: limits.memory, divisor: 1Mi}}}}]}}}}
+  - {{name: info, downwardAPI: {{items: [{{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}, {{path: name, fieldRef: {{fieldPath: metadata.name}}}}, {{path: ns, fieldRef: {{fieldPath: metadata.namespace}}}}, {{path: mem, resourceFieldRef: {{containerName: c, resource: limits.memory, divisor: 1Mi}}}}]}}}}
   - {{name: all, projected: {{sources: [{{configMap: {{name: app, items: [{{key: LEVEL, path: level}}]}}}}, {{secret: {{name: db}}}}, {{downwardAPI: {{items: [{{path: uid, fieldRef: {{fieldPath: metadata.uid}}}}]}}}}]}}}}
   - {{name: out, emptyDir: {{}}}}
   containers:
@@ -236,6 +236,8 @@ spec:
     - {{name: PW, valueFrom: {{secretKeyRef: {{name: db, key: password}}}}}}
     - {{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}
     - {{name: POD_UID, valueFrom: {{fieldRef: {{fieldPath: metadata.uid}}}}}}
+    - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+    - {{name: POD_NS, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
     - {{name: MEM, valueFrom: {{resourceFieldRef: {{resource: limits.memory, divisor: 1Mi}}}}}}
     volumeMounts: [{{name: cfg, mountPath: /cfg}}, {{name: sec, mountPath: /sec}}, {{name: info, mountPath: /info}}, {{name: all, mountPath: /all}}, {{name: out, mountPath: /out}}]
   - name: late
@@ -265,6 +267,12 @@ spec:
     assert_eq!(exec(&["stat", "-L", "-c", "%a", "/sec/password"]), "440");
     assert_eq!(exec(&["cat", "/info/labels"]), "tier=\"web\"");
     assert_eq!(exec(&["cat", "/info/name"]), format!("app-{}", n.node));
+    assert_eq!(exec(&["cat", "/info/ns"]), "default");
+    assert_eq!(
+        exec(&["sh", "-c", "echo \"$POD_NAME\""]),
+        format!("app-{}", n.node)
+    );
+    assert_eq!(exec(&["sh", "-c", "echo \"$POD_NS\""]), "default");
     assert_eq!(exec(&["cat", "/info/mem"]), "64");
     assert_eq!(exec(&["cat", "/all/level"]), "1");
     assert_eq!(exec(&["cat", "/all/password"]), SECRET);

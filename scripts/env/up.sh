@@ -183,6 +183,33 @@ build_image busybox "$busybox_hash" -- --tag 1.36 --tag latest "${busybox_args[@
 build_image busybox-1.35 "$busybox_hash" -- --tag 1.35 --label org.nodelet.test.variant=1.35 \
     "${busybox_args[@]}"
 
+# etcd: Debian's etcd-server (its binary and the two files of libc it links), in the place of
+# registry.k8s.io/etcd, for kubeadm-shaped static pods. The package is downloaded and unpacked,
+# never installed (installing would start an etcd service on the host).
+ETCD_BUILD=$NODELET_IMAGES_DIR/build/etcd-server
+etcd_version=$(apt-cache policy etcd-server | awk '/Candidate:/ {print $2}')
+[[ -n $etcd_version && $etcd_version != "(none)" ]] || die "no etcd-server package in the apt sources"
+if [[ $(cat "$ETCD_BUILD.version" 2>/dev/null) != "$etcd_version" || ! -x $ETCD_BUILD/usr/bin/etcd ]]; then
+    rm -rf "$ETCD_BUILD" "$ETCD_BUILD.deb.d"
+    mkdir -p "$ETCD_BUILD.deb.d"
+    (cd "$ETCD_BUILD.deb.d" && apt-get download -q "etcd-server=$etcd_version" >/dev/null 2>&1) ||
+        die "cannot download etcd-server $etcd_version"
+    dpkg-deb -x "$ETCD_BUILD.deb.d"/etcd-server_*.deb "$ETCD_BUILD"
+    rm -rf "$ETCD_BUILD.deb.d"
+    echo "$etcd_version" >"$ETCD_BUILD.version"
+    say "etcd-server $etcd_version: unpacked"
+fi
+LIBC=/lib/x86_64-linux-gnu/libc.so.6
+LDSO=$(readlink -f /lib64/ld-linux-x86-64.so.2)
+# kubeadm's tag scheme: <etcd version>-0.
+ETCD_TAG=$(sed -E 's/^([0-9]+\.[0-9]+\.[0-9]+).*/\1/' <<<"$etcd_version")-0
+build_image etcd "$(sha256sum "$ETCD_BUILD/usr/bin/etcd" "$LIBC" "$LDSO")" -- --tag "$ETCD_TAG" \
+    --entrypoint '["/usr/local/bin/etcd"]' --env "$IMG_PATH_ENV" \
+    --file "/usr/local/bin/etcd:0755=$ETCD_BUILD/usr/bin/etcd" \
+    --file "/lib/x86_64-linux-gnu/libc.so.6:0755=$LIBC" \
+    --file "/lib64/ld-linux-x86-64.so.2:0755=$LDSO" \
+    --dir /tmp:1777 --dir /var --dir /var/lib --dir /proc --dir /sys --dir /dev --dir /etc
+
 # ---------------------------------------------------------------------------------------------
 # 3. Local registry on 127.0.0.1:5000
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +291,7 @@ push busybox 1.36 library/busybox:1.36
 push busybox latest library/busybox:latest
 push busybox-1.35 1.35 library/busybox:1.35
 push pause 3.9 pause:3.9
+push etcd "$ETCD_TAG" "etcd:$ETCD_TAG"
 
 # ---------------------------------------------------------------------------------------------
 # 5. containerd configuration: registry mirrors, CNI, config.toml
@@ -456,5 +484,5 @@ for image in "$BUSYBOX_IMAGE" "$PAUSE_IMAGE"; do
     say "pull $image: ok via ctr and CRI ($(grep -o 'sha256:[0-9a-f]\{12\}' <<<"$ref" | head -n1), ${ms} ms)"
 done
 
-say "images: docker.io/library/busybox:{latest,1.36,1.35} (also busybox, busybox:1.36), registry.k8s.io/pause:3.9, all from $REGISTRY"
+say "images: docker.io/library/busybox:{latest,1.36,1.35} (also busybox, busybox:1.36), registry.k8s.io/pause:3.9, registry.k8s.io/etcd:$ETCD_TAG, all from $REGISTRY"
 say "CRI endpoint: $NODELET_CRI_ENDPOINT"

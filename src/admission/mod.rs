@@ -11,8 +11,10 @@
 //! 2. [`sysctls`]: only safe sysctls and `allowedUnsafeSysctls`;
 //! 3. kubelet's predicates: the pod's OS ([`node_affinity`]), resource fit against allocatable
 //!    ([`node_resources`]: pods, cpu, memory, ephemeral storage, hugepages), node selector and
-//!    required affinity, node name ([`node_affinity`]), host ports ([`host_ports`]).
+//!    required affinity, node name ([`node_affinity`]), host ports ([`host_ports`]);
+//! 4. [`apparmor`]: a confining profile needs AppArmor on the host.
 
+pub mod apparmor;
 pub mod host_ports;
 pub mod node_affinity;
 pub mod node_resources;
@@ -74,7 +76,8 @@ pub struct PodAdmitter {
 
 /// The handlers after the pressure check, which depend on the node and the pods already
 /// admitted only (what `nodelet plan` can tell without a running agent): sysctls, the pod's OS,
-/// resource fit, node selector and affinity, node name, host ports, in kubelet's order. The
+/// resource fit, node selector and affinity, node name, host ports, AppArmor, in kubelet's
+/// order. The
 /// first refusal, `None` when `pod` is admitted.
 pub fn admit_on_node(
     pod: &Pod,
@@ -88,6 +91,7 @@ pub fn admit_on_node(
         .or_else(|| node_resources::admit(pod, running.iter().copied(), allocatable))
         .or_else(|| node_affinity::admit_placement(pod, node))
         .or_else(|| host_ports::admit(pod, running.iter().copied()))
+        .or_else(|| apparmor::admit(pod, apparmor::host_enabled()))
 }
 
 impl PodAdmitter {

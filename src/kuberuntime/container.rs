@@ -358,6 +358,7 @@ pub fn container_config(
             })
             .map(|mut sc| {
                 super::security_context::apply(pod, c, &settings.root_dir.join("seccomp"), &mut sc);
+                sc.apparmor = super::security_context::apparmor_profile(pod, c, settings.apparmor);
                 sc
             }),
         }),

@@ -81,6 +81,9 @@ pub struct Settings {
     pub memory_capacity: i64,
     /// Node allocatable (the limits a `resourceFieldRef` falls back to).
     pub allocatable: Allocatable,
+    /// The host has AppArmor enabled: containers get their AppArmor profile (RuntimeDefault
+    /// when none is set), as kubelet gives it.
+    pub apparmor: bool,
     /// Container restart back-off (`crashLoopBackOff`).
     pub crash_backoff: BackoffPolicy,
     /// Image pull back-off (`imagePullBackOff`).
@@ -112,6 +115,7 @@ impl Settings {
                 memory: 8 << 30,
                 ephemeral_storage: 100 << 30,
             },
+            apparmor: false,
             crash_backoff: BackoffPolicy::KUBELET,
             pull_backoff: BackoffPolicy::KUBELET,
         }

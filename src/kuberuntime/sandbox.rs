@@ -97,6 +97,32 @@ pub fn pod_hostname(settings: &Settings, pod: &Pod) -> String {
     cut.trim_end_matches(['-', '.']).to_owned()
 }
 
+/// The hostname the sandbox's kernel gets (kubelet's `GetNodenameForKernel`): the pod's
+/// hostname, or with `setHostnameAsFQDN` and a domain (see [`super::hosts_file::pod_domain`]),
+/// `<hostname>.<domain>`.
+///
+/// Errors: kubelet's message when that FQDN is longer than 64 characters (the kernel's limit).
+pub fn kernel_hostname(settings: &Settings, pod: &Pod) -> Result<String, String> {
+    let hostname = pod_hostname(settings, pod);
+    let fqdn = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.set_hostname_as_fqdn)
+        .unwrap_or(false);
+    let domain = super::hosts_file::pod_domain(settings, pod);
+    if !fqdn || domain.is_empty() {
+        return Ok(hostname);
+    }
+    let full = format!("{hostname}.{domain}");
+    if full.len() > 64 {
+        return Err(format!(
+            "failed to construct FQDN from pod hostname and cluster domain, FQDN {full} is too long (64 characters is the max, {} characters requested)",
+            full.len()
+        ));
+    }
+    Ok(full)
+}
+
 /// Where a pod's resolver comes from (kubelet's `podDNSType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodDnsType {
@@ -243,7 +269,8 @@ pub fn sandbox_config(
         hostname: if is_host_network(pod) {
             String::new()
         } else {
-            pod_hostname(settings, pod)
+            // An FQDN that is too long is refused before the sandbox is made (see `sync`).
+            kernel_hostname(settings, pod).unwrap_or_else(|_| pod_hostname(settings, pod))
         },
         log_directory: pod_logs_dir(settings, pod).display().to_string(),
         dns_config: Some(pod_dns(settings, pod)),
@@ -326,6 +353,29 @@ mod tests {
         assert_eq!(pod_hostname(&settings(), &p), "node1");
         let p = pod("{hostPID: true, containers: [{name: c, image: b}]}");
         assert_eq!(namespace_options(&p).pid, api::NamespaceMode::Node as i32);
+    }
+
+    #[test]
+    fn set_hostname_as_fqdn_joins_the_domain_up_to_64_characters() {
+        let mut s = settings();
+        s.cluster_domain = "cluster.local".into();
+        let p: Pod = serde_yaml::from_str("metadata: {name: web, namespace: ns}\nspec: {hostname: web, subdomain: db, setHostnameAsFQDN: true, containers: []}").unwrap();
+        assert_eq!(
+            kernel_hostname(&s, &p).unwrap(),
+            "web.db.ns.svc.cluster.local"
+        );
+        assert_eq!(
+            sandbox_config(&s, &p, 0, String::new()).hostname,
+            "web.db.ns.svc.cluster.local"
+        );
+        let long: Pod = serde_yaml::from_str(&format!("metadata: {{name: web, namespace: ns}}\nspec: {{hostname: {}, subdomain: db, setHostnameAsFQDN: true, containers: []}}", "h".repeat(50))).unwrap();
+        let e = kernel_hostname(&s, &long).unwrap_err();
+        assert!(
+            e.contains("is too long (64 characters is the max, 74 characters requested)"),
+            "{e}"
+        );
+        let plain: Pod = serde_yaml::from_str("metadata: {name: web, namespace: ns}\nspec: {hostname: web, subdomain: db, containers: []}").unwrap();
+        assert_eq!(kernel_hostname(&s, &plain).unwrap(), "web");
     }
 
     #[test]

@@ -65,6 +65,64 @@ pub fn apply(
     });
 }
 
+/// The AppArmor profile of container `c` for the runtime (kubelet's `getAppArmorProfile`): the
+/// container's field over the pod's over the annotation; RuntimeDefault when none is set.
+/// `None` on a host without AppArmor (where admission lets only unconfined pods in, see
+/// [`crate::admission::apparmor`]).
+pub fn apparmor_profile(
+    pod: &Pod,
+    c: &Container,
+    enabled: bool,
+) -> Option<crate::cri::api::SecurityProfile> {
+    use crate::cri::api::security_profile::ProfileType;
+    if !enabled {
+        return None;
+    }
+    let field = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.app_armor_profile.as_ref())
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|s| s.app_armor_profile.as_ref())
+        })
+        .map(|p| {
+            (
+                p.type_.clone(),
+                p.localhost_profile.clone().unwrap_or_default(),
+            )
+        });
+    let annotation = || {
+        let v = pod.metadata.annotations.as_ref()?.get(&format!(
+            "{}{}",
+            crate::pod::APPARMOR_ANNOTATION_PREFIX,
+            c.name
+        ))?;
+        Some(match v.as_str() {
+            "unconfined" => ("Unconfined".to_owned(), String::new()),
+            "runtime/default" => ("RuntimeDefault".to_owned(), String::new()),
+            other => (
+                "Localhost".to_owned(),
+                other.strip_prefix("localhost/").unwrap_or(other).to_owned(),
+            ),
+        })
+    };
+    let (kind, localhost) = field
+        .or_else(annotation)
+        .unwrap_or(("RuntimeDefault".into(), String::new()));
+    let profile_type = match kind.as_str() {
+        "Unconfined" => ProfileType::Unconfined,
+        "Localhost" => ProfileType::Localhost,
+        _ => ProfileType::RuntimeDefault,
+    };
+    Some(crate::cri::api::SecurityProfile {
+        profile_type: profile_type as i32,
+        localhost_ref: localhost,
+    })
+}
+
 /// `runAsNonRoot` of the container over the pod's.
 pub fn run_as_non_root(pod: &Pod, c: &Container) -> bool {
     c.security_context
@@ -113,11 +171,11 @@ pub fn verify_run_as_non_root(
 }
 
 /// Refuses the security settings nodelet does not enforce yet, naming the field: SELinux
-/// options, AppArmor profiles (field or annotation), `procMount: Unmasked`, user namespaces
-/// (`hostUsers: false`), and a Localhost seccomp profile without its path.
+/// options, `procMount: Unmasked`, user namespaces (`hostUsers: false`), and a Localhost
+/// seccomp profile without its path. (AppArmor: [`crate::admission::apparmor`].)
 ///
 /// Errors: `(field, reason)`.
-pub fn validate(pod: &Pod, spec: &PodSpec) -> Result<(), (String, String)> {
+pub fn validate(spec: &PodSpec) -> Result<(), (String, String)> {
     let no = |field: String, what: &str| {
         Err((field, format!("{what} is not supported by nodelet yet; the pod is refused rather than run with weaker isolation")))
     };
@@ -125,27 +183,12 @@ pub fn validate(pod: &Pod, spec: &PodSpec) -> Result<(), (String, String)> {
         if psc.se_linux_options.is_some() {
             return no("spec.securityContext.seLinuxOptions".into(), "SELinux");
         }
-        if psc.app_armor_profile.is_some() {
-            return no("spec.securityContext.appArmorProfile".into(), "AppArmor");
-        }
         if let Some(p) = &psc.seccomp_profile {
             seccomp_ok("spec.securityContext.seccompProfile", p)?;
         }
     }
     if spec.host_users == Some(false) {
         return no("spec.hostUsers".into(), "a user namespace");
-    }
-    if pod
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .any(|(k, _)| k.starts_with("container.apparmor.security.beta.kubernetes.io/"))
-    {
-        return no(
-            "metadata.annotations[container.apparmor.security.beta.kubernetes.io]".into(),
-            "AppArmor",
-        );
     }
     let init = spec.init_containers.as_deref().unwrap_or(&[]);
     for (list, containers) in [
@@ -159,9 +202,6 @@ pub fn validate(pod: &Pod, spec: &PodSpec) -> Result<(), (String, String)> {
             let at = format!("{list}[{i}].securityContext");
             if sc.se_linux_options.is_some() {
                 return no(format!("{at}.seLinuxOptions"), "SELinux");
-            }
-            if sc.app_armor_profile.is_some() {
-                return no(format!("{at}.appArmorProfile"), "AppArmor");
             }
             if sc.proc_mount.as_deref().is_some_and(|m| m != "Default") {
                 return no(format!("{at}.procMount"), "an unmasked /proc");
@@ -261,14 +301,40 @@ mod tests {
         for (spec, field) in [
             ("{securityContext: {seLinuxOptions: {level: 's0'}}, containers: [{name: c, image: b}]}", "spec.securityContext.seLinuxOptions"),
             ("{containers: [{name: c, image: b, securityContext: {procMount: Unmasked}}]}", "spec.containers[0].securityContext.procMount"),
-            ("{containers: [{name: c, image: b, securityContext: {appArmorProfile: {type: RuntimeDefault}}}]}", "spec.containers[0].securityContext.appArmorProfile"),
             ("{hostUsers: false, containers: [{name: c, image: b}]}", "spec.hostUsers"),
             ("{containers: [{name: c, image: b, securityContext: {seccompProfile: {type: Localhost, localhostProfile: ../x}}}]}", "spec.containers[0].securityContext.seccompProfile.localhostProfile"),
         ] {
             let p = pod(spec);
-            assert_eq!(validate(&p, p.spec.as_ref().unwrap()).unwrap_err().0, field, "{spec}");
+            assert_eq!(validate(p.spec.as_ref().unwrap()).unwrap_err().0, field, "{spec}");
         }
         let ok = pod("{securityContext: {runAsUser: 1000, fsGroup: 2000}, containers: [{name: c, image: b, securityContext: {capabilities: {drop: [ALL]}, readOnlyRootFilesystem: true}}]}");
-        assert_eq!(validate(&ok, ok.spec.as_ref().unwrap()), Ok(()));
+        assert_eq!(validate(ok.spec.as_ref().unwrap()), Ok(()));
+    }
+
+    #[test]
+    fn the_runtime_gets_the_containers_profile_over_the_pods_over_the_annotation() {
+        use crate::cri::api::security_profile::ProfileType;
+        let p: Pod = serde_yaml::from_str("metadata: {name: p, annotations: {container.apparmor.security.beta.kubernetes.io/b: localhost/k8s-b}}\nspec: {securityContext: {appArmorProfile: {type: Unconfined}}, containers: [{name: a, image: x, securityContext: {appArmorProfile: {type: Localhost, localhostProfile: k8s-a}}}, {name: b, image: x}]}").unwrap();
+        let spec = p.spec.as_ref().unwrap();
+        let a = apparmor_profile(&p, &spec.containers[0], true).unwrap();
+        assert_eq!(
+            (a.profile_type, a.localhost_ref.as_str()),
+            (ProfileType::Localhost as i32, "k8s-a")
+        );
+        let b = apparmor_profile(&p, &spec.containers[1], true).unwrap();
+        assert_eq!(
+            b.profile_type,
+            ProfileType::Unconfined as i32,
+            "the pod's field over the annotation"
+        );
+        let plain: Pod =
+            serde_yaml::from_str("metadata: {name: p}\nspec: {containers: [{name: c, image: x}]}")
+                .unwrap();
+        let c =
+            apparmor_profile(&plain, &plain.spec.as_ref().unwrap().containers[0], true).unwrap();
+        assert_eq!(c.profile_type, ProfileType::RuntimeDefault as i32);
+        assert!(
+            apparmor_profile(&plain, &plain.spec.as_ref().unwrap().containers[0], false).is_none()
+        );
     }
 }

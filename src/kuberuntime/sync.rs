@@ -224,13 +224,21 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 .annotations
                 .insert(super::labels::POD_START_TIME.into(), started.to_string());
         }
-        let created = match std::fs::create_dir_all(&config.log_directory) {
-            Ok(()) => self
+        let created = match (
+            sandbox::kernel_hostname(&self.settings, pod),
+            std::fs::create_dir_all(&config.log_directory),
+        ) {
+            (Err(message), _) => Err(SyncError::Start {
+                container: String::new(),
+                reason: "CreatePodSandboxError",
+                message,
+            }),
+            (Ok(_), Ok(())) => self
                 .cri
                 .run_pod_sandbox(config.clone(), &runtime_handler(pod))
                 .await
                 .map_err(SyncError::from),
-            Err(e) => Err(SyncError::Start {
+            (Ok(_), Err(e)) => Err(SyncError::Start {
                 container: String::new(),
                 reason: "CreateContainerError",
                 message: format!(

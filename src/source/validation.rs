@@ -126,7 +126,8 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
         }
     }
     crate::volume::validate(spec).map_err(|(field, reason)| err(field, "", &reason))?;
-    crate::kuberuntime::security_context::validate(pod, spec)
+    crate::admission::apparmor::validate(pod).map_err(|(field, reason)| err(field, "", &reason))?;
+    crate::kuberuntime::security_context::validate(spec)
         .map_err(|(field, reason)| err(field, "", &reason))?;
     validate_host_ports(spec)?;
     validate_host_namespaces(spec)?;
