@@ -163,6 +163,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     });
 
     let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
+    let runtime_state = crate::runtime_state::RuntimeState::default();
     // Serve health and pods before the runtime answers, so operators can see the agent waiting.
     // The healthz listener, and the read-only port when configured; both serve every endpoint.
     for addr in [config.healthz_address, config.read_only_address]
@@ -175,6 +176,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             recorder: recorder.clone(),
             pleg: pleg_slot.clone(),
             pressure: pressure.clone(),
+            runtime: runtime_state.clone(),
         };
         let server = rt
             .block_on(crate::server::serve(addr, state))
@@ -191,6 +193,11 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     if stop {
         return Ok(());
     }
+    rt.spawn(crate::runtime_state::run(
+        cri.clone(),
+        runtime_state,
+        metrics.runtime_up.clone(),
+    ));
 
     // PLEG: relist (and containerd's event stream) → pod cache and the sync loop's PLEG channel.
     let cache = PodCache::default();
@@ -203,6 +210,14 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         metrics.clone(),
     );
     let _ = pleg_slot.set(pleg.clone());
+    // A pod worker that needs a status newer than its last sync asks the PLEG for a relist
+    // (shared by every worker waiting) rather than reading the pod itself.
+    let weak = Arc::downgrade(&pleg);
+    cache.set_relist_requester(Box::new(move || {
+        if let Some(p) = weak.upgrade() {
+            p.trigger();
+        }
+    }));
     rt.spawn(crate::pleg::events::run(
         config.runtime_socket.clone(),
         pleg.clone(),

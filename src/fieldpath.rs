@@ -16,6 +16,55 @@ pub struct Allocatable {
     pub ephemeral_storage: i64,
 }
 
+/// Checks a `resourceFieldRef` as the API server does: a resource nodelet can read
+/// (`limits.`/`requests.` of `cpu`, `memory`, `ephemeral-storage`, `hugepages-<size>`) and a
+/// divisor the API allows for it (cpu: `1m`, `1`; the others: `1`, or 1 of a decimal or binary
+/// unit, `1k`…`1E`, `1Ki`…`1Ei`).
+///
+/// Errors: `(field suffix, reason)` (`resource` or `divisor`).
+pub fn validate_resource_field(
+    resource: &str,
+    divisor: Option<&str>,
+) -> Result<(), (&'static str, String)> {
+    let name = resource
+        .strip_prefix("limits.")
+        .or_else(|| resource.strip_prefix("requests."));
+    let is_cpu = name == Some("cpu");
+    let known = match name {
+        Some("cpu" | "memory" | "ephemeral-storage") => true,
+        Some(n) => matches!(crate::resources::hugepage_size(n), Some(Ok(_))),
+        None => false,
+    };
+    if !known {
+        return Err((
+            "resource",
+            format!("{resource:?} is not a resource a resourceFieldRef can name (limits. or requests. of cpu, memory, ephemeral-storage, hugepages-<size>)"),
+        ));
+    }
+    let Some(d) = divisor.filter(|d| !d.is_empty()) else {
+        return Ok(());
+    };
+    let allowed: &[&str] = if is_cpu {
+        &["1m", "1"]
+    } else {
+        &[
+            "1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei",
+        ]
+    };
+    let ok = allowed.contains(&d);
+    if ok {
+        Ok(())
+    } else {
+        Err((
+            "divisor",
+            format!(
+                "{d:?} is not a divisor for {resource} (one of {})",
+                allowed.join(", ")
+            ),
+        ))
+    }
+}
+
 /// kubelet's `FormatMap`: `key="value"` lines in key order, values quoted as Go's `%q` quotes
 /// them, without a final newline.
 pub fn format_map(m: &std::collections::BTreeMap<String, String>) -> String {
@@ -141,6 +190,28 @@ pub fn resource_field_value(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_fields_and_divisors_are_checked_as_the_api_server_does() {
+        assert!(validate_resource_field("limits.memory", Some("1Mi")).is_ok());
+        assert!(validate_resource_field("requests.cpu", Some("1m")).is_ok());
+        assert!(validate_resource_field("limits.hugepages-2Mi", None).is_ok());
+        assert_eq!(
+            validate_resource_field("limits.gpu", None).unwrap_err().0,
+            "resource"
+        );
+        for bad in ["0", "abc", "1n", "2Mi", "99999999999999999999Ei"] {
+            assert_eq!(
+                validate_resource_field("limits.memory", Some(bad))
+                    .unwrap_err()
+                    .0,
+                "divisor",
+                "{bad}"
+            );
+        }
+        assert!(validate_resource_field("requests.cpu", Some("1n")).is_err());
+        assert!(validate_resource_field("limits.memory", Some("1m")).is_err());
+    }
 
     #[test]
     fn maps_format_as_kubelet_formats_them() {

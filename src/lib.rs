@@ -11,7 +11,8 @@
 //! - [`podworkers`]: one task per pod; latest update wins, kills are never lost.
 //! - [`kuberuntime`]: pod spec → CRI calls (sandbox, images, containers, labels, actions).
 //! - [`cri`]: the CRI client; [`container`]: the runtime's view of pods and the pod cache.
-//! - [`pleg`]: pod lifecycle events; [`prober`]: probe results.
+//! - [`pleg`]: pod lifecycle events; [`prober`]: probe results; [`runtime_state`]: whether the
+//!   runtime answers.
 //! - [`status`]: pod phase, conditions and container states; [`gc`]: dead containers.
 //! - [`volume`]: emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes and
 //!   the containers' mounts.
@@ -54,6 +55,7 @@ pub mod prober;
 pub mod qos;
 pub mod quantity;
 pub mod resources;
+pub mod runtime_state;
 pub mod server;
 pub mod source;
 pub mod status;

@@ -100,6 +100,9 @@ pub struct Metrics {
     pub admission_rejections: Family<ReasonLabel, Counter>,
     /// Pods with a running sandbox (`kubelet_running_pods`).
     pub running_pods: Gauge,
+    /// 1 while the container runtime answers, 0 while it is down
+    /// (`nodelet_container_runtime_up`).
+    pub runtime_up: Gauge,
     /// Containers by state (`kubelet_running_containers{container_state}`).
     pub running_containers: Family<ContainerStateLabel, Gauge>,
     /// CRI calls, by operation (`kubelet_runtime_operations_total`).
@@ -191,6 +194,7 @@ impl Metrics {
             manifest_errors: reg(&mut r, "nodelet_static_pod_manifest_errors", "Static pod manifests refused, by reason", Family::default()),
             admission_rejections: reg(&mut r, "kubelet_admission_rejections", "Pods refused at admission, by reason", Family::default()),
             running_pods: reg(&mut r, "kubelet_running_pods", "Number of pods that have a running pod sandbox", Gauge::default()),
+            runtime_up: reg(&mut r, "nodelet_container_runtime_up", "1 while the container runtime answers, 0 while it is down", Gauge::default()),
             running_containers: reg(&mut r, "kubelet_running_containers", "Number of containers currently running", Family::default()),
             runtime_operations: reg(&mut r, "kubelet_runtime_operations", "Cumulative number of runtime operations by operation type", Family::default()),
             runtime_errors: reg(&mut r, "kubelet_runtime_operations_errors", "Cumulative number of runtime operation errors by operation type", Family::default()),

@@ -197,6 +197,44 @@ pub fn pod_references(pod: &Pod) -> BTreeSet<ObjectRef> {
     out
 }
 
+/// The values of every Secret `pod` references (see [`pod_references`]), as the pieces an error
+/// message could quote: each value split at control characters (a runtime quotes those
+/// escaped), pieces of 3 bytes or more.
+pub fn secret_values(pod: &Pod, objects: &LocalObjects) -> Vec<String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let mut out: Vec<String> = pod_references(pod)
+        .into_iter()
+        .filter(|r| r.kind == ObjectKind::Secret)
+        .filter_map(|r| objects.get(ObjectKind::Secret, namespace, &r.name))
+        .flat_map(|d| {
+            d.values()
+                .flat_map(|v| {
+                    String::from_utf8_lossy(v)
+                        .split(|c: char| c.is_control())
+                        .filter(|p| p.len() >= 3)
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // Longest first, so that a value containing another is taken out whole.
+    out.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    out.dedup();
+    out
+}
+
+/// `message` with every one of `secrets` replaced by `[redacted]`.
+pub fn redact(message: &str, secrets: &[String]) -> String {
+    let mut out = message.to_owned();
+    for s in secrets {
+        if out.contains(s.as_str()) {
+            out = out.replace(s.as_str(), "[redacted]");
+        }
+    }
+    out
+}
+
 /// kubelet's message for a missing object: `configmap "x" not found` / `secret "x" not found`.
 pub fn not_found(kind: ObjectKind, name: &str) -> String {
     match kind {
@@ -206,12 +244,12 @@ pub fn not_found(kind: ObjectKind, name: &str) -> String {
 }
 
 /// A valid key of a ConfigMap or Secret (the API server's `IsConfigMapKey`): 1–253 characters of
-/// `[-._a-zA-Z0-9]`, not `.` or `..`.
+/// `[-._a-zA-Z0-9]`, not `.`, not starting with `..`.
 pub fn is_valid_key(k: &str) -> bool {
     !k.is_empty()
         && k.len() <= 253
         && k != "."
-        && k != ".."
+        && !k.starts_with("..")
         && k.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
@@ -298,11 +336,27 @@ spec:
     }
 
     #[test]
+    fn secret_values_are_taken_out_of_messages() {
+        let objs = LocalObjects::default();
+        objs.replace(HashMap::from([(
+            r(ObjectKind::Secret, "db"),
+            Data::from([("pw".to_string(), b"TOP\0SECRET-after".to_vec())]),
+        )]));
+        let pod: Pod = serde_yaml::from_str(
+            "metadata: {name: p, namespace: default}\nspec: {containers: [{name: c, image: b, env: [{name: A, valueFrom: {secretKeyRef: {name: db, key: pw}}}]}]}",
+        )
+        .unwrap();
+        let secrets = secret_values(&pod, &objs);
+        let msg = redact("exec: \"A=TOP\\x00SECRET-after\": failed", &secrets);
+        assert_eq!(msg, "exec: \"A=[redacted]\\x00[redacted]\": failed");
+    }
+
+    #[test]
     fn keys_follow_the_api_servers_rule() {
         for ok in ["a", "config.yaml", "A_b-c.d", ".hidden"] {
             assert!(is_valid_key(ok), "{ok}");
         }
-        for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(254)] {
+        for bad in ["", ".", "..", "..data", "a/b", "a b", &"x".repeat(254)] {
             assert!(!is_valid_key(bad), "{bad}");
         }
     }

@@ -32,21 +32,29 @@ pub struct ServerState {
     pub pleg: Arc<std::sync::OnceLock<Arc<crate::pleg::Pleg>>>,
     /// Node pressure from the eviction manager (`/node`).
     pub pressure: crate::eviction::NodePressure,
+    /// Whether the container runtime answers (`/healthz`, the Ready condition on `/node`).
+    pub runtime: crate::runtime_state::RuntimeState,
 }
 
-/// `ok`, or 500 with the reason when the PLEG has not relisted within its threshold, or not yet
-/// at all (kubelet's healthz with its PLEG check: it fails until the runtime has been listed).
+/// `ok`, or 500 with the reasons: the PLEG has not relisted within its threshold, or not yet at
+/// all (kubelet's healthz with its PLEG check: it fails until the runtime has been listed); the
+/// container runtime does not answer ([`crate::runtime_state`]).
 async fn healthz(State(s): State<ServerState>) -> (StatusCode, String) {
     let health = match s.pleg.get() {
         Some(p) => p.healthy(std::time::Instant::now()),
         None => Err("pleg has yet to be successful (waiting for the container runtime)".into()),
     };
-    match health {
-        Err(msg) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("[-]pleg failed: {msg}\n"),
-        ),
-        Ok(()) => (StatusCode::OK, "ok".into()),
+    let mut failed = String::new();
+    if let Err(msg) = health {
+        failed.push_str(&format!("[-]pleg failed: {msg}\n"));
+    }
+    if let Err(msg) = s.runtime.health() {
+        failed.push_str(&format!("[-]runtime failed: {msg}\n"));
+    }
+    if failed.is_empty() {
+        (StatusCode::OK, "ok".into())
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, failed)
     }
 }
 
@@ -92,11 +100,12 @@ fn condition_reason(condition: &str, on: bool) -> &'static str {
     }
 }
 
-/// `GET /node`: the node's pressure conditions (as `status.conditions` entries of a v1 Node),
-/// the latest eviction signals, the thresholds in force and the recent evictions.
+/// `GET /node`: the node's pressure conditions and its Ready condition (as `status.conditions`
+/// entries of a v1 Node), the latest eviction signals, the thresholds in force and the recent
+/// evictions.
 async fn node(State(s): State<ServerState>) -> impl IntoResponse {
     let v = s.pressure.view();
-    let conditions: Vec<serde_json::Value> = v
+    let mut conditions: Vec<serde_json::Value> = v
         .conditions
         .iter()
         .map(|(c, on)| {
@@ -107,6 +116,21 @@ async fn node(State(s): State<ServerState>) -> impl IntoResponse {
             })
         })
         .collect();
+    // kubelet's Ready condition, from the runtime's health.
+    conditions.push(match s.runtime.health() {
+        Ok(()) => serde_json::json!({
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+        }),
+        Err(msg) => serde_json::json!({
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": msg,
+        }),
+    });
     Json(serde_json::json!({
         "kind": "NodePressure",
         "conditions": conditions,

@@ -79,8 +79,15 @@ fn crash_loop_back_off_delays_double() {
         assert!((1.6..2.5).contains(&ratio), "delay doubles: {delays:?}");
     }
     assert!(saw_backoff, "status showed waiting/CrashLoopBackOff");
+    // The status follows the runtime at the next sync (a PLEG event away).
+    wait_until(Duration::from_secs(5), "restartCount 4 in /pods", || {
+        n.pod("crash").is_some_and(|p| {
+            container_status(&p)["restartCount"]
+                .as_i64()
+                .is_some_and(|c| c >= 4)
+        })
+    });
     let p = n.pod("crash").unwrap();
-    assert!(container_status(&p)["restartCount"].as_i64().unwrap() >= 4);
     assert_eq!(
         container_status(&p)["lastState"]["terminated"]["exitCode"],
         1

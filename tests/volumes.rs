@@ -277,6 +277,16 @@ spec:
     assert_eq!(exec(&["cat", "/all/level"]), "1");
     assert_eq!(exec(&["cat", "/all/password"]), SECRET);
     assert_eq!(exec(&["cat", "/all/uid"]), uid);
+    // Read-only whatever the mount says (kubelet's): nothing in the container can touch the
+    // files nodelet writes, nor point `..data` elsewhere.
+    for cmd in [
+        "touch /cfg/x",
+        "ln -sfn /tmp /cfg/..data",
+        "echo x > /sec/password",
+        "mkdir /all/..data_tmp",
+    ] {
+        assert_ne!(n.runtime.exec(&id, &["sh", "-c", cmd]).0, 0, "{cmd}");
+    }
     let vols = n.root().join("pods").join(&uid).join("volumes");
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     for tmpfs in ["kubernetes.io~secret/sec", "kubernetes.io~projected/all"] {

@@ -67,6 +67,10 @@ pub fn validate(pod: &Pod) -> Result<(), (String, String)> {
     };
     let check = |at: String, p: &k8s_openapi::api::core::v1::AppArmorProfile| match p.type_.as_str()
     {
+        "RuntimeDefault" | "Unconfined" if p.localhost_profile.is_some() => Err((
+            format!("{at}.localhostProfile"),
+            "may only be set for a Localhost profile".into(),
+        )),
         "RuntimeDefault" | "Unconfined" => Ok(()),
         "Localhost"
             if p.localhost_profile

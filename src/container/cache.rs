@@ -23,6 +23,9 @@ struct Inner {
     global: Option<Instant>,
     /// Containers with an OOM kill (bounded: cleared past [`MAX_OOM_KILLED`]).
     oom_killed: HashSet<String>,
+    /// IPs of sandboxes as their pod worker read them when it made them (so the PLEG need not
+    /// ask again), by sandbox ID; forgotten with the pod.
+    sandbox_ips: HashMap<String, (String, Vec<String>)>,
 }
 
 /// Most OOM-killed container IDs remembered.
@@ -45,17 +48,65 @@ fn apply_oom(status: &mut RuntimePodStatus, oom: &HashSet<String>) -> bool {
 
 /// Latest runtime status per pod UID. Cheap to clone.
 #[derive(Clone, Default)]
-pub struct PodCache(Arc<Mutex<Inner>>);
+pub struct PodCache(Arc<Mutex<Inner>>, Arc<Waiters>);
+
+/// Pod workers waiting for a newer status, and how to ask the PLEG for one.
+#[derive(Default)]
+struct Waiters {
+    /// Woken on every write and relist.
+    changed: tokio::sync::Notify,
+    /// Asks the PLEG for a relist (set by the agent; none in unit tests).
+    relist: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
 
 impl PodCache {
     /// Records `status` of `uid` as read at `at`; an older write never replaces a newer one.
     pub fn set(&self, uid: &str, mut status: RuntimePodStatus, at: Instant) {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.pods.get(uid).is_some_and(|(_, t)| *t > at) {
-            return;
+        {
+            let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if g.pods.get(uid).is_some_and(|(_, t)| *t > at) {
+                return;
+            }
+            apply_oom(&mut status, &g.oom_killed);
+            g.pods.insert(uid.to_owned(), (Arc::new(status), at));
         }
-        apply_oom(&mut status, &g.oom_killed);
-        g.pods.insert(uid.to_owned(), (Arc::new(status), at));
+        self.1.changed.notify_waiters();
+    }
+
+    /// How a waiting pod worker asks the PLEG for a relist (the agent sets the PLEG's
+    /// trigger). Without one, [`PodCache::wait_newer_than`] does not wait.
+    pub fn set_relist_requester(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.1.relist.set(f);
+    }
+
+    /// kubelet's blocking `GetNewerThan`: the status of `uid` once it is current at or after
+    /// `t`, asking the PLEG for a relist (one relist serves every waiting worker) and waiting
+    /// at most `max_wait`. `None` when it is not newer by then, or when there is no PLEG to ask.
+    pub async fn wait_newer_than(
+        &self,
+        uid: &str,
+        t: Instant,
+        max_wait: std::time::Duration,
+    ) -> Option<Arc<RuntimePodStatus>> {
+        if let Some(st) = self.get_newer_than(uid, t) {
+            return Some(st);
+        }
+        let relist = self.1.relist.get()?;
+        let deadline = tokio::time::Instant::now() + max_wait;
+        // One request: a relist that starts after it is newer than `t` (the end of the
+        // worker's last sync, which is past).
+        relist();
+        loop {
+            let changed = self.1.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(st) = self.get_newer_than(uid, t) {
+                return Some(st);
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.get_newer_than(uid, t);
+            }
+        }
     }
 
     /// Records an OOM kill of `container_id`. Returns the UID of the pod whose held status
@@ -92,10 +143,13 @@ impl PodCache {
 
     /// Marks every entry as current at `at` (a relist found no other change).
     pub fn update_time(&self, at: Instant) {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.global.is_none_or(|t| t < at) {
-            g.global = Some(at);
+        {
+            let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if g.global.is_none_or(|t| t < at) {
+                g.global = Some(at);
+            }
         }
+        self.1.changed.notify_waiters();
     }
 
     /// The status of `uid` if it is known to be current at or after `t`: read at or after `t`,
@@ -105,6 +159,18 @@ impl PodCache {
         let (status, at) = g.pods.get(uid)?;
         let fresh = *at >= t || g.global.is_some_and(|gt| gt >= t && gt >= *at);
         fresh.then(|| status.clone())
+    }
+
+    /// For a pod never synced (kubelet's first sync, whose minimum time is zero): its latest
+    /// status with the time it is current as of, or, when a relist has run and found nothing of
+    /// it, an empty status as of that relist. `None` before the first relist.
+    pub fn get_first(&self, uid: &str) -> Option<(Arc<RuntimePodStatus>, Instant)> {
+        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match (g.pods.get(uid), g.global) {
+            (Some((st, at)), global) => Some((st.clone(), global.map_or(*at, |gt| gt.max(*at)))),
+            (None, Some(gt)) => Some((Arc::new(RuntimePodStatus::default()), gt)),
+            (None, None) => None,
+        }
     }
 
     /// The latest status of `uid`, however old.
@@ -117,9 +183,23 @@ impl PodCache {
             .map(|(s, _)| s.clone())
     }
 
+    /// Records the IPs of sandbox `id` of pod `uid`, read when it was made.
+    pub fn remember_sandbox_ips(&self, uid: &str, id: &str, ips: &[String]) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.sandbox_ips
+            .insert(id.to_owned(), (uid.to_owned(), ips.to_vec()));
+    }
+
+    /// The IPs of sandbox `id` if its pod worker recorded them.
+    pub fn sandbox_ips(&self, id: &str) -> Option<Vec<String>> {
+        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.sandbox_ips.get(id).map(|(_, ips)| ips.clone())
+    }
+
     /// Forgets a pod (and the OOM kills of its containers).
     pub fn delete(&self, uid: &str) {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.sandbox_ips.retain(|_, (u, _)| u != uid);
         if let Some((st, _)) = g.pods.remove(uid) {
             for c in &st.containers {
                 g.oom_killed.remove(&c.id);
@@ -182,5 +262,23 @@ mod tests {
         assert_eq!(c.get_newer_than("a", t2).unwrap().sandboxes.len(), 1);
         c.delete("a");
         assert!(c.get_newer_than("a", t0).is_none());
+    }
+
+    #[test]
+    fn a_first_sync_reads_the_cache_once_a_relist_has_run() {
+        let c = PodCache::default();
+        assert!(c.get_first("new").is_none(), "no relist yet");
+        let t0 = Instant::now();
+        c.update_time(t0);
+        let (st, at) = c.get_first("new").unwrap();
+        assert!(
+            st.sandboxes.is_empty() && at == t0,
+            "nothing of it in the runtime"
+        );
+        let mut known = RuntimePodStatus::default();
+        known.sandboxes.push(Default::default());
+        c.set("old", known, t0 + Duration::from_secs(1));
+        let (st, at) = c.get_first("old").unwrap();
+        assert_eq!((st.sandboxes.len(), at), (1, t0 + Duration::from_secs(1)));
     }
 }

@@ -61,8 +61,15 @@ pub fn rename_current(log: &Path) -> std::io::Result<PathBuf> {
     Ok(rotated)
 }
 
-/// One pass over the running containers of this node's pods.
-pub async fn rotate_once(cri: &impl RuntimeService, node_name: &str, policy: LogPolicy) {
+/// One pass over the running containers of this node's pods. `log_paths` keeps each
+/// container's log path between passes (a ContainerStatus only for a container not seen before;
+/// a path never changes), and forgets containers that no longer run.
+pub async fn rotate_once(
+    cri: &impl RuntimeService,
+    node_name: &str,
+    policy: LogPolicy,
+    log_paths: &mut std::collections::HashMap<String, String>,
+) {
     let sel = [(super::labels::NODE_NAME.to_string(), node_name.to_string())].into();
     let listed = tokio::try_join!(
         cri.list_pod_sandbox(sel),
@@ -76,17 +83,29 @@ pub async fn rotate_once(cri: &impl RuntimeService, node_name: &str, policy: Log
         }
     };
     let ours: std::collections::HashSet<String> = sandboxes.into_iter().map(|s| s.id).collect();
-    let running = containers.into_iter().filter(|c| {
-        c.state == api::ContainerState::ContainerRunning as i32 && ours.contains(&c.pod_sandbox_id)
-    });
+    let running: Vec<api::Container> = containers
+        .into_iter()
+        .filter(|c| {
+            c.state == api::ContainerState::ContainerRunning as i32
+                && ours.contains(&c.pod_sandbox_id)
+        })
+        .collect();
+    log_paths.retain(|id, _| running.iter().any(|c| c.id == *id));
     for c in running {
-        let Ok(Some(st)) = cri.container_status(&c.id).await else {
-            continue;
+        let path = match log_paths.get(&c.id) {
+            Some(p) => p.clone(),
+            None => {
+                let Ok(Some(st)) = cri.container_status(&c.id).await else {
+                    continue;
+                };
+                log_paths.insert(c.id.clone(), st.log_path.clone());
+                st.log_path
+            }
         };
-        if st.log_path.is_empty() {
+        if path.is_empty() {
             continue;
         }
-        let log = PathBuf::from(&st.log_path);
+        let log = PathBuf::from(&path);
         let Ok(meta) = std::fs::metadata(&log) else {
             continue;
         };
@@ -119,9 +138,10 @@ pub async fn run(
     interval: Duration,
 ) {
     let mut tick = tokio::time::interval(interval);
+    let mut log_paths = std::collections::HashMap::new();
     loop {
         tick.tick().await;
-        rotate_once(&cri, &node_name, policy).await;
+        rotate_once(&cri, &node_name, policy, &mut log_paths).await;
     }
 }
 

@@ -15,6 +15,10 @@ use crate::cri::{api, CriError, CriResult, CriRuntime, RuntimeService};
 use crate::pod::pod_uid;
 use crate::status::generate::generate_pod_status;
 
+/// Longest a pod worker waits for the PLEG to bring the pod cache past its last sync before it
+/// reads the pod's status itself.
+pub const STATUS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The runtime's pods as housekeeping sees them.
 #[derive(Debug, Clone, Default)]
 pub struct RuntimePods {
@@ -31,6 +35,22 @@ pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<R
     let sel: HashMap<String, String> = [(labels::POD_UID.to_string(), uid.to_string())].into();
     let (sandboxes, containers) =
         tokio::try_join!(cri.list_pod_sandbox(sel.clone()), cri.list_containers(sel))?;
+    pod_status_from(cri, sandboxes, containers, None, &|_| None).await
+}
+
+/// A pod's status from listings of its sandboxes and containers (the PLEG's relist has them for
+/// every pod): PodSandboxStatus for the newest ready sandbox and ContainerStatus for each
+/// container, except what is already known: the IPs of the same ready sandbox in `previous`
+/// (the pod cache) or from `sandbox_ips` (what the pod worker read when it made the sandbox),
+/// and a container in `previous` in the same state as listed (an exited one only with the
+/// runtime's reason, which the task-exit fast path does not know).
+pub async fn pod_status_from(
+    cri: &impl RuntimeService,
+    sandboxes: Vec<api::PodSandbox>,
+    containers: Vec<api::Container>,
+    previous: Option<&RuntimePodStatus>,
+    sandbox_ips: &(dyn Fn(&str) -> Option<Vec<String>> + Sync),
+) -> CriResult<RuntimePodStatus> {
     let mut out = RuntimePodStatus::default();
     for s in sandboxes {
         out.sandboxes.push(SandboxStatus {
@@ -53,8 +73,17 @@ pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<R
     }
     out.sandboxes
         .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+    let known_ips = |id: &str| {
+        previous
+            .and_then(|p| p.sandboxes.first())
+            .filter(|s| s.id == id && s.ready && !s.ips.is_empty())
+            .map(|s| s.ips.clone())
+            .or_else(|| sandbox_ips(id).filter(|ips| !ips.is_empty()))
+    };
     if let Some(newest) = out.sandboxes.first_mut().filter(|s| s.ready) {
-        if let Some(st) = cri.pod_sandbox_status(&newest.id).await? {
+        if let Some(ips) = known_ips(&newest.id) {
+            newest.ips = ips;
+        } else if let Some(st) = cri.pod_sandbox_status(&newest.id).await? {
             if let Some(net) = st.network {
                 if !net.ip.is_empty() {
                     newest.ips.push(net.ip);
@@ -65,11 +94,27 @@ pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<R
             }
         }
     }
+    // What the cache holds as listed needs no status call.
+    let (known, to_read): (Vec<api::Container>, Vec<api::Container>) =
+        containers.into_iter().partition(|c| {
+            let listed = ContainerState::from(c.state);
+            previous
+                .and_then(|p| p.containers.iter().find(|k| k.id == c.id))
+                .is_some_and(|k| {
+                    k.state == Some(listed)
+                        && (listed != ContainerState::Exited || !k.reason.is_empty())
+                })
+        });
+    for c in known {
+        if let Some(k) = previous.and_then(|p| p.containers.iter().find(|k| k.id == c.id)) {
+            out.containers.push(k.clone());
+        }
+    }
     // A container removed between the list and its status call is simply gone.
     let statuses =
-        futures::future::join_all(containers.iter().map(|c| cri.container_status(&c.id))).await;
-    let mut kept = Vec::with_capacity(containers.len());
-    for (c, st) in containers.into_iter().zip(statuses) {
+        futures::future::join_all(to_read.iter().map(|c| cri.container_status(&c.id))).await;
+    let mut kept = Vec::with_capacity(to_read.len());
+    for (c, st) in to_read.into_iter().zip(statuses) {
         match st {
             Err(e) if e.code == tonic::Code::NotFound => continue,
             Err(e) => return Err(e),
@@ -193,8 +238,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
     }
 
-    /// The pod's runtime status, from the PLEG's cache when it is newer than this pod's last
-    /// sync, else read from the runtime (kubelet's `GetNewerThan` on the pod cache).
+    /// The pod's runtime status, from the PLEG's cache once it is newer than this pod's last
+    /// sync (asking the PLEG for a relist and waiting up to [`STATUS_WAIT`]), else read from
+    /// the runtime (kubelet's blocking `GetNewerThan` on the pod cache).
     pub(super) async fn current_status(&self, uid: &str) -> Result<RuntimePodStatus, CriError> {
         let since = self
             .last_sync
@@ -202,10 +248,33 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .unwrap_or_else(|e| e.into_inner())
             .get(uid)
             .copied();
-        if let Some(st) = since.and_then(|t| self.cache.get_newer_than(uid, t)) {
+        let cached = match since {
+            Some(t) => self
+                .cache
+                .wait_newer_than(uid, t, STATUS_WAIT)
+                .await
+                .map(|st| (st, t)),
+            // A pod never synced: what the PLEG knows of it (nothing, for a new pod), as
+            // kubelet's first sync reads the cache (no CRI call).
+            None => self.cache.get_first(uid),
+        };
+        if let Some((st, at)) = cached {
+            self.last_sync
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid.to_owned(), at);
             return Ok((*st).clone());
         }
         self.fresh_status(uid).await
+    }
+
+    /// Records that the pod was synced now: its next sync acts on a status read after this.
+    pub(super) fn mark_synced(&self, uid: &str) {
+        let now = self.clock.now();
+        self.last_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_owned(), now);
     }
 
     /// Reads the pod's status from the runtime, records it in the cache and as this pod's

@@ -13,7 +13,6 @@ use tracing::{info, warn};
 
 use super::actions::{self, compute_pod_actions_with, PodActions, ToStart};
 use super::kill::{grace_seconds, MIN_GRACE_PERIOD_SECONDS};
-use super::status::get_pod_status;
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
 use crate::active_deadline::{self, Deadline};
 use crate::container::{ContainerState, RuntimePodStatus};
@@ -71,7 +70,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             }
         } else {
             // Finished pod: nothing to start.
-            let rt = get_pod_status(&self.cri, &uid).await?;
+            self.mark_synced(&uid);
             self.record_status(pod, &rt);
             return Ok(Requeue::Normal);
         };
@@ -97,7 +96,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 warn!(pod = %pod_ref(pod), uid, error = %e, "volume set-up failed");
                 self.recorder
                     .warning(pod_ref(pod), "FailedMount", e.to_string());
-                let rt = self.fresh_status(&uid).await?;
+                self.mark_synced(&uid);
                 self.record_status(pod, &rt);
                 return Err(SyncError::Start {
                     container: String::new(),
@@ -168,11 +167,19 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 .find_map(Result::err);
             first_err = first_err.or(app_err);
         }
-        let rt = self.fresh_status(&uid).await?;
+        // The status written is the one this sync started from, with what failed to start
+        // (kubelet's: computed before SyncPod acts). What was started shows at the next sync,
+        // which the PLEG's events bring, from the pod cache once it is newer than now.
+        self.mark_synced(&uid);
         crate::gc::remove_dead_containers(&self.cri, &rt).await;
         self.record_status(pod, &rt);
-        // Counted from the pod's first sandbox, which may have been created just now.
-        let deadline = match active_deadline::check(pod, rt.start_time(), self.clock.epoch_ns()) {
+        // Counted from the pod's first sandbox, which may have been created just now (after
+        // the status this sync started from).
+        let now = self.clock.epoch_ns();
+        let started = rt
+            .start_time()
+            .or(actions.create_sandbox.is_some().then_some(now));
+        let deadline = match active_deadline::check(pod, started, now) {
             Deadline::In(d) => Some(d),
             // Reached during this sync: the next one (at once) kills the pod.
             Deadline::Exceeded => Some(std::time::Duration::ZERO),
@@ -273,6 +280,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 .unwrap_or_default(),
             None => Vec::new(),
         };
+        // The PLEG takes them from here rather than asking the runtime again.
+        self.cache.remember_sandbox_ips(uid, &id, &ips);
         Ok(SandboxInfo { id, config, ips })
     }
 
@@ -299,7 +308,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         };
         let c = &list[start.index];
         let uid = pod_uid(pod);
+        // What a runtime or path error could quote of the pod's Secrets is taken out of every
+        // message (a value in the env, a subPathExpr expanded with it).
+        let secrets = crate::objects::secret_values(pod, &self.objects);
         let fail = |reason: &'static str, message: String| {
+            let message = crate::objects::redact(&message, &secrets);
             self.set_start_error(uid, &c.name, Some((reason.to_owned(), message.clone())));
             self.recorder.warning(
                 pod_ref(pod),
@@ -371,9 +384,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .iter()
             .map(|kv| (kv.key.clone(), kv.value.clone()))
             .collect();
-        let mounts =
-            crate::volume::mounts::container_mounts(c, volumes, &|s| container::expand(s, &vars))
-                .map_err(|e| fail("CreateContainerConfigError", e))?;
+        let read_only = crate::volume::read_only_volumes(pod);
+        let mounts = crate::volume::mounts::container_mounts(c, volumes, &read_only, &|s| {
+            container::expand(s, &vars)
+        })
+        .map_err(|e| fail("CreateContainerConfigError", e))?;
         config.mounts.extend(mounts);
         if let Some(path) = c
             .termination_message_path

@@ -69,7 +69,15 @@ pub fn read(st: &api::ContainerStatus) -> Option<String> {
             std::fs::File::open(&m.host_path)
                 .and_then(|f| f.take(MAX_MESSAGE_BYTES).read_to_end(&mut buf))
                 .ok()?;
-            Some(String::from_utf8_lossy(&buf).into_owned())
+            // Cut at 4096 bytes, a character split there is dropped, not replaced.
+            let text = match std::str::from_utf8(&buf) {
+                Ok(t) => t.to_owned(),
+                Err(e) if e.error_len().is_none() => {
+                    String::from_utf8_lossy(&buf[..e.valid_up_to()]).into_owned()
+                }
+                Err(_) => String::from_utf8_lossy(&buf).into_owned(),
+            };
+            Some(text)
         })
         .filter(|m| !m.is_empty());
     if from_file.is_some() {

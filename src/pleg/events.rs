@@ -95,12 +95,20 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
                 .event
                 .and_then(|any| TaskExit::decode(any.value.as_slice()).ok())
             {
-                // A zero status waits for the runtime's status unless the OOM kill is known
-                // (see the module docs).
-                if exit.exit_status != 0 || pleg.is_oom_killed(&exit.container_id) {
-                    let at = exit
-                        .exited_at
-                        .map_or(0, |t| t.seconds * 1_000_000_000 + i64::from(t.nanos));
+                // Only the container's own process: an exec'd one (a probe, a hook) exits with
+                // its exec ID. A zero status waits for the runtime's status unless the OOM kill
+                // is known (see the module docs).
+                let init_process = exit.id.is_empty() || exit.id == exit.container_id;
+                if init_process && (exit.exit_status != 0 || pleg.is_oom_killed(&exit.container_id))
+                {
+                    // Go's zero time comes as a large negative number of seconds.
+                    let at = exit.exited_at.map_or(0, |t| {
+                        t.seconds
+                            .checked_mul(1_000_000_000)
+                            .and_then(|ns| ns.checked_add(i64::from(t.nanos)))
+                            .unwrap_or(0)
+                            .max(0)
+                    });
                     pleg.container_exited(&exit.container_id, exit.exit_status as i32, at);
                 }
             }

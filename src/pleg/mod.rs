@@ -8,8 +8,9 @@
 //! (`kubelet_pleg_discard_events`), as kubelet does.
 //!
 //! The event-driven part ([`events`]) follows containerd's own task events (start, exit, OOM,
-//! delete) and triggers a relist at once, so a container death reaches the sync loop within
-//! milliseconds instead of up to a relist period. While that stream is healthy the relist runs
+//! delete) and triggers a relist at once (relists are coalesced: at most one per
+//! [`MIN_RELIST_INTERVAL`]), so a container death reaches the sync loop within milliseconds
+//! instead of up to a relist period. While that stream is healthy the relist runs
 //! every [`RELIST_PERIOD_WITH_EVENTS`] as a safety net; when it breaks, every [`RELIST_PERIOD`]
 //! until it is back.
 
@@ -26,7 +27,7 @@ use tracing::{debug, warn};
 use crate::container::cache::PodCache;
 use crate::cri::{api, Cri, CriError, RuntimeService};
 use crate::kuberuntime::labels;
-use crate::kuberuntime::status::get_pod_status;
+use crate::kuberuntime::status::pod_status_from;
 use crate::metrics::Metrics;
 
 /// Capacity of the PLEG channel (kubelet's `plegChannelCapacity`); events beyond it are dropped.
@@ -37,17 +38,13 @@ pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 pub const RELIST_PERIOD_WITH_EVENTS: Duration = Duration::from_secs(10);
 /// A relist older than this makes `/healthz` fail (kubelet's `relistThreshold`).
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
-/// Delays after an event-triggered relist at which the PLEG relists again, to catch a CRI state
-/// that lags containerd's task event.
-pub const FOLLOW_UPS: [Duration; 7] = [
-    Duration::from_millis(5),
-    Duration::from_millis(10),
-    Duration::from_millis(20),
-    Duration::from_millis(40),
-    Duration::from_millis(80),
-    Duration::from_millis(160),
-    Duration::from_millis(320),
-];
+/// Least time between the starts of two relists: events (and pod workers waiting for a newer
+/// status) that arrive within it share the next relist, so a burst of pod starts costs at most
+/// ten relists a second. The first relist after a quiet spell runs at once.
+pub const MIN_RELIST_INTERVAL: Duration = Duration::from_millis(100);
+/// After a relist that events asked for, one more this much later: containerd publishes a task
+/// event before its CRI plugin has applied it, so the first relist may still see the old state.
+pub const FOLLOW_UP: Duration = Duration::from_millis(100);
 /// Most status calls in flight during one relist.
 pub const STATUS_CONCURRENCY: usize = 8;
 
@@ -286,37 +283,52 @@ impl<R: RuntimeService> Pleg<R> {
             self.cri.list_containers(HashMap::new())
         )?;
         let mut new: Snapshot = HashMap::with_capacity(sandboxes.len() + containers.len());
-        let mut ours = HashSet::new();
+        // The listings of each pod, for the status of those that changed.
+        let mut listed: HashMap<String, (Vec<api::PodSandbox>, Vec<api::Container>)> =
+            HashMap::new();
         for s in sandboxes {
-            let Some(uid) = s.labels.get(labels::POD_UID) else {
+            let Some(uid) = s.labels.get(labels::POD_UID).cloned() else {
                 continue;
             };
-            ours.insert(uid.clone());
             let st = if s.state == api::PodSandboxState::SandboxReady as i32 {
                 State::Running
             } else {
                 State::Exited
             };
-            new.insert(s.id, (uid.clone(), StateView(st)));
+            new.insert(s.id.clone(), (uid.clone(), StateView(st)));
+            listed.entry(uid).or_default().0.push(s);
         }
         for c in containers {
-            let Some(uid) = c.labels.get(labels::POD_UID).filter(|u| ours.contains(*u)) else {
+            let Some(uid) = c.labels.get(labels::POD_UID).cloned() else {
                 continue;
             };
-            new.insert(c.id, (uid.clone(), StateView(container_state(c.state))));
+            let Some(entry) = listed.get_mut(&uid) else {
+                continue;
+            };
+            new.insert(c.id.clone(), (uid, StateView(container_state(c.state))));
+            entry.1.push(c);
         }
         let events = {
             let old = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
             diff(&old, &new)
         };
-        // Status only for pods that changed, a few at a time.
+        // Status only for pods that changed, a few at a time, from this relist's listings and
+        // what the cache already holds (status calls only for what changed).
         let changed: HashSet<String> = events.iter().map(|e| e.uid.clone()).collect();
         let sem = Arc::new(tokio::sync::Semaphore::new(STATUS_CONCURRENCY));
         let reads = changed.iter().map(|uid| {
             let sem = sem.clone();
+            let (sbs, cs) = listed.remove(uid).unwrap_or_default();
+            let previous = self.cache.latest(uid);
             async move {
                 let _permit = sem.acquire().await;
-                (uid, get_pod_status(&self.cri, uid).await)
+                (
+                    uid,
+                    pod_status_from(&self.cri, sbs, cs, previous.as_deref(), &|id| {
+                        self.cache.sandbox_ips(id)
+                    })
+                    .await,
+                )
             }
         });
         for (uid, st) in futures::future::join_all(reads).await {
@@ -346,32 +358,34 @@ impl<R: RuntimeService> Pleg<R> {
         Ok(events)
     }
 
-    /// Relists every [`Pleg::period`], and at once when triggered, until the task is dropped.
-    ///
-    /// containerd publishes a task event before its CRI plugin has applied it to the container's
-    /// CRI state, so a relist right after the event may still see the old state: each trigger
-    /// also schedules follow-up relists [`FOLLOW_UPS`] later.
+    /// Relists every [`Pleg::period`], and when triggered: at once after a quiet spell, else
+    /// [`MIN_RELIST_INTERVAL`] after the previous relist started (every trigger until then is
+    /// served by that one relist), then once more [`FOLLOW_UP`] later. Runs until the task is
+    /// dropped.
     pub async fn run(self: Arc<Self>) {
-        let mut follow_ups: Vec<tokio::time::Instant> = Vec::new();
+        let mut last_start: Option<tokio::time::Instant> = None;
+        let mut follow_up: Option<tokio::time::Instant> = None;
+        let mut triggered = false;
         loop {
+            if let Some(t) = last_start {
+                tokio::time::sleep_until(t + MIN_RELIST_INTERVAL).await;
+            }
+            let start = tokio::time::Instant::now();
+            last_start = Some(start);
             if let Err(e) = self.relist().await {
                 warn!(error = %e, "PLEG relist failed");
             }
-            let now = tokio::time::Instant::now();
-            follow_ups.retain(|t| *t > now);
-            let next = follow_ups
-                .iter()
-                .min()
-                .copied()
-                .unwrap_or(now + self.period())
-                .min(now + self.period());
+            follow_up = match (triggered, follow_up) {
+                (true, _) => Some(start + FOLLOW_UP),
+                (false, Some(t)) if t > start => Some(t),
+                _ => None,
+            };
+            triggered = false;
+            let periodic = tokio::time::Instant::now() + self.period();
+            let next = follow_up.map_or(periodic, |t| t.min(periodic));
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
-                _ = self.trigger.notified() => {
-                    let now = tokio::time::Instant::now();
-                    follow_ups.retain(|t| *t > now + Duration::from_millis(5));
-                    follow_ups.extend(FOLLOW_UPS.iter().map(|d| now + *d));
-                }
+                _ = self.trigger.notified() => triggered = true,
             }
         }
     }

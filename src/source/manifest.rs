@@ -61,9 +61,16 @@ pub fn decode_manifest(
         file: file_s.clone(),
         message,
     })?;
+    // A file that holds a Secret: a parser message never quotes a value (it could be the
+    // Secret's, e.g. a tagged `!!int` value in stringData).
+    let holds_secret = holds_secret(bytes);
     let parse = |message: String| ManifestError::Parse {
         file: file_s.clone(),
-        message,
+        message: if holds_secret {
+            unquote(&message)
+        } else {
+            message
+        },
     };
     let invalid = |field: &str, value: &str, reason: &str| ManifestError::Invalid {
         file: file_s.clone(),
@@ -150,27 +157,65 @@ pub fn decode_manifest(
 
 /// File modes written as YAML 1.1 octal (`defaultMode: 0400`, as the Kubernetes docs write
 /// them and Kubernetes' YAML decoder reads them, 256) become numbers; the YAML 1.2 parser here
-/// reads them as strings. Only `mode` and `defaultMode` keys are touched.
-fn octal_modes(v: &mut serde_yaml::Value) {
-    match v {
-        serde_yaml::Value::Mapping(m) => {
-            for (k, val) in m.iter_mut() {
-                let is_mode = matches!(k.as_str(), Some("mode" | "defaultMode"));
-                if let (true, serde_yaml::Value::String(s)) = (is_mode, &*val) {
-                    let octal = s.len() > 1
-                        && s.starts_with('0')
-                        && s.bytes().all(|b| (b'0'..=b'7').contains(&b));
-                    if let Some(n) = octal.then(|| i64::from_str_radix(s, 8).ok()).flatten() {
-                        *val = serde_yaml::Value::Number(n.into());
+/// reads them as strings. Only `mode` and `defaultMode` keys under `spec.volumes` are touched
+/// (a label or annotation named `mode` keeps its string). One leniency: a quoted `'0400'` there
+/// is read as octal too.
+fn octal_modes(pod: &mut serde_yaml::Value) {
+    fn walk(v: &mut serde_yaml::Value) {
+        match v {
+            serde_yaml::Value::Mapping(m) => {
+                for (k, val) in m.iter_mut() {
+                    let is_mode = matches!(k.as_str(), Some("mode" | "defaultMode"));
+                    if let (true, serde_yaml::Value::String(s)) = (is_mode, &*val) {
+                        let octal = s.len() > 1
+                            && s.starts_with('0')
+                            && s.bytes().all(|b| (b'0'..=b'7').contains(&b));
+                        if let Some(n) = octal.then(|| i64::from_str_radix(s, 8).ok()).flatten() {
+                            *val = serde_yaml::Value::Number(n.into());
+                        }
+                    } else {
+                        walk(val);
                     }
-                } else {
-                    octal_modes(val);
                 }
             }
+            serde_yaml::Value::Sequence(seq) => seq.iter_mut().for_each(walk),
+            _ => {}
         }
-        serde_yaml::Value::Sequence(seq) => seq.iter_mut().for_each(octal_modes),
-        _ => {}
     }
+    if let Some(volumes) = pod.get_mut("spec").and_then(|s| s.get_mut("volumes")) {
+        walk(volumes);
+    }
+}
+
+/// True when `bytes` may hold a `kind: Secret` document (YAML or JSON spelling).
+fn holds_secret(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(bytes);
+    text.lines().any(|l| {
+        let l: String = l.chars().filter(|c| !c.is_whitespace()).collect();
+        l.contains("kind:Secret")
+            || l.contains("\"kind\":\"Secret\"")
+            || l.contains("kind:\"Secret\"")
+            || l.contains("kind:'Secret'")
+    })
+}
+
+/// `message` with every quoted part (`"..."`, `` `...` ``) replaced by `"<value not shown>"`.
+fn unquote(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        if c == '"' || c == '`' {
+            out.push_str("\"<value not shown>\"");
+            for d in chars.by_ref() {
+                if d == c {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Decodes one manifest that must define a pod (see [`decode_manifest`]); used where only pods
@@ -264,7 +309,7 @@ fn decode_object(
         return Err(fail(
             &format!("{field}[{k}]"),
             k,
-            "must be a key of 1-253 characters of [-._a-zA-Z0-9], not '.' or '..'",
+            "must be a key of 1-253 characters of [-._a-zA-Z0-9], not '.', not starting with '..'",
         ));
     }
     let size: usize = data.iter().map(|(k, v)| k.len() + v.len()).sum();
@@ -463,13 +508,27 @@ mod tests {
 
     #[test]
     fn yaml_1_1_octal_modes_are_read_as_kubernetes_reads_them() {
-        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: m}\nspec:\n  volumes:\n  - {name: s, secret: {secretName: x, defaultMode: 0400, items: [{key: a, path: a, mode: 0755}]}}\n  - {name: c, configMap: {name: y, defaultMode: 420}}\n  containers: [{name: c, image: b}]\n";
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: m, annotations: {mode: '0644'}}\nspec:\n  volumes:\n  - {name: s, secret: {secretName: x, defaultMode: 0400, items: [{key: a, path: a, mode: 0755}]}}\n  - {name: c, configMap: {name: y, defaultMode: 420}}\n  containers: [{name: c, image: b}]\n";
         let pod = decode_static_pod(Path::new("/m/m.yaml"), text.as_bytes(), "n").unwrap();
         let v = &pod.spec.unwrap().volumes.unwrap();
         let s = v[0].secret.as_ref().unwrap();
         assert_eq!(s.default_mode, Some(0o400));
         assert_eq!(s.items.as_ref().unwrap()[0].mode, Some(0o755));
         assert_eq!(v[1].config_map.as_ref().unwrap().default_mode, Some(420));
+        let pod = decode_static_pod(Path::new("/m/m.yaml"), text.as_bytes(), "n").unwrap();
+        assert_eq!(
+            pod.metadata.annotations.unwrap()["mode"],
+            "0644",
+            "not a file mode"
+        );
+    }
+
+    #[test]
+    fn parse_errors_in_a_file_with_a_secret_quote_no_value() {
+        let text = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {password: !!int TOPSECRET}\n";
+        let e = decode_manifest(Path::new("/m/s.yaml"), text.as_bytes(), "n").unwrap_err();
+        assert!(!e.to_string().contains("TOPSECRET"), "{e}");
+        assert!(e.to_string().contains("/m/s.yaml"), "{e}");
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub enum ManifestError {
         file: String,
     },
     /// The file is not valid YAML/JSON, or a field has the wrong type.
-    #[error("manifest {file}: cannot decode pod: {message}")]
+    #[error("manifest {file}: cannot decode: {message}")]
     Parse {
         /// Path of the manifest.
         file: String,

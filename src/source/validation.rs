@@ -107,6 +107,43 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
     ] {
         for (i, c) in containers.iter().enumerate() {
             validate_container(&format!("{list}[{i}]"), c)?;
+            if let Some(p) = c.termination_message_path.as_deref() {
+                if !p.is_empty() && !p.starts_with('/') {
+                    return Err(err(
+                        format!("{list}[{i}].terminationMessagePath"),
+                        p,
+                        "must be an absolute path",
+                    ));
+                }
+            }
+            for (j, e) in c.env.iter().flatten().enumerate() {
+                let Some(r) = e
+                    .value_from
+                    .as_ref()
+                    .and_then(|v| v.resource_field_ref.as_ref())
+                else {
+                    continue;
+                };
+                let at = format!("{list}[{i}].env[{j}].valueFrom.resourceFieldRef");
+                crate::fieldpath::validate_resource_field(
+                    &r.resource,
+                    r.divisor.as_ref().map(|d| d.0.as_str()),
+                )
+                .map_err(|(what, reason)| err(format!("{at}.{what}"), "", &reason))?;
+                if let Some(name) = r.container_name.as_deref().filter(|n| !n.is_empty()) {
+                    let known = init
+                        .iter()
+                        .chain(spec.containers.iter())
+                        .any(|x| x.name == name);
+                    if !known {
+                        return Err(err(
+                            format!("{at}.containerName"),
+                            name,
+                            "is not a container of the pod",
+                        ));
+                    }
+                }
+            }
             if let Some(p) = c.restart_policy.as_deref() {
                 let field = format!("{list}[{i}].restartPolicy");
                 if list == "spec.containers" {

@@ -51,9 +51,10 @@ pub fn validate_path(p: &str) -> Result<(), String> {
     if p.starts_with("..") {
         return Err(format!("path {p:?} must not start with '..'"));
     }
+    let mut normal = 0;
     for c in path.components() {
         match c {
-            Component::Normal(s) if s.len() <= 255 => {}
+            Component::Normal(s) if s.len() <= 255 => normal += 1,
             Component::Normal(_) => {
                 return Err(format!("path {p:?} has a segment longer than 255 bytes"))
             }
@@ -61,18 +62,69 @@ pub fn validate_path(p: &str) -> Result<(), String> {
             _ => return Err(format!("path {p:?} must not contain '..'")),
         }
     }
+    if normal == 0 {
+        return Err(format!("path {p:?} names no file"));
+    }
     Ok(())
 }
 
-/// True when the files under `dir` (a version directory) are exactly `payload`.
-fn matches(dir: &Path, payload: &Payload) -> bool {
+/// A payload path without `.` segments (`./x/./y` → `x/y`), as it lands on disk.
+pub fn normalize(p: &str) -> String {
+    Path::new(p)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// True for a version directory's name: `..` then a timestamp, one path component.
+fn is_version_name(t: &Path) -> bool {
+    let s = t.to_string_lossy();
+    s.starts_with("..")
+        && s.len() > 2
+        && !s.contains('/')
+        && s != DATA_DIR
+        && s != DATA_DIR_TMP
+        && s[2..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'_' || b == b'.')
+}
+
+/// Removes a file, link or directory at `p` (not following a link).
+fn remove_entry(p: &Path) {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => {
+            let _ = std::fs::remove_dir_all(p);
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(p);
+        }
+        Err(_) => {}
+    }
+}
+
+/// The mode a file is written with: its own, made group-readable for an `fsGroup`.
+fn effective_mode(mode: u32, gid: Option<u32>) -> u32 {
+    if gid.is_some() {
+        mode | 0o440
+    } else {
+        mode
+    }
+}
+
+/// True when the files under `dir` (a version directory) are exactly `payload`, as written
+/// with `gid`.
+fn matches(dir: &Path, payload: &Payload, gid: Option<u32>) -> bool {
     let mut found = 0usize;
     for (p, f) in payload {
         let path = dir.join(p);
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             return false;
         };
-        if !meta.is_file() || meta.permissions().mode() & 0o7777 != f.mode {
+        if !meta.is_file() || meta.permissions().mode() & 0o7777 != effective_mode(f.mode, gid) {
             return false;
         }
         match std::fs::read(&path) {
@@ -122,9 +174,15 @@ pub fn write(dir: &Path, payload: &Payload, gid: Option<u32>) -> Result<bool, St
     let io = |what: &str, p: &Path, e: std::io::Error| format!("{what} {}: {e}", p.display());
     std::fs::create_dir_all(dir).map_err(|e| io("mkdir", dir, e))?;
     let data_link = dir.join(DATA_DIR);
-    let old = std::fs::read_link(&data_link).ok();
-    let current = old.as_ref().map(|t| dir.join(t));
-    let unchanged = current.as_ref().is_some_and(|c| matches(c, payload));
+    // `..data` must name a version directory of this volume (`..<timestamp>`, one component):
+    // anything else (a link out of the volume, left by whatever could write here) is never
+    // followed, read or removed.
+    let current = std::fs::read_link(&data_link)
+        .ok()
+        .filter(|t| is_version_name(t))
+        .map(|t| dir.join(t))
+        .filter(|c| std::fs::symlink_metadata(c).is_ok_and(|m| m.is_dir()));
+    let unchanged = current.as_ref().is_some_and(|c| matches(c, payload, gid));
     if !unchanged {
         let stamp = chrono_stamp();
         let ts_name = format!("..{stamp}");
@@ -137,16 +195,13 @@ pub fn write(dir: &Path, payload: &Payload, gid: Option<u32>) -> Result<bool, St
                     std::fs::create_dir_all(parent).map_err(|e| io("mkdir", parent, e))?;
                 }
                 std::fs::write(&path, &f.data).map_err(|e| io("write", &path, e))?;
-                let mut mode = f.mode;
-                if gid.is_some() {
-                    mode |= 0o440;
-                }
+                let mode = effective_mode(f.mode, gid);
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
                     .map_err(|e| io("chmod", &path, e))?;
             }
             set_dirs(&ts_dir, gid).map_err(|e| io("chmod", &ts_dir, e))?;
             let tmp = dir.join(DATA_DIR_TMP);
-            let _ = std::fs::remove_file(&tmp);
+            remove_entry(&tmp);
             std::os::unix::fs::symlink(&ts_name, &tmp).map_err(|e| io("symlink", &tmp, e))?;
             std::fs::rename(&tmp, &data_link).map_err(|e| io("rename", &data_link, e))
         })();
@@ -161,7 +216,7 @@ pub fn write(dir: &Path, payload: &Payload, gid: Option<u32>) -> Result<bool, St
         let link = dir.join(name);
         let target = Path::new(DATA_DIR).join(name);
         if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
-            let _ = std::fs::remove_file(&link);
+            remove_entry(&link);
             std::os::unix::fs::symlink(&target, &link).map_err(|e| io("symlink", &link, e))?;
         }
     }
@@ -173,22 +228,22 @@ pub fn write(dir: &Path, payload: &Payload, gid: Option<u32>) -> Result<bool, St
         if name.starts_with("..") || wanted.contains(&name) {
             continue;
         }
-        let _ = std::fs::remove_file(e.path());
+        remove_entry(&e.path());
     }
     if !unchanged {
         if let Some(c) = current {
             let _ = std::fs::remove_dir_all(c);
         }
     }
-    // Versions left behind by an interrupted write.
+    // Versions left behind by an interrupted write, and anything else under a `..` name.
     let now = std::fs::read_link(&data_link).ok();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = e.file_name();
-        let is_version = name.to_string_lossy().starts_with("..")
-            && name != DATA_DIR
-            && e.file_type().is_ok_and(|t| t.is_dir());
-        if is_version && now.as_deref() != Some(Path::new(&name)) {
-            let _ = std::fs::remove_dir_all(e.path());
+        if !name.to_string_lossy().starts_with("..") || name == DATA_DIR {
+            continue;
+        }
+        if now.as_deref() != Some(Path::new(&name)) {
+            remove_entry(&e.path());
         }
     }
     if let Some(g) = gid {
@@ -302,10 +357,43 @@ mod tests {
     }
 
     #[test]
+    fn a_data_link_out_of_the_volume_is_never_followed_or_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("vol");
+        let victim = tmp.path().join("victim");
+        std::fs::create_dir_all(victim.join("sub")).unwrap();
+        write(&dir, &payload(&[("a", "1", 0o644)]), None).unwrap();
+        // What a writer inside the volume could leave: `..data` pointing out, `..data_tmp` a
+        // directory.
+        std::fs::remove_file(dir.join(DATA_DIR)).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(DATA_DIR)).unwrap();
+        std::fs::create_dir(dir.join(DATA_DIR_TMP)).unwrap();
+        assert!(write(&dir, &payload(&[("a", "1", 0o644)]), None).unwrap());
+        assert!(
+            victim.join("sub").is_dir(),
+            "the link's target is left alone"
+        );
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "1");
+        assert!(is_version_name(
+            &std::fs::read_link(dir.join(DATA_DIR)).unwrap()
+        ));
+    }
+
+    #[test]
+    fn an_fs_group_does_not_make_every_sync_a_rewrite() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("vol");
+        let p = payload(&[("a", "1", 0o400)]);
+        let gid = Some(0);
+        assert!(write(&dir, &p, gid).unwrap());
+        assert!(!write(&dir, &p, gid).unwrap(), "unchanged");
+    }
+
+    #[test]
     fn bad_paths_are_refused_before_anything_is_written() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("vol");
-        for bad in ["../x", "/etc/passwd", "a/../../x", "..data", ""] {
+        for bad in ["../x", "/etc/passwd", "a/../../x", "..data", "", ".", "./."] {
             let e = write(&dir, &payload(&[(bad, "x", 0o644)]), None).unwrap_err();
             assert!(e.contains("path"), "{bad}: {e}");
         }

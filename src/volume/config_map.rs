@@ -54,7 +54,10 @@ pub fn object_payload(
             for it in items {
                 match data.get(&it.key) {
                     Some(v) => {
-                        out.insert(it.path.clone(), file(v, it.mode.unwrap_or(default_mode)));
+                        out.insert(
+                            super::atomic_writer::normalize(&it.path),
+                            file(v, it.mode.unwrap_or(default_mode)),
+                        );
                     }
                     None if optional => {}
                     None => {

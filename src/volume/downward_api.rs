@@ -50,7 +50,7 @@ pub fn downward_payload(
         };
         let mode = it.mode.or(default_mode).unwrap_or(DEFAULT_MODE);
         out.insert(
-            it.path.clone(),
+            super::atomic_writer::normalize(&it.path),
             FileProjection {
                 data: value.into_bytes(),
                 mode: (mode & 0o777) as u32,

@@ -130,6 +130,23 @@ const PLUGINS: [&dyn VolumePlugin; 5] = [
     &projected::ProjectedPlugin,
 ];
 
+/// The names of the pod's volumes that containers may only read: configMap, secret,
+/// downwardAPI and projected (their files are written by nodelet; kubelet mounts them
+/// read-only whatever the mount says).
+pub fn read_only_volumes(pod: &Pod) -> std::collections::BTreeSet<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter(|v| {
+            v.config_map.is_some()
+                || v.secret.is_some()
+                || v.downward_api.is_some()
+                || v.projected.is_some()
+        })
+        .map(|v| v.name.clone())
+        .collect()
+}
+
 /// The volume kinds nodelet implements (the field names of a `Volume`).
 pub const KINDS: [&str; 6] = [
     "emptyDir",
@@ -358,9 +375,15 @@ fn validate_projections(
     }
     fn check_path(paths: &mut Paths, field: String, p: &str) -> Result<(), (String, String)> {
         atomic_writer::validate_path(p).map_err(|e| (field.clone(), e))?;
-        if !paths.insert(p.to_owned()) {
-            return Err((field, format!("conflicting duplicate path {p:?}")));
+        // As it lands on disk: `./x` is `x`; a file cannot also be a directory (`x`, `x/y`).
+        let n = atomic_writer::normalize(p);
+        let clash = paths.iter().find(|e| {
+            **e == n || n.starts_with(&format!("{e}/")) || e.starts_with(&format!("{n}/"))
+        });
+        if let Some(e) = clash {
+            return Err((field, format!("path {p:?} conflicts with path {e:?}")));
         }
+        paths.insert(n);
         Ok(())
     }
     fn keys(
@@ -417,6 +440,11 @@ fn validate_projections(
                     }
                 }
                 (None, Some(r)) => {
+                    crate::fieldpath::validate_resource_field(
+                        &r.resource,
+                        r.divisor.as_ref().map(|d| d.0.as_str()),
+                    )
+                    .map_err(|(what, reason)| (format!("{f}.resourceFieldRef.{what}"), reason))?;
                     let name = r.container_name.as_deref().unwrap_or_default();
                     let known = spec
                         .containers

@@ -1,6 +1,6 @@
 //! A container's `volumeMounts` as CRI mounts (kubelet's `makeMounts`): the volume's host path,
 //! or a `subPath` (or `subPathExpr`, expanded with the container's env) inside it, created when
-//! missing; `readOnly`; `mountPropagation` (None → private, HostToContainer → rslave,
+//! missing (never in a volume nodelet writes itself); `readOnly` (always, for those volumes); `mountPropagation` (None → private, HostToContainer → rslave,
 //! Bidirectional → rshared). A subPath must stay inside its volume: no absolute path, no `..`,
 //! and no symlink that resolves outside it.
 
@@ -27,6 +27,7 @@ pub fn is_safe_sub_path(sub: &str) -> bool {
 pub fn container_mounts(
     c: &Container,
     volumes: &BTreeMap<String, PathBuf>,
+    read_only: &std::collections::BTreeSet<String>,
     expand: &dyn Fn(&str) -> String,
 ) -> Result<Vec<api::Mount>, String> {
     let mut out = Vec::new();
@@ -49,6 +50,14 @@ pub fn container_mounts(
                 ));
             }
             let target = base.join(&sub);
+            let forced = read_only.contains(&m.name);
+            if forced && std::fs::symlink_metadata(&target).is_err() {
+                // Nothing is written into a volume nodelet writes itself.
+                return Err(format!(
+                    "volumeMount {:?}: subPath does not exist in the volume",
+                    m.name
+                ));
+            }
             if std::fs::symlink_metadata(&target).is_err() {
                 std::fs::create_dir_all(&target).map_err(|e| {
                     format!(
@@ -76,7 +85,9 @@ pub fn container_mounts(
         out.push(api::Mount {
             container_path: m.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: m.read_only.unwrap_or(false),
+            // configMap, secret, downwardAPI and projected volumes are always read-only, as
+            // kubelet mounts them (CVE-2017-1002102): their files are nodelet's to write.
+            readonly: m.read_only.unwrap_or(false) || read_only.contains(&m.name),
             propagation: propagation as i32,
             ..Default::default()
         });
@@ -102,7 +113,7 @@ mod tests {
             .unwrap()
         };
         let id = |s: &str| s.to_owned();
-        let m = container_mounts(&c("a/b"), &vols, &id).unwrap();
+        let m = container_mounts(&c("a/b"), &vols, &Default::default(), &id).unwrap();
         assert_eq!(
             m[0].host_path,
             vol.canonicalize()
@@ -114,18 +125,24 @@ mod tests {
         assert!(m[0].readonly);
         assert!(vol.join("a/b").is_dir(), "created");
         for bad in ["../x", "/etc", "a/../../x", "escape"] {
-            assert!(container_mounts(&c(bad), &vols, &id).is_err(), "{bad}");
+            assert!(
+                container_mounts(&c(bad), &vols, &Default::default(), &id).is_err(),
+                "{bad}"
+            );
         }
         let unknown: Container =
             serde_yaml::from_str("{name: c, volumeMounts: [{name: w, mountPath: /m}]}").unwrap();
-        assert!(container_mounts(&unknown, &vols, &id)
+        assert!(container_mounts(&unknown, &vols, &Default::default(), &id)
             .unwrap_err()
             .contains("\"w\""));
         let expr: Container = serde_yaml::from_str(
             "{name: c, volumeMounts: [{name: v, mountPath: /m, subPathExpr: '$(POD)'}]}",
         )
         .unwrap();
-        let m = container_mounts(&expr, &vols, &|s| s.replace("$(POD)", "web-1")).unwrap();
+        let m = container_mounts(&expr, &vols, &Default::default(), &|s| {
+            s.replace("$(POD)", "web-1")
+        })
+        .unwrap();
         assert!(m[0].host_path.ends_with("/vol/web-1"));
     }
 }

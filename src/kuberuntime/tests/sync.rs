@@ -13,6 +13,11 @@ async fn a_new_pod_gets_its_cgroup_a_sandbox_then_its_containers() {
     assert!(pos("CreateContainer a") < pos("StartContainer a"));
     assert_eq!(h.rt.running(), vec!["a", "b"]);
     assert!(h.cgroups.has("/kubepods/besteffort/podu1"));
+    // The status written is the one the sync started from (kubelet's); the PLEG's view of the
+    // started containers brings the next sync, which shows them.
+    assert_eq!(h.status().phase.as_deref(), Some("Pending"));
+    h.pleg_sees_it().await;
+    h.sync(&p).await.unwrap();
     let sb = h.rt.sandbox_config().unwrap();
     assert_eq!(sb.hostname, "web-node1");
     assert_eq!(
@@ -177,6 +182,8 @@ async fn a_failed_create_shows_create_container_error_and_is_retried() {
         .any(|e| e.reason == "FailedCreate" && e.message.contains("no space left")));
     h.sync(&p).await.unwrap();
     assert_eq!(h.rt.running(), vec!["c"]);
+    h.pleg_sees_it().await;
+    h.sync(&p).await.unwrap();
     assert_eq!(h.waiting("c"), None);
 }
 
@@ -285,26 +292,25 @@ async fn a_sync_reads_the_pod_cache_when_it_is_newer_than_the_last_sync() {
     let h = harness();
     let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
     h.sync(&p).await.unwrap();
-    // The PLEG saw the pod after this sync: the next sync acts on its view, and reads the
-    // runtime only once, at its end (without the cache it would read it twice).
+    // The PLEG saw the pod after this sync: the next sync acts on its view and reads nothing
+    // from the runtime.
     h.pleg_sees_it().await;
     h.rt.clear_calls();
     h.sync(&p).await.unwrap();
-    assert_eq!(
-        h.rt.calls_of("ListPodSandbox").len(),
-        1,
-        "{:?}",
-        h.rt.calls()
-    );
-    // With nothing newer than the last sync, the sync reads the runtime first.
+    assert_eq!(h.rt.calls(), Vec::<String>::new());
+    // With nothing newer than the last sync (and no PLEG to ask), the sync reads the runtime
+    // once, first.
     h.rt.clear_calls();
     h.mgr.cache.delete("u1");
     h.sync(&p).await.unwrap();
     assert_eq!(
-        h.rt.calls_of("ListPodSandbox").len(),
-        2,
-        "{:?}",
-        h.rt.calls()
+        h.rt.calls(),
+        [
+            "ListPodSandbox",
+            "ListContainers",
+            "PodSandboxStatus sb1",
+            "ContainerStatus c2"
+        ],
     );
 }
 
@@ -479,6 +485,8 @@ async fn a_sidecar_starts_in_its_turn_holds_the_next_until_started_restarts_and_
         vec!["app", "side"],
         "the sidecar keeps running"
     );
+    h.pleg_sees_it().await;
+    h.sync(&p).await.unwrap();
     assert_eq!(h.status().phase.as_deref(), Some("Running"));
     // The sidecar exits: it is started again beside the app.
     h.exit("side", 1).await;
@@ -496,4 +504,52 @@ async fn a_sidecar_starts_in_its_turn_holds_the_next_until_started_restarts_and_
     assert_eq!(stops.len(), 2, "{stops:?}");
     assert!(stops[0].starts_with("StopContainer app"), "{stops:?}");
     assert!(stops[1].starts_with("StopContainer side"), "{stops:?}");
+}
+
+/// The CRI cost of a pod start with the PLEG in the loop (issue 14's count): the five calls
+/// that make the pod, and one ContainerStatus for the PLEG to see it running; nothing else but
+/// the relists' two listings. A count, so it cannot creep back.
+#[tokio::test]
+async fn a_pod_start_costs_six_cri_calls_besides_the_relists() {
+    let h = harness();
+    let (tx, rx) = crossbeam_channel::bounded(100);
+    let pleg = crate::pleg::Pleg::new(
+        h.rt.clone(),
+        "node1".into(),
+        h.mgr.cache.clone(),
+        tx,
+        crate::metrics::Metrics::new(),
+    );
+    // The agent relists once before it syncs anything.
+    pleg.relist().await.unwrap();
+    h.rt.clear_calls();
+    let p = pod(&format!(
+        "{{nodeName: node1, containers: [{}]}}",
+        apps(&["a"])
+    ));
+    h.sync(&p).await.unwrap();
+    // The PLEG sees the new sandbox and container: one event-driven relist.
+    pleg.relist().await.unwrap();
+    assert!(rx
+        .try_iter()
+        .any(|e| e.kind == crate::pleg::PodLifecycleEventType::ContainerStarted));
+    // The sync that event brings reads the cache.
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+    assert_eq!(h.status().pod_ip.as_deref(), Some("10.88.0.1"));
+    let calls: Vec<String> = h.rt.calls();
+    let (lists, others): (Vec<String>, Vec<String>) =
+        calls.into_iter().partition(|c| c.starts_with("List"));
+    assert_eq!(
+        others,
+        [
+            "RunPodSandbox web-node1",
+            "PodSandboxStatus sb1",
+            "ImageStatus busybox:1.36",
+            "CreateContainer a",
+            "StartContainer a",
+            "ContainerStatus c2",
+        ]
+    );
+    assert_eq!(lists, ["ListPodSandbox", "ListContainers"], "one relist");
 }
