@@ -9,27 +9,11 @@ mod agent;
 
 use std::time::{Duration, Instant};
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use agent::env_usize;
 
-/// CPU seconds of a process, its reaped children included (utime + stime + cutime + cstime).
+/// CPU seconds of a process, its reaped children included.
 fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    // rest[0] is the state (field 3); utime is field 14 → rest[11].
-    let ticks = f[11] + f[12] + f[13] + f[14];
-    ticks / 100.0
+    agent::cpu_seconds(pid, true)
 }
 
 /// The shims of the sandboxes `ids` (their command line names the sandbox: `-id <id>`).

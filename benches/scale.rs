@@ -29,12 +29,7 @@ use nodelet::kuberuntime::labels;
 use nodelet::kuberuntime::sandbox::sandbox_config;
 use nodelet::kuberuntime::Settings;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use agent::env_usize;
 
 fn manifest(name: &str) -> String {
     format!(
@@ -44,15 +39,7 @@ fn manifest(name: &str) -> String {
 
 /// CPU seconds of a process (utime + stime).
 fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    (f[11] + f[12]) / 100.0
+    agent::cpu_seconds(pid, false)
 }
 
 /// Resident set size of a process, MiB.

@@ -101,3 +101,31 @@ pub fn start_binary(bin: &std::path::Path, node: &str, extra: &str, stderr: Stdi
         child,
     }
 }
+
+/// The value of environment variable `name` as a number, `default` when unset or not one.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// CPU seconds of a process from `/proc/<pid>/stat`: utime + stime, and with `children` the
+/// reaped children's too (cutime + cstime). 0 when the process is gone.
+pub fn cpu_seconds(pid: u32, children: bool) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // rest[0] is the state (field 3); utime is field 14 → rest[11].
+    let mut ticks = f[11] + f[12];
+    if children {
+        ticks += f[13] + f[14];
+    }
+    ticks / 100.0
+}
