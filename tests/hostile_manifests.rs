@@ -222,3 +222,129 @@ fn a_busy_orphaned_pod_cgroup_is_reported_once_and_another_agents_is_left_alone(
     );
     drop(sleeper);
 }
+
+/// Issue 14's hostile directory: 1,000 malformed or hostile entries beside 10 good manifests.
+#[test]
+fn a_thousand_hostile_files_beside_ten_good_ones() {
+    let mut n = Nodelet::new("thousand");
+    n.start();
+    let pid = n.child.as_ref().unwrap().id();
+    n.wait_for_housekeeping(1);
+    let before = rss_kib(pid);
+    let dir = n.manifests();
+    let other = tempfile::tempdir().unwrap();
+    let mut regular_bad = 0usize;
+    let mut write = |name: String, text: String| {
+        std::fs::write(dir.join(name), text).unwrap();
+        regular_bad += 1;
+    };
+    for i in 0..100 {
+        // Truncated YAML.
+        write(
+            format!("trunc{i}.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: t".into(),
+        );
+        // Wrong types.
+        write(
+            format!("types{i}.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: w}\nspec: {containers: 7}\n".into(),
+        );
+        // Names that could escape a path.
+        write(
+            format!("name{i}.yaml"),
+            good(&format!("x/../../etc{i}")).replace("name: x", "name: '../x"),
+        );
+        // Another kind, and an empty file.
+        write(
+            format!("kind{i}.yaml"),
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n".into(),
+        );
+        write(format!("empty{i}.yaml"), String::new());
+    }
+    for i in 0..20 {
+        // 100,000-deep nesting.
+        write(format!("deep{i}.yaml"), nested());
+        // A billion laughs.
+        let mut laughs = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
+        for (k, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"]
+            .iter()
+            .zip(["a", "b", "c", "d", "e", "f", "g", "h"])
+        {
+            laughs.push_str(&format!("{k}: &{k} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+        }
+        write(
+            format!("laughs{i}.yaml"),
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: l}}\n{laughs}"),
+        );
+    }
+    for i in 0..5 {
+        // 10 MB strings (over the 4 MiB a manifest may be).
+        write(
+            format!("big{i}.yaml"),
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: big, labels: {{a: '{}'}}}}\n",
+                "x".repeat(10_000_000)
+            ),
+        );
+    }
+    for i in 0..50 {
+        // Duplicates of a good pod's name (reported as duplicates once it runs).
+        write(format!("zdup{i}.yaml"), good("good0"));
+    }
+    // Entries that are not regular files: skipped, never opened.
+    for i in 0..100 {
+        std::os::unix::fs::symlink("/dev/zero", dir.join(format!("zero{i}.yaml"))).unwrap();
+        std::os::unix::fs::symlink(other.path(), dir.join(format!("dir{i}.yaml"))).unwrap();
+        let fifo = dir.join(format!("fifo{i}.yaml"));
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+    }
+    // The remaining entries up to 1,000: more truncated files.
+    // 595 regular files so far, 300 special entries.
+    for i in 0..(1000 - 595 - 300) {
+        write(
+            format!("more{i}.yaml"),
+            "kind: Pod\napiVersion: v1\nspec: [".into(),
+        );
+    }
+    let entries = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(entries, 1000);
+    for i in 0..10 {
+        n.write_manifest(&format!("good{i}.yaml"), &good(&format!("good{i}")));
+    }
+    let uids: Vec<String> = (0..10).map(|i| n.uid(&format!("good{i}"))).collect();
+    for uid in &uids {
+        n.wait_running(uid, &["c"], Duration::from_secs(60));
+    }
+    let reported = |n: &Nodelet| -> f64 {
+        n.get("/metrics")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("nodelet_static_pod_manifest_errors_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    wait_until(Duration::from_secs(30), "every bad file reported", || {
+        reported(&n) >= regular_bad as f64
+    });
+    // Listed again several times (fileCheckFrequency 2 s): each one reported once.
+    let peak = rss_kib(pid);
+    n.wait_for_housekeeping(4);
+    assert_eq!(reported(&n), regular_bad as f64, "reported once each");
+    assert!(n.get("/healthz").is_some_and(|b| b == "ok"));
+    let bound_kib = 64 * 1024;
+    let after = rss_kib(pid);
+    eprintln!("{regular_bad} bad regular files, 300 special entries: RSS before {before} KiB, peak {peak} KiB, after {after} KiB (bound: +{bound_kib} KiB)");
+    assert!(
+        peak.max(after) <= before + bound_kib,
+        "RSS before {before} KiB, peak {peak}, after {after}"
+    );
+    for uid in &uids {
+        assert_eq!(n.runtime.containers(uid).len(), 1, "{uid}");
+    }
+}
