@@ -214,8 +214,15 @@ fn a_kubeadm_shaped_etcd_pod_runs_and_keeps_its_data() {
             .any(|c| first.iter().all(|f| f.id != c.id) && c.state == 1)
             && ready(&n)
     });
-    let got = etcd(&pki, "/v3/kv/range", r#"{"key":"Zm9v"}"#).unwrap_or_default();
-    assert!(got.contains("YmFy"), "the key survived the edit: {got}");
+    // The key, read from the new container (the status may show the old one Ready for a sync).
+    wait_until(
+        Duration::from_secs(60),
+        "the key read back after the edit",
+        || etcd(&pki, "/v3/kv/range", r#"{"key":"Zm9v"}"#).is_some_and(|got| got.contains("YmFy")),
+    );
+    wait_until(Duration::from_secs(60), "Ready after the edit", || {
+        ready(&n)
+    });
     // Removed and returned: a new sandbox, the same data.
     std::fs::remove_file(n.manifests().join("etcd.yaml")).unwrap();
     wait_until(Duration::from_secs(60), "etcd gone", || {
@@ -223,10 +230,10 @@ fn a_kubeadm_shaped_etcd_pod_runs_and_keeps_its_data() {
     });
     n.write_manifest("etcd.yaml", &manifest(&pki, &data, 10001));
     wait_until(Duration::from_secs(60), "etcd back and Ready", || ready(&n));
-    let got = etcd(&pki, "/v3/kv/range", r#"{"key":"Zm9v"}"#).unwrap_or_default();
-    assert!(
-        got.contains("YmFy"),
-        "the key survived the pod's removal: {got}"
+    wait_until(
+        Duration::from_secs(60),
+        "the key read back after the removal",
+        || etcd(&pki, "/v3/kv/range", r#"{"key":"Zm9v"}"#).is_some_and(|got| got.contains("YmFy")),
     );
     // Stays up: once its liveness probe has passed, it has not restarted.
     wait_until(
