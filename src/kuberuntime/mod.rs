@@ -132,7 +132,7 @@ pub enum SyncError {
     #[error("pod cgroup: {0}")]
     Cgroup(String),
     /// A container could not be started; `reason` is kubelet's waiting reason.
-    #[error("container {container}: {reason}: {message}")]
+    #[error("{}{reason}: {message}", start_prefix(.container))]
     Start {
         /// Container name.
         container: String,
@@ -141,6 +141,15 @@ pub enum SyncError {
         /// Details.
         message: String,
     },
+}
+
+/// `container <name>: ` before a start error's reason, nothing for the pod's own (a sandbox).
+fn start_prefix(container: &str) -> String {
+    if container.is_empty() {
+        String::new()
+    } else {
+        format!("container {container}: ")
+    }
 }
 
 /// What the manager shares with the rest of the agent.
