@@ -181,7 +181,7 @@ fn termination_messages_come_from_the_file_or_the_log_tail_on_error() {
         "msg.yaml",
         &manifest(
             "msg",
-            "  restartPolicy: Never\n  containers:\n  - {name: file, image: busybox:1.36, command: [sh, -c, 'echo -n bye from file > /dev/termination-log']}\n  - {name: custom, image: busybox:1.36, terminationMessagePath: /tmp/why, command: [sh, -c, 'echo custom > /tmp/why; exit 2']}\n  - {name: logs, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo first; echo oops >&2; exit 3']}\n  - {name: quiet, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo ok']}\n",
+            "  restartPolicy: Never\n  containers:\n  - {name: file, image: busybox:1.36, command: [sh, -c, 'echo -n bye from file > /dev/termination-log']}\n  - {name: custom, image: busybox:1.36, terminationMessagePath: /tmp/why, command: [sh, -c, 'echo custom > /tmp/why; exit 2']}\n  - {name: logs, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo first >&2; echo oops >&2; exit 3']}\n  - {name: quiet, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo ok']}\n",
         ),
     );
     let message = |c: &str| {
