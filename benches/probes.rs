@@ -52,18 +52,10 @@ fn runtime_cpu(pids: &[u32]) -> f64 {
 /// (total probes, schedule-delay histogram buckets (le, cumulative count), count) from
 /// `/metrics/probes`.
 fn probe_metrics(port: u16) -> (f64, Vec<(f64, f64)>, f64) {
-    let text = reqwest::blocking::get(format!("http://127.0.0.1:{port}/metrics/probes"))
-        .and_then(|r| r.text())
-        .unwrap_or_default();
     let mut total = 0.0;
     let mut buckets = Vec::new();
     let mut count = 0.0;
-    for l in text.lines() {
-        let v: f64 = l
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
+    for (l, v) in agent::metric_samples(port, "/metrics/probes") {
         if l.starts_with("prober_probe_total{") {
             total += v;
         } else if let Some(rest) =

@@ -74,17 +74,9 @@ fn machine_cpu() -> f64 {
 
 /// Counters from an agent's `/metrics`: CRI calls by method and the relist count.
 fn counters(port: u16) -> (BTreeMap<String, f64>, f64) {
-    let text = reqwest::blocking::get(format!("http://127.0.0.1:{port}/metrics"))
-        .and_then(|r| r.text())
-        .unwrap_or_default();
     let mut calls = BTreeMap::new();
     let mut relists = 0.0;
-    for l in text.lines() {
-        let v: f64 = l
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
+    for (l, v) in agent::metric_samples(port, "/metrics") {
         if let Some(rest) = l.strip_prefix("kubelet_runtime_operations_total{operation_type=\"") {
             let op = rest.split('"').next().unwrap_or("").to_owned();
             *calls.entry(op).or_insert(0.0) += v;

@@ -129,3 +129,22 @@ pub fn cpu_seconds(pid: u32, children: bool) -> f64 {
     }
     ticks / 100.0
 }
+
+/// The samples of an agent's metrics page `path` (`/metrics`, `/metrics/probes`): each line
+/// with its value (the last field; 0 when it is not a number). Empty when the agent does not
+/// answer.
+pub fn metric_samples(port: u16, path: &str) -> Vec<(String, f64)> {
+    let text = reqwest::blocking::get(format!("http://127.0.0.1:{port}{path}"))
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let v = l
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            (l.to_owned(), v)
+        })
+        .collect()
+}
