@@ -44,39 +44,64 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
             "{s:?} is not a duration (want e.g. \"20s\", \"1m30s\")"
         ));
     }
-    let mut total = 0f64;
+    // Integer nanoseconds, as Go's time.ParseDuration counts: no float rounding, so what
+    // format_go_duration prints parses back to the same value.
+    let too_large = || format!("{s:?} is too large (at most 8760h)");
+    let mut total_ns: u128 = 0;
     let mut rest = t;
     while !rest.is_empty() {
         let num_len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
-        if num_len == 0 {
+        let (int_part, frac_part) = rest[..num_len]
+            .split_once('.')
+            .unwrap_or((&rest[..num_len], ""));
+        if num_len == 0 || (int_part.is_empty() && frac_part.is_empty()) {
             return Err(format!(
                 "{s:?} is not a duration (want e.g. \"20s\", \"1m30s\")"
             ));
         }
-        let value: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("{s:?}: bad number"))?;
+        if frac_part.contains('.') {
+            return Err(format!("{s:?}: bad number"));
+        }
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
-        let secs = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
+        let unit_ns: u128 = match &rest[..unit_len] {
+            "ns" => 1,
+            "us" | "µs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
             "" => return Err(format!("{s:?}: missing unit (ns, us, ms, s, m, h)")),
             u => return Err(format!("{s:?}: unknown unit {u:?} (ns, us, ms, s, m, h)")),
         };
-        total += value * secs;
         rest = &rest[unit_len..];
+        let int: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().map_err(|_| too_large())?
+        };
+        // Digits past the 20th cannot reach a nanosecond of an hour; Go truncates the same way.
+        let frac_digits = &frac_part[..frac_part.len().min(20)];
+        let frac: u128 = if frac_digits.is_empty() {
+            0
+        } else {
+            frac_digits
+                .parse()
+                .map_err(|_| format!("{s:?}: bad number"))?
+        };
+        let part = int
+            .checked_mul(unit_ns)
+            .and_then(|v| v.checked_add(frac * unit_ns / 10u128.pow(frac_digits.len() as u32)))
+            .ok_or_else(too_large)?;
+        total_ns = total_ns.checked_add(part).ok_or_else(too_large)?;
     }
-    match Duration::try_from_secs_f64(total) {
-        Ok(d) if d <= MAX_DURATION => Ok(d),
+    let secs = u64::try_from(total_ns / 1_000_000_000).map_err(|_| too_large())?;
+    match Duration::new(secs, (total_ns % 1_000_000_000) as u32) {
+        d if d <= MAX_DURATION => Ok(d),
         _ => Err(format!("{s:?} is too large (at most 8760h)")),
     }
 }
@@ -138,5 +163,21 @@ mod tests {
         }
         assert_eq!(format_go_duration(Duration::from_secs(60)), "1m0s");
         assert_eq!(format_go_duration(Duration::from_secs(20)), "20s");
+    }
+
+    #[test]
+    fn parses_in_integer_nanoseconds_as_go_does() {
+        // Float seconds gave 19688954.706999999s for this one (found by tests/properties.rs).
+        let d = Duration::from_millis(19_688_954_707);
+        assert_eq!(parse_go_duration(&format_go_duration(d)), Ok(d));
+        assert_eq!(parse_go_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration(".5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(
+            parse_go_duration("1.000000000000000000000001s"),
+            Ok(Duration::from_secs(1))
+        );
+        assert!(parse_go_duration(".s").is_err());
+        assert!(parse_go_duration("1..5s").is_err());
+        assert!(parse_go_duration("99999999999999999999999999999999999999999h").is_err());
     }
 }
