@@ -222,11 +222,12 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         config.runtime_socket.clone(),
         pleg.clone(),
     ));
-    rt.spawn(pleg.run());
+    rt.spawn(pleg.clone().run());
     // Container log rotation (containerLogMaxSize / containerLogMaxFiles).
+    let listed_by_pleg = pleg.clone();
     rt.spawn(crate::kuberuntime::logs::run(
         cri.clone(),
-        node_name.clone(),
+        Box::new(move || listed_by_pleg.runtime_pods()),
         config.container_log,
         config.container_log_monitor_interval,
     ));
@@ -326,9 +327,11 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
                 .collect()
         })
         .unwrap_or_default();
+    let listed_by_pleg = pleg.clone();
     let housekeeper = crate::housekeeping::housekeeper(
         manager,
         workers.clone(),
+        Box::new(move || listed_by_pleg.runtime_pods()),
         metrics.clone(),
         rt.handle().clone(),
     );

@@ -3,6 +3,13 @@
 //! pods the runtime runs that no source wants, and removes pod cgroups and pod directories that
 //! no desired, running or terminating pod owns.
 //!
+//! A pass costs no CRI call while the PLEG has listed the runtime: it takes the runtime's pods
+//! from the PLEG's last relist ([`Pleg::runtime_pods`](crate::pleg::Pleg::runtime_pods)), which
+//! containerd's events keep current (kubelet reads its runtime cache, refreshed by a listing at
+//! most every 2 s). The cgroup hierarchies and the pod directories are read only when the pods
+//! in use changed since the last read, an orphaned cgroup awaits a retry, or
+//! [`ORPHAN_SCAN_PERIOD`] has passed; with nothing changing, a pass touches no file.
+//!
 //! At most one pass runs at a time; a tick that comes while one runs is skipped. Each pass is
 //! timed in `kubelet_housekeeping_duration_seconds`, and one that takes over
 //! [`SLOW_PASS`] is logged, as kubelet does.
@@ -15,6 +22,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use crate::cri::CriRuntime;
+use crate::kuberuntime::status::{RuntimePods, RuntimePodsView};
 use crate::kuberuntime::KubeRuntimeManager;
 use crate::metrics::Metrics;
 use crate::pod::pod_uid;
@@ -24,27 +32,70 @@ use crate::syncloop::Housekeeper;
 /// A pass slower than this is logged (kubelet's housekeeping warning threshold).
 pub const SLOW_PASS: Duration = Duration::from_secs(1);
 
-/// The housekeeper the sync loop calls: it starts a pass on `rt` unless one is running.
+/// Longest time between two reads of the cgroup hierarchies and pod directories for orphans
+/// while the pods in use stay the same (something else may have left a `pod<UID>` cgroup).
+pub const ORPHAN_SCAN_PERIOD: Duration = Duration::from_secs(10);
+
+/// What the last orphan scan saw: the UIDs in use and when.
+#[derive(Default)]
+pub struct OrphanScan {
+    last: Option<(HashSet<String>, Instant)>,
+}
+
+impl OrphanScan {
+    /// Whether the hierarchies and pod directories must be read now: the UIDs `in_use`
+    /// differ from the last scan's, `stuck` (an orphan awaits a retry), or
+    /// [`ORPHAN_SCAN_PERIOD`] has passed since it. Records `in_use` and `now` when it says yes.
+    pub fn due(&mut self, in_use: &HashSet<String>, stuck: bool, now: Instant) -> bool {
+        let due = stuck
+            || match &self.last {
+                None => true,
+                Some((uids, at)) => {
+                    uids != in_use || now.saturating_duration_since(*at) >= ORPHAN_SCAN_PERIOD
+                }
+            };
+        if due {
+            self.last = Some((in_use.clone(), now));
+        }
+        due
+    }
+}
+
+/// The housekeeper the sync loop calls: it starts a pass on `rt` unless one is running, over
+/// the runtime's pods `listed` by the PLEG (listed through `manager` before the PLEG's first
+/// relist).
 pub fn housekeeper<R: CriRuntime>(
     manager: Arc<KubeRuntimeManager<R>>,
     workers: PodWorkers<KubeRuntimeManager<R>>,
+    listed: RuntimePodsView,
     metrics: Arc<Metrics>,
     rt: tokio::runtime::Handle,
 ) -> Housekeeper {
     let busy = Arc::new(AtomicBool::new(false));
+    let scan = Arc::new(std::sync::Mutex::new(OrphanScan::default()));
+    let listed = Arc::new(listed);
     Box::new(move |desired: HashSet<String>| {
         if busy.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (manager, workers, busy, metrics) = (
+        let (manager, workers, busy, metrics, scan, listed) = (
             manager.clone(),
             workers.clone(),
             busy.clone(),
             metrics.clone(),
+            scan.clone(),
+            listed.clone(),
         );
         rt.spawn(async move {
             let start = Instant::now();
-            pass(&manager, &workers, &desired).await;
+            let runtime_pods = match listed() {
+                Some(p) => Ok(p),
+                None => manager.runtime_pods().await.map(Arc::new),
+            };
+            match runtime_pods {
+                Ok(p) => pass(&manager, &workers, &desired, &p, &scan).await,
+                Err(e) => warn!(error = %e, "housekeeping: cannot list runtime pods"),
+            }
             let took = start.elapsed();
             metrics.housekeeping_duration.observe(took.as_secs_f64());
             if took > SLOW_PASS {
@@ -55,31 +106,34 @@ pub fn housekeeper<R: CriRuntime>(
     })
 }
 
-/// One pass for the `desired` pod UIDs.
+/// One pass for the `desired` pod UIDs over the runtime's pods `listed`; `scan` decides whether
+/// the cgroup hierarchies and pod directories are read.
 pub async fn pass<R: CriRuntime>(
     manager: &KubeRuntimeManager<R>,
     workers: &PodWorkers<KubeRuntimeManager<R>>,
     desired: &HashSet<String>,
+    listed: &RuntimePods,
+    scan: &std::sync::Mutex<OrphanScan>,
 ) {
-    let (pods, foreign) = match manager.runtime_pods().await {
-        Ok(r) => (r.ours, r.foreign),
-        Err(e) => {
-            warn!(error = %e, "housekeeping: cannot list runtime pods");
-            return;
-        }
-    };
     // Pod cgroups and directories that no desired, running or terminating pod owns, nor a
     // sandbox of another agent.
     let mut in_use: HashSet<String> = workers.known_uids();
-    in_use.extend(pods.iter().map(|p| pod_uid(p).to_owned()));
-    in_use.extend(foreign);
-    manager.cm().cleanup_orphans(desired, &in_use);
+    in_use.extend(listed.ours.iter().map(|p| pod_uid(p).to_owned()));
+    in_use.extend(listed.foreign.iter().cloned());
     in_use.extend(desired.iter().cloned());
-    for uid in crate::gc::remove_orphaned_pod_dirs(&manager.settings().root_dir, &in_use) {
-        info!(uid, "removed orphaned pod directory");
+    let due = scan.lock().unwrap_or_else(|e| e.into_inner()).due(
+        &in_use,
+        manager.cm().has_stuck_orphans(),
+        Instant::now(),
+    );
+    if due {
+        manager.cm().cleanup_orphans(desired, &in_use);
+        for uid in crate::gc::remove_orphaned_pod_dirs(&manager.settings().root_dir, &in_use) {
+            info!(uid, "removed orphaned pod directory");
+        }
     }
-    for pod in pods {
-        let uid = pod_uid(&pod).to_owned();
+    for pod in &listed.ours {
+        let uid = pod_uid(pod).to_owned();
         if !desired.contains(&uid) && !workers.is_known(&uid) {
             info!(
                 pod = pod.metadata.name.as_deref().unwrap_or(""),
@@ -87,7 +141,39 @@ pub async fn pass<R: CriRuntime>(
                 uid,
                 "killing pod that no source wants"
             );
-            workers.update_pod(Arc::new(pod), UpdateType::Kill(KillPodOptions::removed()));
+            workers.update_pod(
+                Arc::new(pod.clone()),
+                UpdateType::Kill(KillPodOptions::removed()),
+            );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orphans_are_scanned_on_change_when_stuck_and_every_period() {
+        let t0 = Instant::now();
+        let a: HashSet<String> = ["a".to_string()].into();
+        let ab: HashSet<String> = ["a".to_string(), "b".to_string()].into();
+        let mut s = OrphanScan::default();
+        assert!(s.due(&a, false, t0), "the first pass scans");
+        assert!(
+            !s.due(&a, false, t0 + Duration::from_secs(2)),
+            "nothing changed"
+        );
+        assert!(s.due(&ab, false, t0 + Duration::from_secs(4)), "a pod came");
+        assert!(s.due(&a, false, t0 + Duration::from_secs(6)), "a pod went");
+        assert!(
+            s.due(&a, true, t0 + Duration::from_secs(8)),
+            "an orphan awaits a retry"
+        );
+        assert!(!s.due(&a, false, t0 + Duration::from_secs(10)));
+        assert!(
+            s.due(&a, false, t0 + Duration::from_secs(8) + ORPHAN_SCAN_PERIOD),
+            "the period passed"
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! Resilience on the real containerd (issue 14, trimmed sizes; `cargo bench --bench scale` has
 //! the full ones): the agent SIGKILLed with pods running and started again restarts no
-//! container and lists every pod Running within seconds.
+//! container and lists every pod Running within seconds; on the quiet node it then trusts
+//! containerd's event stream (a relist every 10 s, not every second) and housekeeping and log
+//! rotation list nothing of their own.
 
 mod common;
 
@@ -70,4 +72,15 @@ fn a_sigkilled_agent_comes_back_without_restarting_a_container() {
             "{p}"
         );
     }
+    // Quiet now: no container event comes. Six housekeeping passes (12 s) cost at most the
+    // periodic relist (every 10 s) and a follow-up, and no listing besides the relists'.
+    let relists = || n.metric("kubelet_pleg_relist_duration_seconds_count");
+    let listings =
+        || n.metric("kubelet_runtime_operations_total{operation_type=\"list_podsandbox\"}");
+    let (r0, l0) = (relists(), listings());
+    n.wait_for_housekeeping(6);
+    let (r, l) = (relists() - r0, listings() - l0);
+    eprintln!("quiet node, 6 housekeeping passes: {r} relists, {l} ListPodSandbox calls");
+    assert!(r <= 3.0, "{r} relists in 12 s on a quiet node");
+    assert!(l <= r, "{l} ListPodSandbox calls besides {r} relists");
 }

@@ -33,6 +33,16 @@ fn retry_delay(attempts: u32) -> Duration {
 }
 
 impl ContainerManager {
+    /// Whether a pod cgroup that could not be removed awaits another try (housekeeping then
+    /// reads the hierarchies at every pass, and the back-off decides).
+    pub fn has_stuck_orphans(&self) -> bool {
+        !self
+            .orphans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     /// Removes `pod<UID>` cgroups whose UID is in neither `desired` nor `in_use` (running or
     /// terminating pods, and pods of sandboxes that belong to other agents). Returns the UIDs
     /// removed; see the module for the ones that cannot be.

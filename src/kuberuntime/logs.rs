@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::cri::{api, RuntimeService};
+use crate::cri::RuntimeService;
 
 /// Rotation policy.
 #[derive(Debug, Clone, Copy)]
@@ -61,44 +61,24 @@ pub fn rename_current(log: &Path) -> std::io::Result<PathBuf> {
     Ok(rotated)
 }
 
-/// One pass over the running containers of this node's pods. `log_paths` keeps each
+/// One pass over the `running` containers of this node's pods (IDs). `log_paths` keeps each
 /// container's log path between passes (a ContainerStatus only for a container not seen before;
 /// a path never changes), and forgets containers that no longer run.
 pub async fn rotate_once(
     cri: &impl RuntimeService,
-    node_name: &str,
+    running: &[String],
     policy: LogPolicy,
     log_paths: &mut std::collections::HashMap<String, String>,
 ) {
-    let sel = [(super::labels::NODE_NAME.to_string(), node_name.to_string())].into();
-    let listed = tokio::try_join!(
-        cri.list_pod_sandbox(sel),
-        cri.list_containers(Default::default())
-    );
-    let (sandboxes, containers) = match listed {
-        Ok(l) => l,
-        Err(e) => {
-            warn!(error = %e, "log rotation: cannot list containers");
-            return;
-        }
-    };
-    let ours: std::collections::HashSet<String> = sandboxes.into_iter().map(|s| s.id).collect();
-    let running: Vec<api::Container> = containers
-        .into_iter()
-        .filter(|c| {
-            c.state == api::ContainerState::ContainerRunning as i32
-                && ours.contains(&c.pod_sandbox_id)
-        })
-        .collect();
-    log_paths.retain(|id, _| running.iter().any(|c| c.id == *id));
-    for c in running {
-        let path = match log_paths.get(&c.id) {
+    log_paths.retain(|id, _| running.contains(id));
+    for id in running {
+        let path = match log_paths.get(id) {
             Some(p) => p.clone(),
             None => {
-                let Ok(Some(st)) = cri.container_status(&c.id).await else {
+                let Ok(Some(st)) = cri.container_status(id).await else {
                     continue;
                 };
-                log_paths.insert(c.id.clone(), st.log_path.clone());
+                log_paths.insert(id.clone(), st.log_path.clone());
                 st.log_path
             }
         };
@@ -117,23 +97,24 @@ pub async fn rotate_once(
         prune(&log, policy.max_files.saturating_sub(1).max(1));
         match rename_current(&log) {
             Ok(rotated) => {
-                if let Err(e) = cri.reopen_container_log(&c.id).await {
+                if let Err(e) = cri.reopen_container_log(id).await {
                     // The runtime keeps writing to the renamed file; put it back.
-                    warn!(container = %c.id, error = %e, "cannot reopen container log; undoing the rotation");
+                    warn!(container = %id, error = %e, "cannot reopen container log; undoing the rotation");
                     let _ = std::fs::rename(&rotated, &log);
                     continue;
                 }
-                info!(container = %c.id, log = %log.display(), bytes = meta.len(), "rotated container log");
+                info!(container = %id, log = %log.display(), bytes = meta.len(), "rotated container log");
             }
             Err(e) => warn!(log = %log.display(), error = %e, "cannot rotate container log"),
         }
     }
 }
 
-/// Rotates every `interval` until the task is dropped.
+/// Rotates every `interval` until the task is dropped, over the running containers the PLEG
+/// last `listed` (no listing of its own; a pass before the PLEG's first relist does nothing).
 pub async fn run(
     cri: impl RuntimeService,
-    node_name: String,
+    listed: super::status::RuntimePodsView,
     policy: LogPolicy,
     interval: Duration,
 ) {
@@ -141,7 +122,9 @@ pub async fn run(
     let mut log_paths = std::collections::HashMap::new();
     loop {
         tick.tick().await;
-        rotate_once(&cri, &node_name, policy, &mut log_paths).await;
+        if let Some(pods) = listed() {
+            rotate_once(&cri, &pods.running_containers, policy, &mut log_paths).await;
+        }
     }
 }
 

@@ -26,7 +26,13 @@ pub struct RuntimePods {
     pub ours: Vec<Pod>,
     /// UIDs of sandboxes of other agents: never touched.
     pub foreign: std::collections::HashSet<String>,
+    /// IDs of the running containers of this node's pods (log rotation's work list).
+    pub running_containers: Vec<String>,
 }
+
+/// The runtime's pods as last listed elsewhere (the PLEG's relist), or `None` before the first
+/// listing. Housekeeping and log rotation read it instead of listing the runtime themselves.
+pub type RuntimePodsView = Box<dyn Fn() -> Option<Arc<RuntimePods>> + Send + Sync>;
 
 /// Reads the pod's status from the runtime: ListPodSandbox and ListContainers filtered by the
 /// UID label, PodSandboxStatus for the newest sandbox (for its IPs) and ContainerStatus for every
@@ -290,15 +296,36 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         Ok(st)
     }
 
-    /// Every pod the runtime has a sandbox for on this node, as a minimal pod (name, namespace,
-    /// UID, and the grace period its containers were created with), and the UIDs of sandboxes
-    /// that belong to other agents (another `nodelet.io/node-name`, or none); housekeeping
-    /// compares the first with the desired pods and leaves the second alone.
+    /// Every pod the runtime has a sandbox for on this node, and the UIDs of other agents'
+    /// sandboxes (see [`RuntimePods::from_listings`]): one ListPodSandbox and one
+    /// ListContainers, unfiltered.
+    ///
+    /// Errors: a failed list call.
     pub async fn runtime_pods(&self) -> Result<RuntimePods, CriError> {
         let (sandboxes, containers) = tokio::try_join!(
             self.cri.list_pod_sandbox(HashMap::new()),
             self.cri.list_containers(HashMap::new())
         )?;
+        Ok(RuntimePods::from_listings(
+            &sandboxes,
+            &containers,
+            &self.settings.node_name,
+        ))
+    }
+}
+
+impl RuntimePods {
+    /// From unfiltered listings: every pod with a sandbox of `node_name` (label
+    /// `nodelet.io/node-name`) as a minimal pod (name, namespace, UID, and the grace period
+    /// its containers were created with), and the UIDs of sandboxes that belong to other agents
+    /// (another node name, or none); housekeeping compares the first with the desired pods and
+    /// leaves the second alone. A UID of this node is ours even if another agent also has a
+    /// sandbox for it.
+    pub fn from_listings(
+        sandboxes: &[api::PodSandbox],
+        containers: &[api::Container],
+        node_name: &str,
+    ) -> RuntimePods {
         let grace: HashMap<&str, i64> = containers
             .iter()
             .filter_map(|c| {
@@ -314,11 +341,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let mut pods: HashMap<String, Pod> = HashMap::new();
         let mut foreign = std::collections::HashSet::new();
         for s in sandboxes {
-            let Some(uid) = s.labels.get(labels::POD_UID).cloned() else {
+            let Some(uid) = s.labels.get(labels::POD_UID) else {
                 continue;
             };
-            if s.labels.get(labels::NODE_NAME) != Some(&self.settings.node_name) {
-                foreign.insert(uid);
+            if s.labels.get(labels::NODE_NAME).map(String::as_str) != Some(node_name) {
+                foreign.insert(uid.clone());
                 continue;
             }
             pods.entry(uid.clone()).or_insert_with(|| {
@@ -330,15 +357,28 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     termination_grace_period_seconds: g,
                     ..Default::default()
                 });
-                p.metadata.uid = Some(uid);
+                p.metadata.uid = Some(uid.clone());
                 p
             });
         }
-        // A UID of this node is ours even if another agent also has a sandbox for it.
         foreign.retain(|u| !pods.contains_key(u));
-        Ok(RuntimePods {
+        let ours: std::collections::HashSet<&str> = sandboxes
+            .iter()
+            .filter(|s| s.labels.get(labels::NODE_NAME).map(String::as_str) == Some(node_name))
+            .map(|s| s.id.as_str())
+            .collect();
+        let running_containers = containers
+            .iter()
+            .filter(|c| {
+                c.state == api::ContainerState::ContainerRunning as i32
+                    && ours.contains(c.pod_sandbox_id.as_str())
+            })
+            .map(|c| c.id.clone())
+            .collect();
+        RuntimePods {
             ours: pods.into_values().collect(),
             foreign,
-        })
+            running_containers,
+        }
     }
 }

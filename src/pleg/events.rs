@@ -28,6 +28,9 @@ use tracing::{debug, info, warn};
 
 use super::Pleg;
 
+/// How long a subscription must stand unrefused before the stream is trusted without an event.
+pub const SUBSCRIBE_SETTLE: Duration = Duration::from_secs(1);
+
 /// Filter of the subscription: task events of the CRI namespace (one string: AND).
 pub const FILTER: &str = "namespace==k8s.io,topic~=\"^/tasks/\"";
 
@@ -62,16 +65,27 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut client = EventsClient::new(channel);
-    // The call returns once the first event arrives; until then the stream is not proven, so
-    // the PLEG keeps its 1 s relist.
-    let mut stream = client
-        .subscribe(SubscribeRequest {
-            filters: vec![FILTER.to_string()],
-        })
-        .await?
-        .into_inner();
-    pleg.set_stream_healthy(true);
-    info!("following containerd task events; PLEG relist is the safety net");
+    // containerd answers the call only with the first event, which on a quiet node may never
+    // come. A subscription it refuses (a bad filter, a closing connection) fails at once, so one
+    // still pending after SUBSCRIBE_SETTLE is in place: the stream is trusted from then on, or
+    // from the first event if that comes sooner. (Waiting for the first event left an agent
+    // restarted on a quiet node relisting every second for good.)
+    let subscribe = client.subscribe(SubscribeRequest {
+        filters: vec![FILTER.to_string()],
+    });
+    tokio::pin!(subscribe);
+    let mut stream = tokio::select! {
+        r = &mut subscribe => r?.into_inner(),
+        () = tokio::time::sleep(SUBSCRIBE_SETTLE) => {
+            pleg.set_stream_healthy(true);
+            info!("following containerd task events; PLEG relist is the safety net");
+            subscribe.await?.into_inner()
+        }
+    };
+    if !pleg.stream_healthy() {
+        pleg.set_stream_healthy(true);
+        info!("following containerd task events; PLEG relist is the safety net");
+    }
     while let Some(envelope) = stream.message().await? {
         debug!(topic = %envelope.topic, "containerd event");
         if !about_a_container(

@@ -27,7 +27,7 @@ use tracing::{debug, warn};
 use crate::container::cache::PodCache;
 use crate::cri::{api, Cri, CriError, RuntimeService};
 use crate::kuberuntime::labels;
-use crate::kuberuntime::status::pod_status_from;
+use crate::kuberuntime::status::{pod_status_from, RuntimePods};
 use crate::metrics::Metrics;
 
 /// Capacity of the PLEG channel (kubelet's `plegChannelCapacity`); events beyond it are dropped.
@@ -143,6 +143,7 @@ pub struct Pleg<R: RuntimeService = Cri> {
     tx: crossbeam_channel::Sender<PodLifecycleEvent>,
     metrics: Arc<Metrics>,
     snapshot: Mutex<Snapshot>,
+    runtime_pods: Mutex<Option<Arc<RuntimePods>>>,
     last_relist: Mutex<Option<Instant>>,
     trigger: Notify,
     stream_healthy: AtomicBool,
@@ -164,15 +165,32 @@ impl<R: RuntimeService> Pleg<R> {
             tx,
             metrics,
             snapshot: Mutex::new(HashMap::new()),
+            runtime_pods: Mutex::new(None),
             last_relist: Mutex::new(None),
             trigger: Notify::new(),
             stream_healthy: AtomicBool::new(false),
         })
     }
 
+    /// The runtime's pods as the last successful relist listed them (this node's and other
+    /// agents' sandboxes); `None` before the first. Housekeeping reads this instead of listing:
+    /// containerd's events bring a relist within [`MIN_RELIST_INTERVAL`] of every change, and
+    /// the periodic relist covers a broken stream.
+    pub fn runtime_pods(&self) -> Option<Arc<RuntimePods>> {
+        self.runtime_pods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Asks for a relist now (the event stream calls this).
     pub fn trigger(&self) {
         self.trigger.notify_one();
+    }
+
+    /// Whether the containerd event stream is trusted (see [`Pleg::set_stream_healthy`]).
+    pub fn stream_healthy(&self) -> bool {
+        self.stream_healthy.load(Ordering::Acquire)
     }
 
     /// Marks the containerd event stream healthy or broken; the relist period follows.
@@ -276,12 +294,13 @@ impl<R: RuntimeService> Pleg<R> {
     /// Errors: a failed list call (the previous snapshot is kept; the next relist retries).
     pub async fn relist(&self) -> Result<Vec<PodLifecycleEvent>, CriError> {
         let start = Instant::now();
-        let sel: HashMap<String, String> =
-            [(labels::NODE_NAME.to_string(), self.node_name.clone())].into();
+        // Unfiltered, so that housekeeping can take the runtime's pods (other agents' too)
+        // from this listing instead of listing again.
         let (sandboxes, containers) = tokio::try_join!(
-            self.cri.list_pod_sandbox(sel),
+            self.cri.list_pod_sandbox(HashMap::new()),
             self.cri.list_containers(HashMap::new())
         )?;
+        let runtime_pods = RuntimePods::from_listings(&sandboxes, &containers, &self.node_name);
         let mut new: Snapshot = HashMap::with_capacity(sandboxes.len() + containers.len());
         // The listings of each pod, for the status of those that changed.
         let mut listed: HashMap<String, (Vec<api::PodSandbox>, Vec<api::Container>)> =
@@ -290,6 +309,9 @@ impl<R: RuntimeService> Pleg<R> {
             let Some(uid) = s.labels.get(labels::POD_UID).cloned() else {
                 continue;
             };
+            if s.labels.get(labels::NODE_NAME) != Some(&self.node_name) {
+                continue;
+            }
             let st = if s.state == api::PodSandboxState::SandboxReady as i32 {
                 State::Running
             } else {
@@ -339,6 +361,7 @@ impl<R: RuntimeService> Pleg<R> {
         }
         self.cache.update_time(start);
         *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = new;
+        *self.runtime_pods.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(runtime_pods));
         for ev in &events {
             debug!(uid = %ev.uid, container = %ev.container_id, event = ?ev.kind, "PLEG event");
             if self.tx.try_send(ev.clone()).is_err() {

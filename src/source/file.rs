@@ -78,6 +78,8 @@ pub struct FileSource {
     writes: HashMap<PathBuf, (bool, Instant)>,
     /// The last listing skipped a file still being written: list again once it settles.
     unsettled: bool,
+    /// A listing has been returned (the next unchanged one may be skipped).
+    listed: bool,
     clock: crate::clock::SharedClock,
     /// Where the files' ConfigMaps and Secrets go.
     objects: crate::objects::LocalObjects,
@@ -152,6 +154,7 @@ impl FileSource {
             missing_dir_reported: false,
             writes: HashMap::new(),
             unsettled: false,
+            listed: false,
             clock: crate::clock::system(),
             objects: Default::default(),
             changed_objects: Default::default(),
@@ -266,6 +269,17 @@ impl FileSource {
     /// still being written is neither read nor reported: its last state stands until it is
     /// complete (see [`FileSource::take_unsettled`]).
     pub fn list(&mut self) -> Vec<Pod> {
+        self.relist(true).unwrap_or_default()
+    }
+
+    /// [`FileSource::list`], or `None` when no file was added, removed or changed since the
+    /// last listing: the periodic listing of an unchanged directory then costs a read of each
+    /// file and no decoding, merging or comparing of pods.
+    pub fn list_if_changed(&mut self) -> Option<Vec<Pod>> {
+        self.relist(false)
+    }
+
+    fn relist(&mut self, always: bool) -> Option<Vec<Pod>> {
         let mut present: Vec<(PathBuf, Result<Vec<u8>, String>)> = Vec::new();
         let mut unread: Vec<PathBuf> = Vec::new();
         let candidates = self.candidates().unwrap_or_default();
@@ -289,6 +303,7 @@ impl FileSource {
             .filter(|p| !present.iter().any(|(q, _)| q == *p) && !unread.contains(p))
             .cloned()
             .collect();
+        let mut changed = !gone.is_empty() || !self.listed;
         for p in gone {
             self.files.remove(&p);
             if let Some(cp) = &self.checkpoints {
@@ -303,6 +318,7 @@ impl FileSource {
             if self.files.get(&path).is_some_and(|f| f.content == digest) {
                 continue;
             }
+            changed = true;
             let result = match &content {
                 Ok(bytes) => decode_manifest(&path, bytes, &self.node_name),
                 Err(message) => Err(ManifestError::Read {
@@ -338,8 +354,12 @@ impl FileSource {
             };
             self.files.insert(path, entry);
         }
+        if !changed && !always {
+            return None;
+        }
+        self.listed = true;
         self.collect_objects();
-        self.collect_pods()
+        Some(self.collect_pods())
     }
 
     /// Publishes the objects of the current files, the first file (in name order) defining each
@@ -580,14 +600,14 @@ pub fn run(
             }
         }
         if relist {
-            let pods = source.list();
-            let changed = source.take_changed_objects();
-            let mut config = config.lock().unwrap_or_else(|e| e.into_inner());
-            config.set(SOURCE, pods);
-            if !changed.is_empty() {
-                config.reconcile(SOURCE, &changed);
+            if let Some(pods) = source.list_if_changed() {
+                let changed = source.take_changed_objects();
+                let mut config = config.lock().unwrap_or_else(|e| e.into_inner());
+                config.set(SOURCE, pods);
+                if !changed.is_empty() {
+                    config.reconcile(SOURCE, &changed);
+                }
             }
-            drop(config);
             relist = false;
             schedule.listed(clock.now());
             if source.take_unsettled() {
