@@ -5,7 +5,8 @@
 //!    stream (relist as safety net), one relisting every 1 s only (kubelet's generic PLEG).
 //!    Latency = time the event is received − the container's `finishedAt` from containerd.
 //! 2. A relist with `PODS` (default 110) running one-container pods and no change: CRI calls per
-//!    relist (from the client's operation counters) and time per relist.
+//!    relist (from the client's operation counters) and time per relist over `ROUNDS` relists
+//!    (default 100, so that p99 is not the slowest one).
 //!
 //! Run: `cargo bench --bench pleg` (needs scripts/env/up.sh).
 
@@ -276,7 +277,7 @@ fn main() {
     );
     let first = rt.block_on(quiet.relist()).unwrap().len();
     let calls_before = total_calls(&m);
-    let rounds = 20;
+    let rounds = env_usize("ROUNDS", 100);
     let mut times = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();

@@ -9,6 +9,9 @@ REPO=$(cd "$HERE/.." && pwd)
 [[ $(id -u) -eq 0 ]] || { echo "test.sh: must run as root (containerd, cgroups)" >&2; exit 1; }
 
 bash "$HERE/env/up.sh"
+# The control plane of the cluster-mode tests (tests/cluster.rs): etcd and kube-apiserver v1.20,
+# built once per machine (about 8 minutes the first time).
+bash "$HERE/env/cluster.sh"
 # shellcheck source=env/common.sh
 . "$HERE/env/common.sh"
 cd "$REPO"

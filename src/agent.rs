@@ -40,6 +40,8 @@ pub struct Flags {
     pub node_ip: Option<IpAddr>,
     /// `--node-labels`, beside kubelet's own labels.
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// `--kubeconfig`: join this cluster (see [`crate::cluster`]); standalone when absent.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// Start-up failures; each ends the process with a message.
@@ -73,6 +75,9 @@ pub enum AgentError {
     /// The prober's HTTP client could not be built.
     #[error("prober: {0}")]
     Prober(String),
+    /// `--kubeconfig` names a file that is not a usable kubeconfig.
+    #[error(transparent)]
+    Kubeconfig(#[from] crate::cluster::ClusterError),
 }
 
 /// Runs the agent until SIGTERM or SIGINT, with the typed configuration (validated at load;
@@ -189,15 +194,47 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         info!(%addr, "serving /healthz /pods /node /metrics /events");
     }
 
-    let stop = rt.block_on(async { wait_for_runtime(&cri).await });
-    if stop {
+    let Some(runtime_version) = rt.block_on(async { wait_for_runtime(&cri).await }) else {
         return Ok(());
-    }
+    };
     rt.spawn(crate::runtime_state::run(
         cri.clone(),
-        runtime_state,
+        runtime_state.clone(),
         metrics.runtime_up.clone(),
     ));
+    if let Some(path) = &flags.kubeconfig {
+        let client = rt.block_on(crate::cluster::client(path))?;
+        let facts = crate::cluster::node_status::NodeFacts {
+            name: node_name.clone(),
+            ip: node_ip.to_string(),
+            hostname: crate::node::hostname(&node_name),
+            labels: crate::admission::node_affinity::NodeIdentity::new(
+                &node_name,
+                &flags.node_labels,
+            )
+            .labels,
+            capacity: cm.capacity(),
+            allocatable: cm.allocatable(),
+            max_pods: config.max_pods,
+            info: crate::cluster::node_status::system_info(&runtime_version),
+        };
+        let (registered_tx, registered_rx) = tokio::sync::watch::channel(None);
+        rt.spawn(crate::cluster::node_status::run(
+            client.clone(),
+            facts,
+            crate::cluster::node_status::StatusInputs {
+                pressure: pressure.clone(),
+                runtime: runtime_state.clone(),
+            },
+            registered_tx,
+        ));
+        rt.spawn(crate::cluster::node_lease::run(
+            client,
+            node_name.clone(),
+            registered_rx,
+        ));
+        info!(kubeconfig = %path.display(), "cluster mode: registering the node with the API server");
+    }
 
     // PLEG: relist (and containerd's event stream) → pod cache and the sync loop's PLEG channel.
     let cache = PodCache::default();
@@ -504,15 +541,16 @@ fn watchdog() -> Option<Box<dyn Fn() + Send>> {
     }))
 }
 
-/// Waits until the runtime answers `Version`, logging while it does not. Returns true when a stop
-/// signal came first.
-async fn wait_for_runtime(cri: &Cri) -> bool {
+/// Waits until the runtime answers `Version`, logging while it does not. Returns the runtime's
+/// version as nodeInfo spells it (`containerd://1.6.20`), or `None` when a stop signal came
+/// first.
+async fn wait_for_runtime(cri: &Cri) -> Option<String> {
     let mut logged = false;
     loop {
         match cri.version().await {
             Ok(v) => {
                 info!(runtime = %v.runtime_name, version = %v.runtime_version, api = %v.runtime_api_version, "container runtime is ready");
-                return false;
+                return Some(format!("{}://{}", v.runtime_name, v.runtime_version));
             }
             Err(e) => {
                 if !logged {
@@ -523,7 +561,7 @@ async fn wait_for_runtime(cri: &Cri) -> bool {
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = wait_for_signal() => return true,
+            _ = wait_for_signal() => return None,
         }
     }
 }

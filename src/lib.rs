@@ -32,6 +32,7 @@ pub mod active_deadline;
 pub mod admission;
 pub mod agent;
 pub mod clock;
+pub mod cluster;
 pub mod cm;
 pub mod config;
 pub mod container;

@@ -31,6 +31,11 @@ struct Cli {
     /// `kubernetes.io/os`, `kubernetes.io/arch`); pods' node selectors and affinity match them.
     #[arg(long, value_name = "LABELS", global = true, value_parser = parse_labels, default_value = "", help_heading = "Node")]
     node_labels: std::collections::BTreeMap<String, String>,
+    /// Join the cluster of this kubeconfig (client certificate or token; kubelet's
+    /// `--kubeconfig`): register the node and keep its status and Lease. Without it nodelet runs
+    /// standalone, static pods only.
+    #[arg(long, value_name = "FILE", help_heading = "Cluster")]
+    kubeconfig: Option<PathBuf>,
     /// Directory for the agent's own files.
     #[arg(
         long,
@@ -237,6 +242,7 @@ fn main() -> ExitCode {
         root_dir: cli.root_dir,
         node_ip: cli.node_ip,
         node_labels: cli.node_labels,
+        kubeconfig: cli.kubeconfig,
     };
     match nodelet::agent::run(loaded.config, flags) {
         Ok(()) => ExitCode::SUCCESS,

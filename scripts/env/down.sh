@@ -39,6 +39,9 @@ fi
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
+# The cluster-mode control plane (cluster.sh), if it runs.
+bash "$HERE/cluster.sh" down >/dev/null
+
 containerd_answers() {
     [[ -S $SOCK ]] && have ctr &&
         ctr --address "$SOCK" --connect-timeout 2s --timeout 5s version >/dev/null 2>&1

@@ -1,0 +1,61 @@
+//! Cluster mode (kubelet run with `--kubeconfig`): nodelet as a node of a Kubernetes control
+//! plane. Without a kubeconfig nodelet runs standalone, static pods only.
+//!
+//! Built so far: the API client ([`client`]), node registration and status
+//! ([`node_status`], kubelet's `kubelet_node_status.go` and `nodestatus` setters) and the node
+//! Lease ([`node_lease`], kubelet's `nodelease` controller). Each runs as its own task on the
+//! agent's runtime; an unreachable apiserver delays them and nothing else: static pods run
+//! whether or not the node has registered.
+//!
+//! The control plane the tests use is kube-apiserver v1.20 (scripts/env/cluster.sh); every field
+//! written here is one that API serves.
+
+pub mod node_lease;
+pub mod node_status;
+
+use std::path::Path;
+
+/// A client that cannot be built from the kubeconfig.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The file cannot be read or is not a kubeconfig.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A client for the apiserver named by the kubeconfig at `path` (its current context; client
+/// certificate or bearer token), as kubelet's `--kubeconfig`.
+///
+/// Errors: [`ClusterError::Kubeconfig`] when the file cannot be read or parsed, names no
+/// current context, or its credentials cannot be loaded.
+pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
+    let err = |message: String| ClusterError::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    };
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| err(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+}
+
+/// A Kubernetes timestamp for `now` (seconds since the epoch, as the API keeps them).
+pub fn api_time(
+    now: std::time::SystemTime,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default(),
+    )
+}

@@ -1,0 +1,436 @@
+//! Node registration and node status (kubelet's `registerWithAPIServer`, `syncNodeStatus` and
+//! the setters of `pkg/kubelet/nodestatus`).
+//!
+//! At start the agent creates its Node object: name, kubelet's labels (`kubernetes.io/hostname`,
+//! `kubernetes.io/os`, `kubernetes.io/arch`, their `beta.` spellings and `--node-labels`), and a
+//! status with capacity and allocatable from the container manager (cpu, memory, pods), the
+//! InternalIP and Hostname addresses, nodeInfo, and the conditions MemoryPressure, DiskPressure,
+//! PIDPressure (from the eviction manager) and Ready (from the runtime's health). A Node that
+//! exists already (the agent restarted) is taken over. Registration is retried with back-off
+//! ([`REGISTER_RETRY_INITIAL`] doubling to [`REGISTER_RETRY_MAX`], kubelet's) while the apiserver
+//! cannot be reached or refuses; the refusal is logged once.
+//!
+//! Then every [`NODE_STATUS_UPDATE_FREQUENCY`] the status is computed again and posted (a merge
+//! patch of the status subresource) when it changed, heartbeat times aside, or when
+//! [`NODE_STATUS_REPORT_FREQUENCY`] has passed since the last post. A condition keeps its
+//! `lastTransitionTime` while its status stays the same.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tracing::{info, warn};
+
+use crate::cm::resources::NodeResources;
+use crate::eviction::PressureView;
+
+/// How often the status is computed and compared (kubelet's `nodeStatusUpdateFrequency`).
+pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
+/// Longest time between two posts of an unchanged status (kubelet's
+/// `nodeStatusReportFrequency`).
+pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
+/// First delay before registration is tried again (kubelet: 100 ms).
+pub const REGISTER_RETRY_INITIAL: Duration = Duration::from_millis(100);
+/// Longest delay between registration attempts (kubelet: 7 s).
+pub const REGISTER_RETRY_MAX: Duration = Duration::from_secs(7);
+
+/// What the agent knows of its node, fixed at start.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    /// The node name.
+    pub name: String,
+    /// The InternalIP address.
+    pub ip: String,
+    /// The machine's hostname (the Hostname address).
+    pub hostname: String,
+    /// kubelet's labels and `--node-labels`.
+    pub labels: BTreeMap<String, String>,
+    /// The machine's capacity (cpu millicores, memory bytes).
+    pub capacity: NodeResources,
+    /// Capacity less systemReserved and kubeReserved.
+    pub allocatable: NodeResources,
+    /// `maxPods`.
+    pub max_pods: usize,
+    /// nodeInfo.
+    pub info: NodeSystemInfo,
+}
+
+/// nodeInfo of this machine (kubelet's `MachineInfo` and `VersionInfo` setters): machine ID,
+/// boot ID, kernel, OS image, architecture, `runtime_version` (`containerd://<version>`, from
+/// CRI Version) and nodelet's own version as the kubelet version.
+pub fn system_info(runtime_version: &str) -> NodeSystemInfo {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let os_image = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_owned())
+        .unwrap_or_else(|| "Linux".into());
+    NodeSystemInfo {
+        architecture: crate::admission::node_affinity::go_arch().into(),
+        boot_id: read("/proc/sys/kernel/random/boot_id"),
+        container_runtime_version: runtime_version.into(),
+        kernel_version: read("/proc/sys/kernel/osrelease"),
+        kube_proxy_version: String::new(),
+        kubelet_version: format!("v{}-nodelet", env!("CARGO_PKG_VERSION")),
+        machine_id: read("/etc/machine-id"),
+        operating_system: "linux".into(),
+        os_image,
+        system_uuid: read("/sys/class/dmi/id/product_uuid"),
+        ..Default::default()
+    }
+}
+
+/// A cpu amount as the API spells it: whole cpus (`"2"`) or millicores (`"1500m"`).
+pub fn cpu_quantity(milli: i64) -> Quantity {
+    Quantity(if milli % 1000 == 0 {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    })
+}
+
+/// A byte amount as kubelet reports memory: in `Ki` when whole kibibytes.
+pub fn bytes_quantity(bytes: i64) -> Quantity {
+    Quantity(if bytes % 1024 == 0 {
+        format!("{}Ki", bytes / 1024)
+    } else {
+        bytes.to_string()
+    })
+}
+
+fn resources(r: NodeResources, max_pods: usize) -> BTreeMap<String, Quantity> {
+    [
+        ("cpu".to_string(), cpu_quantity(r.cpu_milli)),
+        ("memory".to_string(), bytes_quantity(r.memory)),
+        ("pods".to_string(), Quantity(max_pods.to_string())),
+    ]
+    .into()
+}
+
+/// The pressure conditions (from the eviction manager's `view`) and Ready (from the runtime's
+/// `health`), with kubelet's reasons and messages. A condition whose status is the same as in
+/// `previous` keeps its `lastTransitionTime`; every one gets `now` as its heartbeat.
+pub fn conditions(
+    view: &PressureView,
+    health: Result<(), String>,
+    now: &Time,
+    previous: &[NodeCondition],
+) -> Vec<NodeCondition> {
+    let pressure = |kind: &str, on_reason: &str, off_reason: &str, on_msg: &str, off_msg: &str| {
+        let on = view.conditions.get(kind).copied().unwrap_or(false);
+        (
+            kind.to_owned(),
+            on,
+            if on { on_reason } else { off_reason }.to_owned(),
+            if on { on_msg } else { off_msg }.to_owned(),
+        )
+    };
+    let mut all = vec![
+        pressure(
+            "MemoryPressure",
+            "KubeletHasInsufficientMemory",
+            "KubeletHasSufficientMemory",
+            "kubelet has insufficient memory available",
+            "kubelet has sufficient memory available",
+        ),
+        pressure(
+            "DiskPressure",
+            "KubeletHasDiskPressure",
+            "KubeletHasNoDiskPressure",
+            "kubelet has disk pressure",
+            "kubelet has no disk pressure",
+        ),
+        pressure(
+            "PIDPressure",
+            "KubeletHasInsufficientPID",
+            "KubeletHasSufficientPID",
+            "kubelet has insufficient PID available",
+            "kubelet has sufficient PID available",
+        ),
+    ];
+    // Pressure conditions are "True" when bad; Ready is "True" when good.
+    all.push(match health {
+        Ok(()) => (
+            "Ready".into(),
+            true,
+            "KubeletReady".into(),
+            "kubelet is posting ready status".into(),
+        ),
+        Err(e) => ("Ready".into(), false, "KubeletNotReady".into(), e),
+    });
+    all.into_iter()
+        .map(|(kind, on, reason, message)| {
+            let status = if on { "True" } else { "False" }.to_owned();
+            let transition = previous
+                .iter()
+                .find(|c| c.type_ == kind && c.status == status)
+                .and_then(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            NodeCondition {
+                type_: kind,
+                status,
+                reason: Some(reason),
+                message: Some(message),
+                last_heartbeat_time: Some(now.clone()),
+                last_transition_time: Some(transition),
+            }
+        })
+        .collect()
+}
+
+/// The node's status from `facts` and `conditions`.
+pub fn node_status(facts: &NodeFacts, conditions: Vec<NodeCondition>) -> NodeStatus {
+    NodeStatus {
+        addresses: Some(vec![
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: facts.ip.clone(),
+            },
+            NodeAddress {
+                type_: "Hostname".into(),
+                address: facts.hostname.clone(),
+            },
+        ]),
+        capacity: Some(resources(facts.capacity, facts.max_pods)),
+        allocatable: Some(resources(facts.allocatable, facts.max_pods)),
+        conditions: Some(conditions),
+        node_info: Some(facts.info.clone()),
+        ..Default::default()
+    }
+}
+
+/// The Node object registered for `facts`.
+pub fn node_object(facts: &NodeFacts, status: NodeStatus) -> Node {
+    let mut node = Node::default();
+    node.metadata.name = Some(facts.name.clone());
+    node.metadata.labels = Some(facts.labels.clone());
+    node.status = Some(status);
+    node
+}
+
+/// `status` with every condition's heartbeat removed: what "changed" compares.
+fn without_heartbeats(status: &NodeStatus) -> NodeStatus {
+    let mut s = status.clone();
+    for c in s.conditions.iter_mut().flatten() {
+        c.last_heartbeat_time = None;
+    }
+    s
+}
+
+/// Whether `new` must be posted at `now`, the last post being `last` (status and when):
+/// nothing posted yet, a change besides heartbeat times, or [`NODE_STATUS_REPORT_FREQUENCY`]
+/// passed (kubelet's `tryUpdateNodeStatus` decision).
+pub fn post_due(last: Option<&(NodeStatus, Instant)>, new: &NodeStatus, now: Instant) -> bool {
+    match last {
+        None => true,
+        Some((old, at)) => {
+            now.saturating_duration_since(*at) >= NODE_STATUS_REPORT_FREQUENCY
+                || without_heartbeats(old) != without_heartbeats(new)
+        }
+    }
+}
+
+/// What the status loop reads each round.
+pub struct StatusInputs {
+    /// The eviction manager's pressure.
+    pub pressure: crate::eviction::NodePressure,
+    /// The runtime's health.
+    pub runtime: crate::runtime_state::RuntimeState,
+}
+
+/// Registers the node (retrying until it succeeds), sends its UID on `registered`, then keeps
+/// its status posted. Runs until the task is dropped.
+pub async fn run(
+    client: kube::Client,
+    facts: NodeFacts,
+    inputs: StatusInputs,
+    registered: tokio::sync::watch::Sender<Option<String>>,
+) {
+    let nodes: Api<Node> = Api::all(client);
+    let status_now = |previous: &[NodeCondition]| {
+        let now = super::api_time(SystemTime::now());
+        let conds = conditions(
+            &inputs.pressure.view(),
+            inputs.runtime.health(),
+            &now,
+            previous,
+        );
+        node_status(&facts, conds)
+    };
+    let mut delay = REGISTER_RETRY_INITIAL;
+    let mut reported: Option<String> = None;
+    let (uid, mut last) = loop {
+        let status = status_now(&[]);
+        match register(&nodes, &facts, status.clone()).await {
+            Ok(uid) => {
+                info!(node = %facts.name, uid = %uid, "node registered with the API server");
+                break (uid, Some((status, Instant::now())));
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if reported.as_deref() != Some(msg.as_str()) {
+                    warn!(node = %facts.name, error = %msg, "unable to register node with the API server; retrying");
+                    reported = Some(msg);
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(REGISTER_RETRY_MAX);
+            }
+        }
+    };
+    let _ = registered.send(Some(uid));
+    let mut tick = tokio::time::interval(NODE_STATUS_UPDATE_FREQUENCY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        let previous = last
+            .as_ref()
+            .and_then(|(s, _)| s.conditions.clone())
+            .unwrap_or_default();
+        let status = status_now(&previous);
+        if !post_due(last.as_ref(), &status, Instant::now()) {
+            continue;
+        }
+        let patch = serde_json::json!({ "status": status });
+        match nodes
+            .patch_status(&facts.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                if failing {
+                    info!(node = %facts.name, "node status posted again");
+                    failing = false;
+                }
+                last = Some((status, Instant::now()));
+            }
+            Err(e) => {
+                if !failing {
+                    warn!(node = %facts.name, error = %e, "error updating node status; will retry");
+                    failing = true;
+                }
+            }
+        }
+    }
+}
+
+/// Creates the Node, or takes over the one that exists (its labels and status replaced).
+/// Returns its UID.
+async fn register(
+    nodes: &Api<Node>,
+    facts: &NodeFacts,
+    status: NodeStatus,
+) -> Result<String, kube::Error> {
+    let node = node_object(facts, status.clone());
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(n) => Ok(n.metadata.uid.unwrap_or_default()),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let patch = serde_json::json!({ "metadata": { "labels": facts.labels } });
+            nodes
+                .patch(&facts.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let n = nodes
+                .patch_status(
+                    &facts.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&serde_json::json!({ "status": status })),
+                )
+                .await?;
+            Ok(n.metadata.uid.unwrap_or_default())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn facts() -> NodeFacts {
+        NodeFacts {
+            name: "n1".into(),
+            ip: "10.0.0.5".into(),
+            hostname: "h1".into(),
+            labels: [("kubernetes.io/hostname".to_string(), "n1".to_string())].into(),
+            capacity: NodeResources {
+                cpu_milli: 2000,
+                memory: 8 << 30,
+                pids: 0,
+            },
+            allocatable: NodeResources {
+                cpu_milli: 1900,
+                memory: (8 << 30) - 100 * 1_000_000,
+                pids: 0,
+            },
+            max_pods: 110,
+            info: NodeSystemInfo::default(),
+        }
+    }
+
+    #[test]
+    fn capacity_and_allocatable_are_spelled_as_kubelet_spells_them() {
+        let s = node_status(&facts(), vec![]);
+        let cap = s.capacity.unwrap();
+        assert_eq!(cap["cpu"].0, "2");
+        assert_eq!(cap["memory"].0, "8388608Ki");
+        assert_eq!(cap["pods"].0, "110");
+        let alloc = s.allocatable.unwrap();
+        assert_eq!(alloc["cpu"].0, "1900m");
+        assert_eq!(alloc["memory"].0, "8489934592");
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_stays() {
+        let mut view = PressureView::default();
+        let first = conditions(&view, Ok(()), &t(100), &[]);
+        let ready = |cs: &[NodeCondition]| cs.iter().find(|c| c.type_ == "Ready").cloned().unwrap();
+        assert_eq!(ready(&first).status, "True");
+        let second = conditions(&view, Ok(()), &t(110), &first);
+        assert_eq!(ready(&second).last_transition_time, Some(t(100)));
+        assert_eq!(ready(&second).last_heartbeat_time, Some(t(110)));
+        let down = conditions(&view, Err("runtime down".into()), &t(120), &second);
+        assert_eq!(ready(&down).status, "False");
+        assert_eq!(ready(&down).reason.as_deref(), Some("KubeletNotReady"));
+        assert_eq!(ready(&down).last_transition_time, Some(t(120)));
+        view.conditions.insert("MemoryPressure".into(), true);
+        let mem = conditions(&view, Ok(()), &t(130), &down);
+        let m = mem.iter().find(|c| c.type_ == "MemoryPressure").unwrap();
+        assert_eq!(m.status, "True");
+        assert_eq!(m.reason.as_deref(), Some("KubeletHasInsufficientMemory"));
+    }
+
+    #[test]
+    fn status_is_posted_on_change_or_every_report_period() {
+        let f = facts();
+        let view = PressureView::default();
+        let t0 = Instant::now();
+        let a = node_status(&f, conditions(&view, Ok(()), &t(100), &[]));
+        assert!(post_due(None, &a, t0), "nothing posted yet");
+        let last = (a.clone(), t0);
+        let b = node_status(
+            &f,
+            conditions(&view, Ok(()), &t(110), a.conditions.as_ref().unwrap()),
+        );
+        assert!(
+            !post_due(Some(&last), &b, t0 + Duration::from_secs(10)),
+            "only heartbeats differ"
+        );
+        assert!(post_due(Some(&last), &b, t0 + NODE_STATUS_REPORT_FREQUENCY));
+        let c = node_status(&f, conditions(&view, Err("down".into()), &t(120), &[]));
+        assert!(
+            post_due(Some(&last), &c, t0 + Duration::from_secs(20)),
+            "Ready changed"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! Cluster mode against a real kube-apiserver v1.20 and etcd (scripts/env/cluster.sh, which
+//! `.ci/run` starts): the node registers with the capacity nodelet computed and kubelet's
+//! labels, it is Ready, its Lease in kube-node-lease is renewed every 10 s and owned by the Node,
+//! and once nodelet stops the Lease is no longer renewed. Credentials of another node are
+//! refused by the apiserver and reported once.
+//!
+//! Skipped, with a message, where the control plane is not running.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{wait_until, Nodelet};
+
+const ADMIN: &str = "/var/lib/nodelet-env/cluster/admin.kubeconfig";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// kubectl as the cluster admin; its stdout, or None when it fails.
+fn kubectl(args: &[&str]) -> Option<String> {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(ADMIN)
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether the control plane answers; prints why a test is skipped when it does not.
+fn cluster_up() -> bool {
+    if !Path::new(ADMIN).exists() || kubectl(&["get", "--raw", "/readyz"]).is_none() {
+        eprintln!(
+            "SKIPPED: no control plane (run `bash scripts/env/cluster.sh`; .ci/run starts it)"
+        );
+        return false;
+    }
+    true
+}
+
+/// A kubeconfig for node `name` (client certificate system:node:<name>).
+fn node_kubeconfig(name: &str) -> String {
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/env/cluster.sh"))
+        .args(["node-kubeconfig", name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn jsonpath(kind: &str, name: &str, ns: Option<&str>, path: &str) -> Option<String> {
+    let mut args = vec!["get", kind, name, "-o"];
+    let p = format!("jsonpath={path}");
+    args.push(&p);
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    kubectl(&args)
+}
+
+fn delete_node(name: &str) {
+    let _ = kubectl(&["delete", "node", name, "--ignore-not-found"]);
+    let _ = kubectl(&[
+        "-n",
+        "kube-node-lease",
+        "delete",
+        "lease",
+        name,
+        "--ignore-not-found",
+    ]);
+}
+
+#[test]
+fn the_node_registers_is_ready_and_renews_its_lease() {
+    if !cluster_up() {
+        return;
+    }
+    let mut n = Nodelet::with_config("joins", "maxPods: 42\n");
+    let name = n.node.clone();
+    delete_node(&name);
+    n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&name)];
+    n.start();
+    wait_until(Duration::from_secs(20), "the node Ready in the API", || {
+        jsonpath(
+            "node",
+            &name,
+            None,
+            "{.status.conditions[?(@.type==\"Ready\")].status}",
+        )
+        .is_some_and(|s| s == "True")
+    });
+    // The capacity nodelet computed: this machine's memory and cpus, maxPods.
+    let cap =
+        |r: &str| jsonpath("node", &name, None, &format!("{{.status.capacity.{r}}}")).unwrap();
+    assert_eq!(cap("memory"), format!("{}Ki", common::mem_total() / 1024));
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(cap("cpu"), cpus.to_string());
+    assert_eq!(cap("pods"), "42");
+    let label = jsonpath(
+        "node",
+        &name,
+        None,
+        "{.metadata.labels.kubernetes\\.io/hostname}",
+    );
+    assert_eq!(label.as_deref(), Some(name.as_str()));
+    let runtime = jsonpath(
+        "node",
+        &name,
+        None,
+        "{.status.nodeInfo.containerRuntimeVersion}",
+    );
+    assert!(runtime.unwrap().starts_with("containerd://"));
+    // The pressure conditions, False on this machine, with kubelet's reasons.
+    let reason = jsonpath(
+        "node",
+        &name,
+        None,
+        "{.status.conditions[?(@.type==\"MemoryPressure\")].reason}",
+    );
+    assert_eq!(reason.as_deref(), Some("KubeletHasSufficientMemory"));
+
+    // The Lease: held by the node, 40 s, owned by the Node, renewed.
+    let lease = |path: &str| jsonpath("lease", &name, Some("kube-node-lease"), path);
+    assert_eq!(
+        lease("{.spec.holderIdentity}").as_deref(),
+        Some(name.as_str())
+    );
+    assert_eq!(lease("{.spec.leaseDurationSeconds}").as_deref(), Some("40"));
+    let node_uid = jsonpath("node", &name, None, "{.metadata.uid}").unwrap();
+    wait_until(
+        Duration::from_secs(15),
+        "the Lease owned by the Node",
+        || lease("{.metadata.ownerReferences[0].uid}").as_deref() == Some(node_uid.as_str()),
+    );
+    let first = lease("{.spec.renewTime}").unwrap();
+    wait_until(Duration::from_secs(15), "the Lease renewed", || {
+        lease("{.spec.renewTime}").is_some_and(|t| t != first)
+    });
+
+    // Stopped: no renewal for longer than the renew interval.
+    n.kill9();
+    let last = lease("{.spec.renewTime}").unwrap();
+    let until = Instant::now() + Duration::from_secs(13);
+    while Instant::now() < until {
+        assert_eq!(
+            lease("{.spec.renewTime}").unwrap(),
+            last,
+            "renewed by a stopped agent"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    delete_node(&name);
+}
+
+#[test]
+fn credentials_of_another_node_are_refused_and_reported_once() {
+    if !cluster_up() {
+        return;
+    }
+    let mut n = Nodelet::new("imposter");
+    let other = format!("{}-other", n.node);
+    n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&other)];
+    n.start();
+    wait_until(Duration::from_secs(20), "the refusal reported", || {
+        n.log().contains("unable to register node")
+    });
+    // Several retries later (back-off doubling from 100 ms): still one report, and no Node.
+    n.wait_for_housekeeping(5);
+    let log = n.log();
+    assert_eq!(log.matches("unable to register node").count(), 1, "{log}");
+    assert!(log.contains("is not allowed to modify node"), "{log}");
+    assert!(
+        kubectl(&["get", "node", &n.node]).is_none(),
+        "no Node for the imposter"
+    );
+}
