@@ -229,8 +229,14 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             registered_tx,
         ));
         rt.spawn(crate::cluster::node_lease::run(
+            client.clone(),
+            node_name.clone(),
+            registered_rx.clone(),
+        ));
+        rt.spawn(crate::cluster::mirror_pods::run(
             client,
             node_name.clone(),
+            status.clone(),
             registered_rx,
         ));
         info!(kubeconfig = %path.display(), "cluster mode: registering the node with the API server");

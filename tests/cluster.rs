@@ -1,8 +1,10 @@
 //! Cluster mode against a real kube-apiserver v1.20 and etcd (scripts/env/cluster.sh, which
 //! `.ci/run` starts): the node registers with the capacity nodelet computed and kubelet's
 //! labels, it is Ready, its Lease in kube-node-lease is renewed every 10 s and owned by the Node,
-//! and once nodelet stops the Lease is no longer renewed. Credentials of another node are
-//! refused by the apiserver and reported once.
+//! and once nodelet stops the Lease is no longer renewed. A static pod appears as a mirror pod
+//! with its status; editing the manifest replaces the mirror, one deleted by hand comes back,
+//! and removing the manifest deletes it. Credentials of another node are refused by the
+//! apiserver and reported once.
 //!
 //! Skipped, with a message, where the control plane is not running.
 
@@ -184,4 +186,69 @@ fn credentials_of_another_node_are_refused_and_reported_once() {
         kubectl(&["get", "node", &n.node]).is_none(),
         "no Node for the imposter"
     );
+}
+
+#[test]
+fn a_static_pod_has_a_mirror_pod_that_follows_its_manifest() {
+    if !cluster_up() {
+        return;
+    }
+    let mut n = Nodelet::new("mirror");
+    let node = n.node.clone();
+    delete_node(&node);
+    n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&node)];
+    let manifest = |app: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web, labels: {{app: {app}}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n")
+    };
+    n.write_manifest("web.yaml", &manifest("v1"));
+    n.start();
+    let name = format!("web-{node}");
+    let pod = |path: &str| jsonpath("pod", &name, Some("default"), path);
+    wait_until(Duration::from_secs(30), "the mirror pod Running", || {
+        pod("{.status.phase}").is_some_and(|p| p == "Running")
+    });
+    // The mirror carries the static pod's status and identity.
+    let uid = n.uid("web");
+    assert_eq!(pod("{.spec.nodeName}").as_deref(), Some(node.as_str()));
+    let ip = n.pod("web").unwrap()["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(pod("{.status.podIP}"), Some(ip));
+    let mirror_hash = pod("{.metadata.annotations.kubernetes\\.io/config\\.mirror}").unwrap();
+    let hash = pod("{.metadata.annotations.kubernetes\\.io/config\\.hash}").unwrap();
+    assert_eq!(mirror_hash, hash);
+    assert_ne!(
+        pod("{.metadata.uid}").as_deref(),
+        Some(uid.as_str()),
+        "its own UID"
+    );
+    assert_eq!(
+        pod("{.metadata.ownerReferences[0].kind}").as_deref(),
+        Some("Node")
+    );
+
+    // An edit replaces it.
+    let first = pod("{.metadata.uid}").unwrap();
+    n.write_manifest("web.yaml", &manifest("v2"));
+    wait_until(
+        Duration::from_secs(15),
+        "the mirror of the edited manifest",
+        || pod("{.metadata.labels.app}").is_some_and(|a| a == "v2"),
+    );
+    // Deleted by hand, it comes back (a new object).
+    let second = pod("{.metadata.uid}").unwrap();
+    assert_ne!(first, second);
+    kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
+    wait_until(Duration::from_secs(15), "the mirror back", || {
+        pod("{.metadata.uid}").is_some_and(|u| u != second)
+            && pod("{.metadata.deletionTimestamp}").is_some_and(|t| t.is_empty())
+    });
+    // The manifest removed: the mirror goes.
+    std::fs::remove_file(n.manifests().join("web.yaml")).unwrap();
+    wait_until(Duration::from_secs(20), "the mirror deleted", || {
+        pod("{.metadata.name}").is_none()
+    });
+    n.kill9();
+    delete_node(&node);
 }

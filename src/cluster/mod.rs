@@ -2,14 +2,17 @@
 //! plane. Without a kubeconfig nodelet runs standalone, static pods only.
 //!
 //! Built so far: the API client ([`client`]), node registration and status
-//! ([`node_status`], kubelet's `kubelet_node_status.go` and `nodestatus` setters) and the node
-//! Lease ([`node_lease`], kubelet's `nodelease` controller). Each runs as its own task on the
+//! ([`node_status`], kubelet's `kubelet_node_status.go` and `nodestatus` setters), the node
+//! Lease ([`node_lease`], kubelet's `nodelease` controller) and mirror pods for static pods with
+//! their status ([`mirror_pods`]). Not yet: the API pod source, API pods' status and deletion,
+//! events posted to the API, ConfigMaps and Secrets read from the API. Each runs as its own task on the
 //! agent's runtime; an unreachable apiserver delays them and nothing else: static pods run
 //! whether or not the node has registered.
 //!
 //! The control plane the tests use is kube-apiserver v1.20 (scripts/env/cluster.sh); every field
 //! written here is one that API serves.
 
+pub mod mirror_pods;
 pub mod node_lease;
 pub mod node_status;
 
