@@ -269,7 +269,7 @@ mod tests {
             static_pod("moved-n1", "h4", "Failed"),
             static_pod("deleted-n1", "h5", "Running"),
         ];
-        let mut mirror = |s: &Pod, hash: &str, uid: &str, phase: &str| {
+        let mirror = |s: &Pod, hash: &str, uid: &str, phase: &str| {
             let mut m = mirror_of(s, "n1", None);
             m.metadata
                 .annotations
