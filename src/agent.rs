@@ -202,8 +202,10 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         runtime_state.clone(),
         metrics.runtime_up.clone(),
     ));
+    let mut cluster_client = None;
     if let Some(path) = &flags.kubeconfig {
         let client = rt.block_on(crate::cluster::client(path))?;
+        cluster_client = Some(client.clone());
         let facts = crate::cluster::node_status::NodeFacts {
             name: node_name.clone(),
             ip: node_ip.to_string(),
@@ -234,11 +236,12 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             registered_rx.clone(),
         ));
         rt.spawn(crate::cluster::mirror_pods::run(
-            client,
+            client.clone(),
             node_name.clone(),
             status.clone(),
             registered_rx,
         ));
+        rt.spawn(crate::cluster::pod_status::run(client, status.clone()));
         info!(kubeconfig = %path.display(), "cluster mode: registering the node with the API server");
     }
 
@@ -355,6 +358,24 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         threads.push(spawn_thread("file-source", move || {
             crate::source::file::run(src, period, pc, stop, crate::clock::system())
         }));
+    }
+    if let Some(client) = cluster_client {
+        pod_config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(crate::source::api::SOURCE);
+        let (held, listed) = (status.clone(), pleg.clone());
+        rt.spawn(crate::source::api::run(
+            client,
+            node_name.clone(),
+            pod_config.clone(),
+            Box::new(move |uid| {
+                held.get(uid).is_some()
+                    || listed
+                        .runtime_pods()
+                        .is_none_or(|p| p.ours.iter().any(|pod| crate::pod::pod_uid(pod) == uid))
+            }),
+        ));
     }
     let sources_ready = pod_config
         .lock()

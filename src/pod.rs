@@ -60,6 +60,28 @@ pub fn container_spec<'a>(
 /// (`container.apparmor.security.beta.kubernetes.io/<container>`).
 pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
 
+/// The source name of pods from the API server (kubelet's `ApiserverSource`).
+pub const API_SOURCE: &str = "api";
+
+/// Whether `pod` is a static pod: its `kubernetes.io/config.source` is a source other than the
+/// API (kubelet's `IsStaticPod`).
+pub fn is_static_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+        .is_some_and(|s| s != API_SOURCE)
+}
+
+/// Whether `pod` is a mirror pod: it carries `kubernetes.io/config.mirror` (kubelet's
+/// `IsMirrorPod`).
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
+}
+
 /// The pod's `kubernetes.io/config.hash` annotation (its manifest version), empty when absent.
 pub fn config_hash(pod: &Pod) -> &str {
     pod.metadata

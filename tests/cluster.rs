@@ -3,7 +3,9 @@
 //! labels, it is Ready, its Lease in kube-node-lease is renewed every 10 s and owned by the Node,
 //! and once nodelet stops the Lease is no longer renewed. A static pod appears as a mirror pod
 //! with its status; editing the manifest replaces the mirror, one deleted by hand comes back,
-//! and removing the manifest deletes it. Credentials of another node are refused by the
+//! and removing the manifest deletes it. A pod created with kubectl for the node runs, its
+//! status (phase, podIP, container state) reaches the API, and `kubectl delete` stops it within
+//! its grace period and the object disappears. Credentials of another node are refused by the
 //! apiserver and reported once.
 //!
 //! Skipped, with a message, where the control plane is not running.
@@ -249,6 +251,78 @@ fn a_static_pod_has_a_mirror_pod_that_follows_its_manifest() {
     wait_until(Duration::from_secs(20), "the mirror deleted", || {
         pod("{.metadata.name}").is_none()
     });
+    n.kill9();
+    delete_node(&node);
+}
+
+/// kubectl as the admin with `stdin` as input.
+fn kubectl_apply(yaml: &str) {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(["--kubeconfig", ADMIN, "apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "kubectl apply failed");
+}
+
+#[test]
+fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() {
+    if !cluster_up() {
+        return;
+    }
+    let mut n = Nodelet::new("apipods");
+    let node = n.node.clone();
+    delete_node(&node);
+    n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&node)];
+    n.start();
+    let name = format!("api-{node}");
+    // No controller manager mints service account tokens: the pod does without one.
+    kubectl_apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 3\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n"
+    ));
+    let pod = |path: &str| jsonpath("pod", &name, Some("default"), path);
+    wait_until(Duration::from_secs(30), "the API pod Running", || {
+        pod("{.status.phase}").is_some_and(|p| p == "Running")
+    });
+    let uid = pod("{.metadata.uid}").unwrap();
+    let containers = n.runtime.containers(&uid);
+    assert_eq!(containers.len(), 1, "one container in the runtime");
+    let ip = pod("{.status.podIP}").unwrap();
+    assert!(ip.starts_with("10.88."), "podIP {ip}");
+    assert!(
+        pod("{.status.containerStatuses[0].state.running.startedAt}")
+            .is_some_and(|t| !t.is_empty())
+    );
+    assert_eq!(
+        pod("{.status.containerStatuses[0].ready}").as_deref(),
+        Some("true")
+    );
+
+    // Deleted: stopped within its 3 s grace (sleep ignores SIGTERM: killed at the grace), then
+    // the object is gone.
+    let t0 = Instant::now();
+    kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
+    wait_until(Duration::from_secs(20), "the API pod deleted", || {
+        pod("{.metadata.name}").is_none()
+    });
+    let took = t0.elapsed();
+    eprintln!("kubectl delete to the object gone: {took:?}");
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_secs(3 + 5),
+        "{took:?}: not stopped with its 3 s grace"
+    );
+    assert!(
+        n.runtime.sandboxes(&uid).is_empty(),
+        "nothing of it left in the runtime"
+    );
     n.kill9();
     delete_node(&node);
 }

@@ -7,9 +7,10 @@
 #     kubernetes-client;
 #   - certificates made by openssl: a CA, the apiserver's serving certificate, an admin client
 #     (group system:masters) and, on request, a node client (system:node:<name> in system:nodes);
-#   - etcd on 127.0.0.1:12379 and kube-apiserver on https://127.0.0.1:16443 with the Node and
-#     RBAC authorizers and the NodeRestriction admission plugin; the `default` ServiceAccount
-#     (there is no controller manager to create it).
+#   - etcd on 127.0.0.1:22379 (clear of kubeadm's 2379 and tests/kubeadm_etcd.rs's 12379) and
+#     kube-apiserver on https://127.0.0.1:16443 with the Node and RBAC authorizers and the
+#     NodeRestriction admission plugin; the `default` ServiceAccount (there is no controller
+#     manager to create it).
 # Usage:
 #   cluster.sh                        bring it up (idempotent); prints the admin kubeconfig path
 #   cluster.sh node-kubeconfig NAME   print the path of a kubeconfig for node NAME (made once)
@@ -93,6 +94,9 @@ EOF
 pki() {
     mkdir -p "$PKI"
     chmod 0700 "$PKI"
+    # One writer at a time: tests ask for node credentials in parallel (openssl's serial file).
+    exec 8>"$CLUSTER_DIR/pki.lock"
+    flock -w 60 8 || die "another cluster.sh holds $CLUSTER_DIR/pki.lock"
     if [[ ! -s $PKI/ca.crt ]]; then
         openssl req -x509 -new -nodes -newkey rsa:2048 -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
             -days 3650 -subj /CN=nodelet-test-ca 2>/dev/null
@@ -174,15 +178,15 @@ up() {
         rm -rf "$ETCD_DATA"
         mkdir -p "$ETCD_DATA"
         "$ETCD_BIN" --name nodelet-test --data-dir "$ETCD_DATA" \
-            --listen-client-urls http://127.0.0.1:12379 --advertise-client-urls http://127.0.0.1:12379 \
-            --listen-peer-urls http://127.0.0.1:12380 --initial-advertise-peer-urls http://127.0.0.1:12380 \
-            --initial-cluster nodelet-test=http://127.0.0.1:12380 \
+            --listen-client-urls http://127.0.0.1:22379 --advertise-client-urls http://127.0.0.1:22379 \
+            --listen-peer-urls http://127.0.0.1:22380 --initial-advertise-peer-urls http://127.0.0.1:22380 \
+            --initial-cluster nodelet-test=http://127.0.0.1:22380 \
             >"$NODELET_ENV_LOG/etcd.log" 2>&1 &
         echo $! >"$ETCD_PIDFILE"
-        say "etcd: started on 127.0.0.1:12379"
+        say "etcd: started on 127.0.0.1:22379"
     fi
     if ! running "$APISERVER_PIDFILE"; then
-        "$APISERVER_BIN" --etcd-servers=http://127.0.0.1:12379 \
+        "$APISERVER_BIN" --etcd-servers=http://127.0.0.1:22379 \
             --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=16443 --insecure-port=0 \
             --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
             --client-ca-file="$PKI/ca.crt" \

@@ -23,24 +23,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use tracing::{info, warn};
 
-use crate::pod::{CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use crate::pod::{is_mirror_pod, is_static_pod, CONFIG_MIRROR_ANNOTATION};
 
 /// How often mirror pods are compared with the static pods.
 pub const MIRROR_SYNC_PERIOD: Duration = Duration::from_secs(2);
-
-/// Whether `pod` is a static pod (it came from the file source).
-pub fn is_static(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|s| s != "api")
-}
-
-/// Whether `pod` is a mirror pod (it carries `kubernetes.io/config.mirror`).
-pub fn is_mirror(pod: &Pod) -> bool {
-    mirror_hash(pod).is_some()
-}
 
 fn mirror_hash(pod: &Pod) -> Option<&str> {
     pod.metadata
@@ -156,7 +142,7 @@ pub async fn run(
         let mirrors: Vec<Pod> = match listed {
             Ok(l) => {
                 failing = false;
-                l.items.into_iter().filter(is_mirror).collect()
+                l.items.into_iter().filter(is_mirror_pod).collect()
             }
             Err(e) => {
                 if !failing {
@@ -166,7 +152,7 @@ pub async fn run(
                 continue;
             }
         };
-        let statics: Vec<Pod> = status.pods().into_iter().filter(is_static).collect();
+        let statics: Vec<Pod> = status.pods().into_iter().filter(is_static_pod).collect();
         let p = plan(&statics, &mirrors);
         let by_key: HashMap<String, &Pod> = statics.iter().map(|s| (key(s), s)).collect();
         for (k, uid) in &p.delete {
@@ -228,7 +214,7 @@ async fn post_status(api: &Api<Pod>, mirror: &Pod, static_pod: &Pod) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::CONFIG_HASH_ANNOTATION;
+    use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
     fn static_pod(name: &str, hash: &str, phase: &str) -> Pod {
         let mut p = Pod::default();
@@ -255,7 +241,7 @@ mod tests {
         let m = mirror_of(&s, "n1", Some("node-uid"));
         assert!(m.metadata.uid.is_none() && m.status.is_none());
         assert_eq!(mirror_hash(&m), Some("h1"));
-        assert!(is_mirror(&m) && !is_mirror(&s) && is_static(&s));
+        assert!(is_mirror_pod(&m) && !is_mirror_pod(&s) && is_static_pod(&s));
         let o = &m.metadata.owner_references.unwrap()[0];
         assert_eq!((o.kind.as_str(), o.uid.as_str()), ("Node", "node-uid"));
     }

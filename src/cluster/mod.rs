@@ -4,8 +4,9 @@
 //! Built so far: the API client ([`client`]), node registration and status
 //! ([`node_status`], kubelet's `kubelet_node_status.go` and `nodestatus` setters), the node
 //! Lease ([`node_lease`], kubelet's `nodelease` controller) and mirror pods for static pods with
-//! their status ([`mirror_pods`]). Not yet: the API pod source, API pods' status and deletion,
-//! events posted to the API, ConfigMaps and Secrets read from the API. Each runs as its own task on the
+//! their status ([`mirror_pods`]), the API pod source ([`crate::source::api`]) with its pods'
+//! status ([`pod_status`]) and final delete. Not yet: events posted to the API, ConfigMaps and
+//! Secrets read from the API, Failed statuses of pods refused at admission. Each runs as its own task on the
 //! agent's runtime; an unreachable apiserver delays them and nothing else: static pods run
 //! whether or not the node has registered.
 //!
@@ -15,6 +16,7 @@
 pub mod mirror_pods;
 pub mod node_lease;
 pub mod node_status;
+pub mod pod_status;
 
 use std::path::Path;
 

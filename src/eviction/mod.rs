@@ -141,10 +141,7 @@ pub fn is_critical(pod: &Pod, static_pods_are_critical: bool) -> bool {
     let has = |k: &str| annotations.is_some_and(|a| a.contains_key(k));
     crate::qos::pod_priority(pod) >= crate::qos::SYSTEM_CRITICAL_PRIORITY
         || has(crate::pod::CONFIG_MIRROR_ANNOTATION)
-        || (static_pods_are_critical
-            && annotations
-                .and_then(|a| a.get(crate::pod::CONFIG_SOURCE_ANNOTATION))
-                .is_some_and(|s| s != "api"))
+        || (static_pods_are_critical && crate::pod::is_static_pod(pod))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! snapshot against the previous one of the same source and emits [`PodUpdate`]s, stamping
 //! `kubernetes.io/config.seen` on added and updated pods as kubelet does.
 
+pub mod api;
 pub mod checkpoint;
 pub mod file;
 pub mod manifest;

@@ -1,0 +1,213 @@
+//! The API pod source (kubelet's `pkg/kubelet/config/apiserver.go`): the pods bound to this node
+//! (`spec.nodeName=<node>`), followed by a reflector (kube-rs `watcher`: list, then watch from
+//! the resource version, re-list when the watch expires), merged with the file source through
+//! the same [`PodConfig`](super::PodConfig) and admission.
+//!
+//! Each pod gets annotation `kubernetes.io/config.source: api` and a `kubernetes.io/config.hash`
+//! of its spec, labels and annotations, so that the merge sees an edit as an UPDATE. Mirror pods
+//! (the API's view of static pods) are not pods to run and are left out.
+//!
+//! A pod marked for deletion (`deletionTimestamp`) is first sent again with its
+//! `deletionGracePeriodSeconds` as its grace period, then left out of the set: the sync loop
+//! stops it with that grace, and this source deletes the object (grace 0, on its UID) once
+//! nothing of it runs (kubelet's final delete).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
+use tracing::{info, warn};
+
+use super::PodConfig;
+use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+
+/// The source's name.
+pub const SOURCE: &str = crate::pod::API_SOURCE;
+
+/// The pod as the merge sees it: source and hash annotations added; for one being deleted, its
+/// deletion grace period as its grace period.
+pub fn prepare(mut pod: Pod) -> Pod {
+    if let Some(grace) = pod.metadata.deletion_grace_period_seconds {
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.termination_grace_period_seconds = Some(grace);
+        }
+    }
+    let hash = crate::hash::object_hash(&(
+        &pod.spec,
+        &pod.metadata.labels,
+        &pod.metadata.annotations,
+        &pod.metadata.deletion_timestamp,
+    ));
+    let a = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    a.insert(CONFIG_SOURCE_ANNOTATION.into(), SOURCE.into());
+    a.insert(CONFIG_HASH_ANNOTATION.into(), hash);
+    pod.status = None;
+    pod
+}
+
+/// Whether `pod` is one for this agent to run from the API: not a mirror pod.
+fn runnable(pod: &Pod) -> bool {
+    !crate::pod::is_mirror_pod(pod)
+}
+
+/// What tells the source that a pod being deleted is gone from the node: true while the agent
+/// still holds a status for the UID or the runtime still has a sandbox of it.
+pub type StillHere = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// How often pods being deleted are checked for their final delete.
+pub const FINAL_DELETE_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Follows the pods bound to `node_name` until the task is dropped, setting the API source's
+/// pods in `config` after the first complete list and after every change, and deleting from the
+/// API (grace 0, on the UID) each pod marked for deletion once `still_here` says it is gone.
+pub async fn run(
+    client: kube::Client,
+    node_name: String,
+    config: Arc<Mutex<PodConfig>>,
+    still_here: StillHere,
+) {
+    let api: kube::Api<Pod> = kube::Api::all(client.clone());
+    let wc = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    let mut stream = watcher(api, wc).boxed();
+    let mut store: BTreeMap<String, Pod> = BTreeMap::new();
+    let mut initial: Option<BTreeMap<String, Pod>> = None;
+    let mut listed = false;
+    let mut failing = false;
+    // Pods marked for deletion already handed to the sync loop: namespace, name, and whether
+    // the final delete was sent (kept until the watch says the object is gone, so that its
+    // last update is not taken for a new deletion).
+    let mut deleting: BTreeMap<String, (String, String, bool)> = BTreeMap::new();
+    let mut tick = tokio::time::interval(FINAL_DELETE_PERIOD);
+    loop {
+        let event = tokio::select! {
+            e = stream.next() => match e {
+                Some(e) => e,
+                None => return,
+            },
+            _ = tick.tick() => {
+                final_deletes(&client, &mut deleting, &still_here).await;
+                continue;
+            }
+        };
+        let changed = match event {
+            Ok(watcher::Event::Init) => {
+                initial = Some(BTreeMap::new());
+                false
+            }
+            Ok(watcher::Event::InitApply(p)) => {
+                if let Some(i) = initial.as_mut() {
+                    i.insert(crate::pod::pod_uid(&p).to_owned(), p);
+                }
+                false
+            }
+            Ok(watcher::Event::InitDone) => {
+                store = initial.take().unwrap_or_default();
+                listed = true;
+                true
+            }
+            Ok(watcher::Event::Apply(p)) => {
+                store.insert(crate::pod::pod_uid(&p).to_owned(), p);
+                true
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                store.remove(crate::pod::pod_uid(&p));
+                true
+            }
+            Err(e) => {
+                if !failing {
+                    warn!(error = %e, "API pod source: watch failed; the reflector retries");
+                    failing = true;
+                }
+                false
+            }
+        };
+        if !changed || !listed {
+            continue;
+        }
+        if failing {
+            info!("API pod source: watching again");
+            failing = false;
+        }
+        deleting.retain(|uid, _| store.contains_key(uid));
+        let pods: Vec<&Pod> = store.values().filter(|p| runnable(p)).collect();
+        let newly_deleting: Vec<&Pod> = pods
+            .iter()
+            .copied()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_some()
+                    && !deleting.contains_key(crate::pod::pod_uid(p))
+            })
+            .collect();
+        let running: Vec<Pod> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| prepare((*p).clone()))
+            .collect();
+        let mut c = config.lock().unwrap_or_else(|e| e.into_inner());
+        if !newly_deleting.is_empty() {
+            // Once with the deletion grace (an UPDATE), then out (a REMOVE that stops the pod
+            // with that grace).
+            let mut with = running.clone();
+            with.extend(newly_deleting.iter().map(|p| prepare((*p).clone())));
+            c.set(SOURCE, with);
+            for p in newly_deleting {
+                info!(
+                    pod = p.metadata.name.as_deref().unwrap_or(""),
+                    namespace = p.metadata.namespace.as_deref().unwrap_or(""),
+                    grace = p.metadata.deletion_grace_period_seconds.unwrap_or(0),
+                    "pod marked for deletion in the API; stopping it"
+                );
+                deleting.insert(
+                    crate::pod::pod_uid(p).to_owned(),
+                    (
+                        p.metadata.namespace.clone().unwrap_or_default(),
+                        p.metadata.name.clone().unwrap_or_default(),
+                        false,
+                    ),
+                );
+            }
+        }
+        c.set(SOURCE, running);
+    }
+}
+
+/// Deletes (grace 0, on the UID) each pod of `deleting` that `still_here` says is gone.
+async fn final_deletes(
+    client: &kube::Client,
+    deleting: &mut BTreeMap<String, (String, String, bool)>,
+    still_here: &StillHere,
+) {
+    let done: Vec<String> = deleting
+        .iter()
+        .filter(|(uid, (_, _, sent))| !sent && !still_here(uid))
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    for uid in done {
+        let Some((ns, name, _)) = deleting.get(&uid).cloned() else {
+            continue;
+        };
+        let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), &ns);
+        let dp = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&name, &dp).await {
+            Ok(_) => {
+                info!(pod = %name, namespace = %ns, "pod deleted from the API");
+                deleting.insert(uid, (ns, name, true));
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
+                deleting.insert(uid, (ns, name, true));
+            }
+            Err(e) => {
+                warn!(pod = %name, error = %e, "cannot delete the pod from the API; will retry")
+            }
+        }
+    }
+}
