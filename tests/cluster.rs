@@ -73,6 +73,18 @@ fn jsonpath(kind: &str, name: &str, ns: Option<&str>, path: &str) -> Option<Stri
     kubectl(&args)
 }
 
+/// A nodelet for `test` (extra configuration `extra`) that joins the cluster as its own node,
+/// any Node of that name deleted first; `None` (the test skips) without a control plane.
+fn joining_nodelet(test: &str, extra: &str) -> Option<Nodelet> {
+    if !cluster_up() {
+        return None;
+    }
+    let mut n = Nodelet::with_config(test, extra);
+    delete_node(&n.node);
+    n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&n.node)];
+    Some(n)
+}
+
 fn delete_node(name: &str) {
     let _ = kubectl(&["delete", "node", name, "--ignore-not-found"]);
     let _ = kubectl(&[
@@ -87,13 +99,10 @@ fn delete_node(name: &str) {
 
 #[test]
 fn the_node_registers_is_ready_and_renews_its_lease() {
-    if !cluster_up() {
+    let Some(mut n) = joining_nodelet("joins", "maxPods: 42\n") else {
         return;
-    }
-    let mut n = Nodelet::with_config("joins", "maxPods: 42\n");
+    };
     let name = n.node.clone();
-    delete_node(&name);
-    n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&name)];
     n.start();
     wait_until(Duration::from_secs(20), "the node Ready in the API", || {
         jsonpath(
@@ -192,13 +201,10 @@ fn credentials_of_another_node_are_refused_and_reported_once() {
 
 #[test]
 fn a_static_pod_has_a_mirror_pod_that_follows_its_manifest() {
-    if !cluster_up() {
+    let Some(mut n) = joining_nodelet("mirror", "") else {
         return;
-    }
-    let mut n = Nodelet::new("mirror");
+    };
     let node = n.node.clone();
-    delete_node(&node);
-    n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&node)];
     let manifest = |app: &str| {
         format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web, labels: {{app: {app}}}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n")
     };
@@ -275,13 +281,10 @@ fn kubectl_apply(yaml: &str) {
 
 #[test]
 fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() {
-    if !cluster_up() {
+    let Some(mut n) = joining_nodelet("apipods", "") else {
         return;
-    }
-    let mut n = Nodelet::new("apipods");
+    };
     let node = n.node.clone();
-    delete_node(&node);
-    n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&node)];
     n.start();
     let name = format!("api-{node}");
     // No controller manager mints service account tokens: the pod does without one.
