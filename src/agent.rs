@@ -220,28 +220,16 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             max_pods: config.max_pods,
             info: crate::cluster::node_status::system_info(&runtime_version),
         };
-        let (registered_tx, registered_rx) = tokio::sync::watch::channel(None);
-        rt.spawn(crate::cluster::node_status::run(
-            client.clone(),
+        crate::cluster::spawn(
+            rt.handle(),
+            client,
             facts,
             crate::cluster::node_status::StatusInputs {
                 pressure: pressure.clone(),
                 runtime: runtime_state.clone(),
             },
-            registered_tx,
-        ));
-        rt.spawn(crate::cluster::node_lease::run(
-            client.clone(),
-            node_name.clone(),
-            registered_rx.clone(),
-        ));
-        rt.spawn(crate::cluster::mirror_pods::run(
-            client.clone(),
-            node_name.clone(),
             status.clone(),
-            registered_rx,
-        ));
-        rt.spawn(crate::cluster::pod_status::run(client, status.clone()));
+        );
         info!(kubeconfig = %path.display(), "cluster mode: registering the node with the API server");
     }
 

@@ -53,6 +53,38 @@ pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
     kube::Client::try_from(config).map_err(|e| err(e.to_string()))
 }
 
+/// Starts the node's tasks on `rt`: registration and node status, the Lease, mirror pods for the
+/// static pods and the API pods' status (both read from `status`). The API pod source is
+/// started with the other pod sources ([`crate::source::api::run`]).
+pub fn spawn(
+    rt: &tokio::runtime::Handle,
+    client: kube::Client,
+    facts: node_status::NodeFacts,
+    inputs: node_status::StatusInputs,
+    status: crate::status::StatusManager,
+) {
+    let name = facts.name.clone();
+    let (registered_tx, registered_rx) = tokio::sync::watch::channel(None);
+    rt.spawn(node_status::run(
+        client.clone(),
+        facts,
+        inputs,
+        registered_tx,
+    ));
+    rt.spawn(node_lease::run(
+        client.clone(),
+        name.clone(),
+        registered_rx.clone(),
+    ));
+    rt.spawn(mirror_pods::run(
+        client.clone(),
+        name,
+        status.clone(),
+        registered_rx,
+    ));
+    rt.spawn(pod_status::run(client, status));
+}
+
 /// A Kubernetes timestamp for `now` (seconds since the epoch, as the API keeps them).
 pub fn api_time(
     now: std::time::SystemTime,

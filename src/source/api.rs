@@ -3,6 +3,9 @@
 //! the resource version, re-list when the watch expires), merged with the file source through
 //! the same [`PodConfig`](super::PodConfig) and admission.
 //!
+//! A pod is checked as a manifest is ([`super::validation::validate_pod`]); one nodelet refuses
+//! is never run and gets status Failed, reason `UnsupportedPodSpec`, naming the field.
+//!
 //! Each pod gets annotation `kubernetes.io/config.source: api` and a `kubernetes.io/config.hash`
 //! of its spec, labels and annotations, so that the merge sees an edit as an UPDATE. Mirror pods
 //! (the API's view of static pods) are not pods to run and are left out.
@@ -75,6 +78,8 @@ pub async fn run(
     let mut initial: Option<BTreeMap<String, Pod>> = None;
     let mut listed = false;
     let mut failing = false;
+    // Pods refused by nodelet's validation, already reported (by UID).
+    let mut refused: std::collections::HashSet<String> = std::collections::HashSet::new();
     // Pods marked for deletion already handed to the sync loop: namespace, name, and whether
     // the final delete was sent (kept until the watch says the object is gone, so that its
     // last update is not taken for a new deletion).
@@ -131,7 +136,18 @@ pub async fn run(
             failing = false;
         }
         deleting.retain(|uid, _| store.contains_key(uid));
-        let pods: Vec<&Pod> = store.values().filter(|p| runnable(p)).collect();
+        refused.retain(|uid| store.contains_key(uid));
+        let mut pods: Vec<&Pod> = Vec::new();
+        for p in store.values().filter(|p| runnable(p)) {
+            match super::validation::validate_pod(p) {
+                Ok(()) => pods.push(p),
+                Err(e) => {
+                    if refused.insert(crate::pod::pod_uid(p).to_owned()) {
+                        refuse(&client, p, &e).await;
+                    }
+                }
+            }
+        }
         let newly_deleting: Vec<&Pod> = pods
             .iter()
             .copied()
@@ -170,6 +186,33 @@ pub async fn run(
             }
         }
         c.set(SOURCE, running);
+    }
+}
+
+/// A pod that nodelet's validation refuses (a field it does not implement and must not ignore:
+/// a volume kind, a security setting): never run, reported once, and given status Failed with
+/// reason `UnsupportedPodSpec` and the field in the message, as kubelet's `rejectPod` reports a
+/// pod it cannot admit.
+async fn refuse(client: &kube::Client, pod: &Pod, e: &super::validation::FieldError) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let message = format!("{}: {}", e.field, e.describe());
+    warn!(pod = %name, namespace = %ns, error = %message, "refusing a pod from the API");
+    let status = serde_json::json!({ "status": {
+        "phase": "Failed",
+        "reason": "UnsupportedPodSpec",
+        "message": format!("Pod was rejected: {message}"),
+    }});
+    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
+    if let Err(err) = api
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+    {
+        warn!(pod = %name, namespace = %ns, error = %err, "cannot post the refused pod's status");
     }
 }
 
