@@ -5,7 +5,8 @@
 //! with its status; editing the manifest replaces the mirror, one deleted by hand comes back,
 //! and removing the manifest deletes it. A pod created with kubectl for the node runs, its
 //! status (phase, podIP, container state) reaches the API, and `kubectl delete` stops it within
-//! its grace period and the object disappears. Credentials of another node are refused by the
+//! its grace period and the object disappears; one with a volume kind nodelet does not implement
+//! is never run and is Failed with the field named. Credentials of another node are refused by the
 //! apiserver and reported once.
 //!
 //! Skipped, with a message, where the control plane is not running.
@@ -326,6 +327,35 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
         n.runtime.sandboxes(&uid).is_empty(),
         "nothing of it left in the runtime"
     );
+
+    // A volume kind nodelet does not implement: never run, Failed with the field named.
+    let bad = format!("nfs-{node}");
+    kubectl_apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {bad}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600'], volumeMounts: [{{name: v, mountPath: /v}}]}}\n  volumes:\n  - {{name: v, nfs: {{server: 127.0.0.1, path: /x}}}}\n"
+    ));
+    let badpod = |path: &str| jsonpath("pod", &bad, Some("default"), path);
+    wait_until(Duration::from_secs(20), "the nfs pod Failed", || {
+        badpod("{.status.phase}").is_some_and(|p| p == "Failed")
+    });
+    assert_eq!(
+        badpod("{.status.reason}").as_deref(),
+        Some("UnsupportedPodSpec")
+    );
+    let message = badpod("{.status.message}").unwrap();
+    assert!(message.contains("volumes"), "{message}");
+    let bad_uid = badpod("{.metadata.uid}").unwrap();
+    assert!(n.runtime.sandboxes(&bad_uid).is_empty(), "never run");
+    // No agent will finish this deletion (it is stopped next): forced.
+    kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        &bad,
+        "--grace-period=0",
+        "--force",
+    ])
+    .unwrap();
     n.kill9();
     delete_node(&node);
 }
