@@ -162,6 +162,18 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
         lease("{.spec.renewTime}").is_some_and(|t| t != first)
     });
 
+    // The Node deleted by hand: registered again, and the Lease follows its new UID.
+    kubectl(&["delete", "node", &name, "--wait=true"]).unwrap();
+    wait_until(Duration::from_secs(25), "the Node registered again", || {
+        jsonpath("node", &name, None, "{.metadata.uid}").is_some_and(|u| u != node_uid)
+    });
+    let new_uid = jsonpath("node", &name, None, "{.metadata.uid}").unwrap();
+    wait_until(
+        Duration::from_secs(15),
+        "the Lease owned by the new Node",
+        || lease("{.metadata.ownerReferences[0].uid}").as_deref() == Some(new_uid.as_str()),
+    );
+
     // Stopped: no renewal for longer than the renew interval.
     n.kill9();
     let last = lease("{.spec.renewTime}").unwrap();
@@ -358,4 +370,38 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
     .unwrap();
     n.kill9();
     delete_node(&node);
+}
+
+#[test]
+fn an_unreachable_apiserver_is_retried_with_back_off_and_static_pods_run() {
+    if !cluster_up() {
+        return;
+    }
+    let mut n = Nodelet::new("unreachable");
+    // The admin kubeconfig pointed at a closed port.
+    let text = std::fs::read_to_string(ADMIN)
+        .unwrap()
+        .replace("https://127.0.0.1:16443", "https://127.0.0.1:1");
+    let kubeconfig = n.dir.path().join("closed.kubeconfig");
+    std::fs::write(&kubeconfig, text).unwrap();
+    n.extra_args = vec!["--kubeconfig".into(), kubeconfig.display().to_string()];
+    n.write_manifest(
+        "s.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: s}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sleep, '3600']}\n",
+    );
+    n.start();
+    let uid = n.uid("s");
+    n.wait_running(&uid, &["c"], Duration::from_secs(60));
+    // Ten seconds of retries (housekeeping waits for the API source, so no pass marks time):
+    // a handful of lines, not a flood (without back-off: thousands a second).
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let lines = n.log().lines().count();
+        assert!(
+            lines < 400,
+            "{lines} log lines with the apiserver unreachable"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(n.log().contains("API pod source: watch failed"));
 }

@@ -206,3 +206,25 @@ fn termination_messages_come_from_the_file_or_the_log_tail_on_error() {
         "exit 0: no fallback to the logs"
     );
 }
+
+/// A privileged container runs in a privileged sandbox (kubelet's `HasPrivilegedContainer`;
+/// containerd refuses a privileged container in an unprivileged sandbox) and sees the host's
+/// devices; its unprivileged sibling does not.
+#[test]
+fn a_privileged_container_runs_and_sees_the_hosts_devices() {
+    let mut n = Nodelet::new("privileged");
+    n.start();
+    n.write_manifest(
+        "priv.yaml",
+        &manifest(
+            "priv",
+            "  containers:\n  - {name: p, image: busybox:1.36, command: [sleep, '3600'], securityContext: {privileged: true}}\n  - {name: u, image: busybox:1.36, command: [sleep, '3600']}\n",
+        ),
+    );
+    let uid = n.uid("priv");
+    let cs = n.wait_running(&uid, &["p", "u"], Duration::from_secs(60));
+    let (_, out) = n.runtime.exec(&cs["p"].id, &["ls", "/dev"]);
+    assert!(out.contains("kmsg"), "privileged sees /dev/kmsg: {out}");
+    let (_, out) = n.runtime.exec(&cs["u"].id, &["ls", "/dev"]);
+    assert!(!out.contains("kmsg"), "unprivileged does not: {out}");
+}

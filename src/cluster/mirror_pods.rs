@@ -127,6 +127,8 @@ pub async fn run(
 ) {
     let pods_api: Api<Pod> = Api::all(client.clone());
     let mut refused: HashSet<String> = HashSet::new();
+    // Mirrors deleted already (by UID): one held by a finalizer is not deleted again each round.
+    let mut deleted: HashSet<String> = HashSet::new();
     let mut failing = false;
     let mut tick = tokio::time::interval(MIRROR_SYNC_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -155,7 +157,15 @@ pub async fn run(
         let statics: Vec<Pod> = status.pods().into_iter().filter(is_static_pod).collect();
         let p = plan(&statics, &mirrors);
         let by_key: HashMap<String, &Pod> = statics.iter().map(|s| (key(s), s)).collect();
+        deleted.retain(|uid| {
+            mirrors
+                .iter()
+                .any(|m| m.metadata.uid.as_deref() == Some(uid))
+        });
         for (k, uid) in &p.delete {
+            if !deleted.insert(uid.clone()) {
+                continue;
+            }
             let (ns, name) = k.split_once('/').unwrap_or(("default", k));
             let api: Api<Pod> = Api::namespaced(client.clone(), ns);
             let dp = DeleteParams {
@@ -168,7 +178,10 @@ pub async fn run(
             };
             match api.delete(name, &dp).await {
                 Ok(_) => info!(pod = %k, "deleted mirror pod"),
-                Err(e) => warn!(pod = %k, error = %e, "cannot delete mirror pod"),
+                Err(e) => {
+                    warn!(pod = %k, error = %e, "cannot delete mirror pod; will retry");
+                    deleted.remove(uid);
+                }
             }
         }
         for k in &p.create {

@@ -5,8 +5,8 @@
 //! ([`node_status`], kubelet's `kubelet_node_status.go` and `nodestatus` setters), the node
 //! Lease ([`node_lease`], kubelet's `nodelease` controller) and mirror pods for static pods with
 //! their status ([`mirror_pods`]), the API pod source ([`crate::source::api`]) with its pods'
-//! status ([`pod_status`]) and final delete. Not yet: events posted to the API, ConfigMaps and
-//! Secrets read from the API, Failed statuses of pods refused at admission. Each runs as its own task on the
+//! status ([`pod_status`]; a pod refused at admission is posted Failed with kubelet's reason)
+//! and final delete. Not yet: events posted to the API, ConfigMaps and Secrets read from the API. Each runs as its own task on the
 //! agent's runtime; an unreachable apiserver delays them and nothing else: static pods run
 //! whether or not the node has registered.
 //!

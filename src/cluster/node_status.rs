@@ -10,9 +10,10 @@
 //! ([`REGISTER_RETRY_INITIAL`] doubling to [`REGISTER_RETRY_MAX`], kubelet's) while the apiserver
 //! cannot be reached or refuses; the refusal is logged once.
 //!
-//! Then every [`NODE_STATUS_UPDATE_FREQUENCY`] the status is computed again and posted (a merge
-//! patch of the status subresource) when it changed, heartbeat times aside, or when
-//! [`NODE_STATUS_REPORT_FREQUENCY`] has passed since the last post. A condition keeps its
+//! Then every [`NODE_STATUS_UPDATE_FREQUENCY`] the Node is read (one deleted by hand is
+//! registered again, with a new UID for the Lease and mirror pods to be owned by), and the status
+//! is computed again and posted (a merge patch of the status subresource) when it changed,
+//! heartbeat times aside, or when [`NODE_STATUS_REPORT_FREQUENCY`] has passed since the last post. A condition keeps its
 //! `lastTransitionTime` while its status stays the same.
 
 use std::collections::BTreeMap;
@@ -291,6 +292,22 @@ pub async fn run(
     let mut failing = false;
     loop {
         tick.tick().await;
+        // The Node deleted by hand: registered again (kubelet 1.20 only logs the error at every
+        // round; the Lease and mirror pods need their owner back).
+        if let Ok(None) = nodes.get_opt(&facts.name).await {
+            warn!(node = %facts.name, "the Node object is gone; registering again");
+            match register(&nodes, &facts, status_now(&[])).await {
+                Ok(uid) => {
+                    info!(node = %facts.name, uid = %uid, "node registered with the API server");
+                    let _ = registered.send(Some(uid));
+                    last = None;
+                }
+                Err(e) => {
+                    warn!(node = %facts.name, error = %e, "unable to register node with the API server; retrying")
+                }
+            }
+            continue;
+        }
         let previous = last
             .as_ref()
             .and_then(|(s, _)| s.conditions.clone())

@@ -281,6 +281,9 @@ pub fn sandbox_config(
             cgroup_parent,
             security_context: Some(api::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
+                // A privileged container needs a privileged sandbox (kubelet's
+                // `HasPrivilegedContainer`; containerd refuses it otherwise).
+                privileged: has_privileged_container(pod),
                 ..Default::default()
             }),
             sysctls,
@@ -290,9 +293,41 @@ pub fn sandbox_config(
     }
 }
 
+/// Whether any container of the pod, init containers included, is privileged (kubelet's
+/// `HasPrivilegedContainer`).
+pub fn has_privileged_container(pod: &Pod) -> bool {
+    pod.spec.as_ref().is_some_and(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .any(|c| {
+                c.security_context
+                    .as_ref()
+                    .and_then(|sc| sc.privileged)
+                    .unwrap_or(false)
+            })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_privileged_container_makes_the_sandbox_privileged() {
+        let plain = pod("{containers: [{name: a, image: busybox}]}");
+        let privileged = pod("{containers: [{name: a, image: busybox}], initContainers: [{name: i, image: busybox, securityContext: {privileged: true}}]}");
+        let sc = |p: &Pod| {
+            sandbox_config(&settings(), p, 0, String::new())
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .privileged
+        };
+        assert!(!sc(&plain));
+        assert!(sc(&privileged));
+    }
 
     fn pod(spec: &str) -> Pod {
         serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web-node1, namespace: ns, uid: u1}}\nspec: {spec}")).unwrap()

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use tracing::{info, warn};
 
 use super::PodConfig;
@@ -73,7 +73,9 @@ pub async fn run(
 ) {
     let api: kube::Api<Pod> = kube::Api::all(client.clone());
     let wc = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-    let mut stream = watcher(api, wc).boxed();
+    // Backed off between failures (kube-rs' default: 800 ms growing to 30 s, as client-go's
+    // reflector): an unreachable apiserver is not hammered, nor the log flooded.
+    let mut stream = watcher(api, wc).default_backoff().boxed();
     let mut store: BTreeMap<String, Pod> = BTreeMap::new();
     let mut initial: Option<BTreeMap<String, Pod>> = None;
     let mut listed = false;
