@@ -357,17 +357,11 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
     assert!(message.contains("volumes"), "{message}");
     let bad_uid = badpod("{.metadata.uid}").unwrap();
     assert!(n.runtime.sandboxes(&bad_uid).is_empty(), "never run");
-    // No agent will finish this deletion (it is stopped next): forced.
-    kubectl(&[
-        "-n",
-        "default",
-        "delete",
-        "pod",
-        &bad,
-        "--grace-period=0",
-        "--force",
-    ])
-    .unwrap();
+    // Deleted: never run, so deleted from the API at once.
+    kubectl(&["-n", "default", "delete", "pod", &bad, "--wait=false"]).unwrap();
+    wait_until(Duration::from_secs(10), "the refused pod deleted", || {
+        badpod("{.metadata.name}").is_none()
+    });
     n.kill9();
     delete_node(&node);
 }

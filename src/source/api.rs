@@ -144,7 +144,16 @@ pub async fn run(
             match super::validation::validate_pod(p) {
                 Ok(()) => pods.push(p),
                 Err(e) => {
-                    if refused.insert(crate::pod::pod_uid(p).to_owned()) {
+                    let uid = crate::pod::pod_uid(p).to_owned();
+                    if p.metadata.deletion_timestamp.is_some() {
+                        // Never run: nothing to stop before the final delete.
+                        deleting.entry(uid.clone()).or_insert((
+                            p.metadata.namespace.clone().unwrap_or_default(),
+                            p.metadata.name.clone().unwrap_or_default(),
+                            false,
+                        ));
+                    }
+                    if refused.insert(uid) {
                         refuse(&client, p, &e).await;
                     }
                 }
