@@ -469,7 +469,15 @@ pull_request() { # IMAGE -> hex of runtime.v1.PullImageRequest{image: ImageSpec{
     printf '0a%s%s' "$(hex_len $((${#img} / 2)))" "$img"
 }
 
-version=$(cri_call runtime.v1.RuntimeService/Version "") || die "CRI Version call failed"
+# The CRI plugin initializes after containerd answers (it loads every container first):
+# "server is not initialized yet" until then. Asked again for up to 30 s.
+for ((i = 0; i < 60; i++)); do
+    version=$(cri_call runtime.v1.RuntimeService/Version "" 2>"$NODELET_ENV_LOG/cri-version.err") && break
+    grep -q "not initialized yet" "$NODELET_ENV_LOG/cri-version.err" ||
+        { cat "$NODELET_ENV_LOG/cri-version.err" >&2; die "CRI Version call failed"; }
+    sleep 0.5
+done
+[[ -n ${version:-} ]] || { cat "$NODELET_ENV_LOG/cri-version.err" >&2; die "CRI Version call failed (not initialized after 30 s)"; }
 say "CRI: Version answers ($(grep -o 'containerd *v\?[0-9][0-9.]*' <<<"$version" | head -n1 | tr -s ' '))"
 
 for image in "$BUSYBOX_IMAGE" "$PAUSE_IMAGE"; do
