@@ -74,13 +74,16 @@ fn jsonpath(kind: &str, name: &str, ns: Option<&str>, path: &str) -> Option<Stri
     kubectl(&args)
 }
 
+/// A nodelet for `test` (extra configuration `extra`), not started; `None` (the test skips)
+/// without a control plane.
+fn cluster_nodelet(test: &str, extra: &str) -> Option<Nodelet> {
+    cluster_up().then(|| Nodelet::with_config(test, extra))
+}
+
 /// A nodelet for `test` (extra configuration `extra`) that joins the cluster as its own node,
 /// any Node of that name deleted first; `None` (the test skips) without a control plane.
 fn joining_nodelet(test: &str, extra: &str) -> Option<Nodelet> {
-    if !cluster_up() {
-        return None;
-    }
-    let mut n = Nodelet::with_config(test, extra);
+    let mut n = cluster_nodelet(test, extra)?;
     delete_node(&n.node);
     n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&n.node)];
     Some(n)
@@ -191,10 +194,9 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
 
 #[test]
 fn credentials_of_another_node_are_refused_and_reported_once() {
-    if !cluster_up() {
+    let Some(mut n) = cluster_nodelet("imposter", "") else {
         return;
-    }
-    let mut n = Nodelet::new("imposter");
+    };
     let other = format!("{}-other", n.node);
     n.extra_args = vec!["--kubeconfig".into(), node_kubeconfig(&other)];
     n.start();
@@ -368,10 +370,9 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
 
 #[test]
 fn an_unreachable_apiserver_is_retried_with_back_off_and_static_pods_run() {
-    if !cluster_up() {
+    let Some(mut n) = cluster_nodelet("unreachable", "") else {
         return;
-    }
-    let mut n = Nodelet::new("unreachable");
+    };
     // The admin kubeconfig pointed at a closed port.
     let text = std::fs::read_to_string(ADMIN)
         .unwrap()

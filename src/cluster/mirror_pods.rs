@@ -154,7 +154,7 @@ pub async fn run(
                 continue;
             }
         };
-        let statics: Vec<Pod> = status.pods().into_iter().filter(is_static_pod).collect();
+        let statics: Vec<Pod> = status.pods_where(is_static_pod);
         let p = plan(&statics, &mirrors);
         let by_key: HashMap<String, &Pod> = statics.iter().map(|s| (key(s), s)).collect();
         deleted.retain(|uid| {

@@ -45,7 +45,7 @@ pub async fn run(client: kube::Client, status: crate::status::StatusManager) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        for pod in due(&status.pods(), &mut posted) {
+        for pod in due(&status.pods_where(from_api), &mut posted) {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let name = pod.metadata.name.as_deref().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(client.clone(), ns);

@@ -340,6 +340,7 @@ impl RuntimePods {
             .collect();
         let mut pods: HashMap<String, Pod> = HashMap::new();
         let mut foreign = std::collections::HashSet::new();
+        let mut ours: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for s in sandboxes {
             let Some(uid) = s.labels.get(labels::POD_UID) else {
                 continue;
@@ -348,6 +349,7 @@ impl RuntimePods {
                 foreign.insert(uid.clone());
                 continue;
             }
+            ours.insert(s.id.as_str());
             pods.entry(uid.clone()).or_insert_with(|| {
                 let mut p = Pod::default();
                 p.metadata.name = s.labels.get(labels::POD_NAME).cloned();
@@ -362,11 +364,6 @@ impl RuntimePods {
             });
         }
         foreign.retain(|u| !pods.contains_key(u));
-        let ours: std::collections::HashSet<&str> = sandboxes
-            .iter()
-            .filter(|s| s.labels.get(labels::NODE_NAME).map(String::as_str) == Some(node_name))
-            .map(|s| s.id.as_str())
-            .collect();
         let running_containers = containers
             .iter()
             .filter(|c| {

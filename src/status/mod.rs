@@ -66,9 +66,16 @@ impl StatusManager {
 
     /// All pods with `status` filled in, sorted by namespace and name.
     pub fn pods(&self) -> Vec<Pod> {
+        self.pods_where(|_| true)
+    }
+
+    /// The pods `keep` accepts, with `status` filled in, sorted by namespace and name; the
+    /// others are not copied.
+    pub fn pods_where(&self, keep: impl Fn(&Pod) -> bool) -> Vec<Pod> {
         let map = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let mut pods: Vec<Pod> = map
             .values()
+            .filter(|(p, _)| keep(p))
             .map(|(p, s)| {
                 let mut p = (**p).clone();
                 p.status = Some(s.clone());
