@@ -699,6 +699,20 @@ mod tests {
     }
 
     #[test]
+    fn an_unchanged_directory_is_not_merged_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = source(dir.path());
+        assert_eq!(s.list_if_changed().map(|p| p.len()), Some(0), "the first listing");
+        assert!(s.list_if_changed().is_none(), "nothing changed");
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        assert_eq!(s.list_if_changed().map(|p| p.len()), Some(1), "a file came");
+        assert!(s.list_if_changed().is_none());
+        assert_eq!(s.list().len(), 1, "list() always answers");
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        assert_eq!(s.list_if_changed().map(|p| p.len()), Some(0), "a file went");
+    }
+
+    #[test]
     fn a_broken_edit_keeps_the_last_good_pod() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("a.yaml");
