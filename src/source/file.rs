@@ -702,7 +702,11 @@ mod tests {
     fn an_unchanged_directory_is_not_merged_again() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = source(dir.path());
-        assert_eq!(s.list_if_changed().map(|p| p.len()), Some(0), "the first listing");
+        assert_eq!(
+            s.list_if_changed().map(|p| p.len()),
+            Some(0),
+            "the first listing"
+        );
         assert!(s.list_if_changed().is_none(), "nothing changed");
         std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
         assert_eq!(s.list_if_changed().map(|p| p.len()), Some(1), "a file came");
