@@ -91,12 +91,19 @@ EOF
     mv "$file.tmp" "$file"
 }
 
-pki() {
-    mkdir -p "$PKI"
-    chmod 0700 "$PKI"
-    # One writer at a time: tests ask for node credentials in parallel (openssl's serial file).
+# One writer of the PKI at a time: tests ask for node credentials in parallel (openssl's serial
+# file). Held on fd 8 until pki_unlock, which must come before any daemon is started: a daemon
+# would inherit fd 8 and hold the lock for as long as it runs.
+pki_lock() {
+    mkdir -p "$CLUSTER_DIR"
     exec 8>"$CLUSTER_DIR/pki.lock"
     flock -w 60 8 || die "another cluster.sh holds $CLUSTER_DIR/pki.lock"
+}
+pki_unlock() { exec 8>&-; }
+
+pki() { # with pki_lock held
+    mkdir -p "$PKI"
+    chmod 0700 "$PKI"
     if [[ ! -s $PKI/ca.crt ]]; then
         openssl req -x509 -new -nodes -newkey rsa:2048 -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
             -days 3650 -subj /CN=nodelet-test-ca 2>/dev/null
@@ -113,6 +120,7 @@ subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubern
 node_kubeconfig() { # NAME
     local name=$1
     [[ $name =~ ^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$ && ${#name} -le 253 ]] || die "not a node name: $name"
+    pki_lock
     pki
     mkdir -p "$CLUSTER_DIR/nodes"
     local file=$CLUSTER_DIR/nodes/$name.kubeconfig
@@ -120,6 +128,7 @@ node_kubeconfig() { # NAME
         issue "node-$name" "/O=system:nodes/CN=system:node:$name" "extendedKeyUsage=clientAuth"
         kubeconfig "$file" "node-$name" "system:node:$name"
     fi
+    pki_unlock
     echo "$file"
 }
 
@@ -172,7 +181,9 @@ up() {
         --no-install-recommends kubernetes-client >/dev/null || die "cannot install kubectl"
     command -v openssl >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl >/dev/null
     build_apiserver
+    pki_lock
     pki
+    pki_unlock
     mkdir -p "$NODELET_ENV_RUN/cluster" "$NODELET_ENV_LOG"
     if ! running "$ETCD_PIDFILE"; then
         rm -rf "$ETCD_DATA"
