@@ -1,23 +1,37 @@
-//! Scale: a burst of `PODS` one-container busybox pods (default 110; requests cpu 10m / memory
-//! 16Mi so that 110 of them fit a 2-core node's allocatable, limits cpu 500m / memory 64Mi,
-//! grace 1 s), manifests renamed into staticPodPath at once,
-//! timed until containerd reports every container running; then their teardown (manifests
-//! removed → nothing of them left in the runtime). The baseline, in the same run and interleaved
-//! repetition by repetition: the same CRI sequence sent straight to containerd by a client,
-//! 16 pods at a time (RunPodSandbox, PodSandboxStatus, ImageStatus, CreateContainer,
-//! StartContainer; teardown StopPodSandbox, RemovePodSandbox).
+//! Scale (issue 14), one harness for every measurement, each against a baseline in the same
+//! run:
 //!
-//! Also counted, from the agent's own metrics: CRI calls per pod start by method
-//! (`kubelet_runtime_operations_total`), relists during the burst
-//! (`kubelet_pleg_relist_duration_seconds_count`), nodelet's CPU per pod start, its RSS and idle
-//! CPU with the pods running.
+//! 1. **Burst**, `REPS` interleaved repetitions (default 5): `PODS` one-container busybox pods
+//!    (default 110; requests cpu 10m / memory 16Mi so that 110 of them fit a 2-core node's
+//!    allocatable, limits cpu 500m / memory 64Mi, grace 1 s), manifests renamed into
+//!    staticPodPath at once, timed until containerd reports every container running; then their
+//!    teardown (manifests removed → nothing of them left in the runtime). The baseline: the same
+//!    CRI sequence sent straight to containerd by a client, 16 pods at a time (RunPodSandbox,
+//!    PodSandboxStatus, ImageStatus, CreateContainer, StartContainer; teardown StopPodSandbox,
+//!    RemovePodSandbox). Also counted, from the agent's own metrics: CRI calls per pod start by
+//!    method (`kubelet_runtime_operations_total`), relists during the burst
+//!    (`kubelet_pleg_relist_duration_seconds_count`), nodelet's CPU per pod start, its RSS and
+//!    idle CPU with the pods running, and the whole machine's CPU for each side's starts.
+//! 2. **Resilience at full size** (`RESILIENCE=0` skips), with the last repetition's pods running:
+//!    the agent SIGKILLed and started again (time until `/pods` lists every pod Running,
+//!    containers replaced, restart counts), then containerd stopped for `RUNTIME_DOWN_SECONDS`
+//!    (default 20) and started again (time to report it down on healthz, the metric and the
+//!    node's Ready condition; time to recover; pods lost, replaced or duplicated). Then a
+//!    staticPodPath of 1,000 hostile entries beside 10 good manifests on a fresh agent (time to
+//!    run the 10, bad files reported, RSS before, at peak and after).
+//! 3. **A 300-pod node** (`BIG_PODS=N`, default 300, 0 skips; BestEffort pods, `maxPods` above
+//!    it): start and teardown against the raw client, RSS and idle CPU, and a relist with no
+//!    change timed over `ROUNDS` relists (default 100) by a PLEG in this process, with its CRI
+//!    calls counted.
 //!
-//! Run: `cargo bench --bench scale` (needs scripts/env/up.sh). `PODS=N`, `REPS=N` (default 3),
+//! Run: `cargo bench --bench scale` (needs scripts/env/up.sh; stops and starts its containerd).
 //! `IDLE_SECONDS=N` (default 20). `NODELET_BEFORE=/path/to/nodelet` runs an earlier build as a
-//! third side, so that a change shows as a ratio in one run.
+//! third side of the burst, so that a change shows as a ratio in one run.
 
 #[path = "agent/mod.rs"]
 mod agent;
+#[path = "../tests/hostile_dir/mod.rs"]
+mod hostile_dir;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -31,9 +45,17 @@ use nodelet::kuberuntime::Settings;
 
 use agent::env_usize;
 
+/// The burst's pod: Burstable, one busybox container that exits 0 on SIGTERM.
 fn manifest(name: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]\n    resources: {{requests: {{cpu: 10m, memory: 16Mi}}, limits: {{cpu: 500m, memory: 64Mi}}}}\n"
+    )
+}
+
+/// The 300-pod node's pod: BestEffort (300 requests of 10m would not fit 2 cores).
+fn best_effort(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]\n"
     )
 }
 
@@ -120,6 +142,7 @@ async fn sandboxes(cri: &Cri, node: &str) -> usize {
 #[derive(Default, Clone)]
 struct AgentRun {
     start: f64,
+    machine_cpu: f64,
     teardown: f64,
     cpu_per_pod_ms: f64,
     calls: BTreeMap<String, f64>,
@@ -129,13 +152,27 @@ struct AgentRun {
     idle_cpu_pct: f64,
 }
 
+/// Polls `f` every 20 ms until it holds; panics naming `what` after `limit`.
+fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A burst of `pods` manifests (`manifest(name)`) on agent `a`: start, idle, and teardown; with
+/// the pods running (after the idle window), `running` is called, for the resilience cases.
+#[allow(clippy::too_many_arguments)]
 fn agent_rep(
     rt: &tokio::runtime::Runtime,
     cri: &Cri,
-    a: &agent::Agent,
+    a: &mut agent::Agent,
     pods: usize,
     idle: Duration,
     rep: usize,
+    manifest: fn(&str) -> String,
+    running_hook: &mut dyn FnMut(&mut agent::Agent),
 ) -> AgentRun {
     let pid = a.child.id();
     let (calls0, relists0) = counters(a.port);
@@ -149,20 +186,17 @@ fn agent_rep(
         )
         .unwrap();
     }
+    let m0 = machine_cpu();
     let t0 = Instant::now();
     for i in 0..pods {
         let f = format!("p{rep}-{i}.yaml");
         std::fs::rename(stage.join(&f), a.manifests.join(&f)).unwrap();
     }
-    let deadline = t0 + Duration::from_secs(600);
-    while rt.block_on(running(cri, &a.node)) < pods {
-        assert!(
-            Instant::now() < deadline,
-            "nodelet: pods not running in 10 minutes"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(Duration::from_secs(600), "nodelet: pods running", || {
+        rt.block_on(running(cri, &a.node)) >= pods
+    });
     let start = t0.elapsed().as_secs_f64();
+    let machine_cpu = machine_cpu() - m0;
     let cpu1 = cpu_seconds(pid);
     let (calls1, relists1) = counters(a.port);
     let calls: BTreeMap<String, f64> = calls1
@@ -176,20 +210,18 @@ fn agent_rep(
     std::thread::sleep(idle);
     let idle_cpu_pct = (cpu_seconds(pid) - idle_cpu0) / it0.elapsed().as_secs_f64() * 100.0;
     let rss = rss_mib(pid);
+    running_hook(a);
     // Teardown.
     let t1 = Instant::now();
     for e in std::fs::read_dir(&a.manifests).unwrap().flatten() {
         let _ = std::fs::remove_file(e.path());
     }
-    while rt.block_on(sandboxes(cri, &a.node)) > 0 {
-        assert!(
-            t1.elapsed() < Duration::from_secs(600),
-            "nodelet: teardown over 10 minutes"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(Duration::from_secs(600), "nodelet: teardown", || {
+        rt.block_on(sandboxes(cri, &a.node)) == 0
+    });
     AgentRun {
         start,
+        machine_cpu,
         teardown: t1.elapsed().as_secs_f64(),
         cpu_per_pod_ms: (cpu1 - cpu0) * 1000.0 / pods as f64,
         calls,
@@ -200,8 +232,21 @@ fn agent_rep(
     }
 }
 
-/// The raw CRI side: the same pods, 16 at a time; returns (start seconds, teardown seconds).
-fn raw_rep(rt: &tokio::runtime::Runtime, cri: &Cri, pods: usize, rep: usize) -> (f64, f64) {
+/// The raw CRI side of a repetition.
+struct RawRun {
+    start: f64,
+    machine_cpu: f64,
+    teardown: f64,
+}
+
+/// The raw CRI side: the same pods (`manifest(name)`), 16 at a time.
+fn raw_rep(
+    rt: &tokio::runtime::Runtime,
+    cri: &Cri,
+    pods: usize,
+    rep: usize,
+    manifest: fn(&str) -> String,
+) -> RawRun {
     let node = format!("raw-{}", std::process::id());
     let cgroup_root = format!("/nodelet-bench-{node}");
     for m in nodelet::cm::cgroup_mounts() {
@@ -230,7 +275,7 @@ fn raw_rep(rt: &tokio::runtime::Runtime, cri: &Cri, pods: usize, rep: usize) -> 
             pod.metadata.namespace = Some("default".into());
             pod.metadata.name = Some(format!("r{rep}-{i}-{node}"));
             pod.spec.as_mut().unwrap().node_name = Some(node.clone());
-            let cgroup = layout.pod_cgroup_parent(&uid, nodelet::qos::QosClass::Burstable);
+            let cgroup = layout.pod_cgroup_parent(&uid, nodelet::qos::pod_qos_class(&pod));
             for m in nodelet::cm::cgroup_mounts() {
                 let _ = std::fs::create_dir_all(m.join(cgroup.trim_start_matches('/')));
             }
@@ -266,6 +311,7 @@ fn raw_rep(rt: &tokio::runtime::Runtime, cri: &Cri, pods: usize, rep: usize) -> 
             sb
         }
     };
+    let m0 = machine_cpu();
     let t0 = Instant::now();
     let ids: Vec<String> = rt.block_on(async {
         use futures::stream::StreamExt;
@@ -276,6 +322,7 @@ fn raw_rep(rt: &tokio::runtime::Runtime, cri: &Cri, pods: usize, rep: usize) -> 
             .await
     });
     let start = t0.elapsed().as_secs_f64();
+    let machine_cpu = machine_cpu() - m0;
     let t1 = Instant::now();
     rt.block_on(async {
         use futures::stream::StreamExt;
@@ -290,7 +337,358 @@ fn raw_rep(rt: &tokio::runtime::Runtime, cri: &Cri, pods: usize, rep: usize) -> 
     });
     let teardown = t1.elapsed().as_secs_f64();
     let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &cgroup_root);
-    (start, teardown)
+    RawRun {
+        start,
+        machine_cpu,
+        teardown,
+    }
+}
+
+/// `node`'s pods in the runtime: container IDs and sandbox count by pod UID.
+type NodeState = (BTreeMap<String, Vec<String>>, BTreeMap<String, usize>);
+
+async fn node_state(cri: &Cri, node: &str) -> Result<NodeState, nodelet::cri::CriError> {
+    let sel: HashMap<String, String> = [(labels::NODE_NAME.to_string(), node.to_string())].into();
+    let mut sandboxes: BTreeMap<String, usize> = BTreeMap::new();
+    for s in cri.list_pod_sandbox(sel).await? {
+        if let Some(u) = s.labels.get(labels::POD_UID) {
+            *sandboxes.entry(u.clone()).or_default() += 1;
+        }
+    }
+    let mut containers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for c in cri.list_containers(HashMap::new()).await? {
+        if let Some(u) = c.labels.get(labels::POD_UID) {
+            if sandboxes.contains_key(u) {
+                containers.entry(u.clone()).or_default().push(c.id);
+            }
+        }
+    }
+    for ids in containers.values_mut() {
+        ids.sort();
+    }
+    Ok((containers, sandboxes))
+}
+
+/// [`node_state`], retried for up to 30 s (the client's connection breaks when containerd
+/// restarts, and its first calls after that fail).
+fn node_state_retried(rt: &tokio::runtime::Runtime, cri: &Cri, node: &str) -> NodeState {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match rt.block_on(node_state(cri, node)) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("CRI after 30 s: {e}"),
+        }
+    }
+}
+
+/// `/pods` of an agent: pods Running with every container running, and the sum of their
+/// containers' restart counts.
+fn api_running(port: u16) -> (usize, i64) {
+    let v: serde_json::Value = reqwest::blocking::get(format!("http://127.0.0.1:{port}/pods"))
+        .and_then(|r| r.json())
+        .unwrap_or_default();
+    let mut running = 0;
+    let mut restarts = 0;
+    for p in v["items"].as_array().into_iter().flatten() {
+        let cs = p["status"]["containerStatuses"].as_array();
+        restarts += cs
+            .into_iter()
+            .flatten()
+            .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+            .sum::<i64>();
+        if p["status"]["phase"] == "Running"
+            && cs.is_some_and(|cs| cs.iter().all(|c| c["state"]["running"].is_object()))
+        {
+            running += 1;
+        }
+    }
+    (running, restarts)
+}
+
+/// Differences between two [`NodeState`]s: pods lost, pods whose containers were replaced, and
+/// pods with more than one sandbox or container.
+fn compare(before: &NodeState, after: &NodeState) -> (usize, usize, usize) {
+    let lost = before
+        .0
+        .keys()
+        .filter(|u| !after.0.contains_key(*u))
+        .count();
+    let replaced = before
+        .0
+        .iter()
+        .filter(|(u, ids)| after.0.get(*u).is_some_and(|a| a != *ids))
+        .count();
+    let duplicated = after.1.values().filter(|n| **n > 1).count()
+        + after.0.values().filter(|ids| ids.len() > 1).count();
+    (lost, replaced, duplicated)
+}
+
+/// SIGKILL with the pods running, and the agent started again.
+#[derive(Default)]
+struct Kill9 {
+    pods: usize,
+    running_after: f64,
+    lost: usize,
+    replaced: usize,
+    duplicated: usize,
+    restarts: i64,
+}
+
+fn kill9_case(rt: &tokio::runtime::Runtime, cri: &Cri, a: &mut agent::Agent) -> Kill9 {
+    let before = node_state_retried(rt, cri, &a.node);
+    let pods = before.1.len();
+    let t0 = Instant::now();
+    a.kill9_and_restart();
+    wait_for(
+        Duration::from_secs(60),
+        "kill -9: pods Running again",
+        || api_running(a.port).0 >= pods,
+    );
+    let running_after = t0.elapsed().as_secs_f64();
+    // Ten seconds of housekeeping, PLEG relists and pod syncs on the adopted pods.
+    std::thread::sleep(Duration::from_secs(10));
+    let after = node_state_retried(rt, cri, &a.node);
+    let (lost, replaced, duplicated) = compare(&before, &after);
+    Kill9 {
+        pods,
+        running_after,
+        lost,
+        replaced,
+        duplicated,
+        restarts: api_running(a.port).1,
+    }
+}
+
+/// containerd stopped with the pods running, and started again.
+#[derive(Default)]
+struct RuntimeDown {
+    pods: usize,
+    down_for: f64,
+    reported_down: f64,
+    recovered: f64,
+    all_running: f64,
+    lost: usize,
+    replaced: usize,
+    duplicated: usize,
+    restarts: i64,
+}
+
+/// healthz status code, `nodelet_container_runtime_up`, and the node's Ready condition status.
+fn runtime_health(port: u16) -> (u16, f64, String) {
+    let code = reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz"))
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0);
+    let up = agent::metric_samples(port, "/metrics")
+        .into_iter()
+        .find(|(l, _)| l.starts_with("nodelet_container_runtime_up "))
+        .map_or(-1.0, |(_, v)| v);
+    let node: serde_json::Value = reqwest::blocking::get(format!("http://127.0.0.1:{port}/node"))
+        .and_then(|r| r.json())
+        .unwrap_or_default();
+    let ready = node["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    (code, up, ready)
+}
+
+fn env_up() {
+    let out = std::process::Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/env/up.sh"))
+        .output()
+        .expect("scripts/env/up.sh");
+    assert!(
+        out.status.success(),
+        "up.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts containerd again when dropped, whatever happened.
+struct RestartRuntime;
+
+impl Drop for RestartRuntime {
+    fn drop(&mut self) {
+        env_up();
+    }
+}
+
+fn runtime_down_case(
+    rt: &tokio::runtime::Runtime,
+    cri: &Cri,
+    a: &agent::Agent,
+    down: Duration,
+) -> RuntimeDown {
+    let before = node_state_retried(rt, cri, &a.node);
+    let pods = before.1.len();
+    let pid: i32 = std::fs::read_to_string("/run/nodelet-env/containerd.pid")
+        .expect("containerd pid file")
+        .trim()
+        .parse()
+        .unwrap();
+    let restart = RestartRuntime;
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    wait_for(Duration::from_secs(30), "runtime reported down", || {
+        let (code, up, ready) = runtime_health(a.port);
+        code == 500 && up == 0.0 && ready == "False"
+    });
+    let reported_down = t0.elapsed().as_secs_f64();
+    // The scenario: the runtime stays down for `down`.
+    std::thread::sleep(down.saturating_sub(t0.elapsed()));
+    drop(restart); // up.sh starts containerd again
+    let down_for = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    wait_for(Duration::from_secs(60), "runtime reported up", || {
+        let (code, up, ready) = runtime_health(a.port);
+        code == 200 && up == 1.0 && ready == "True"
+    });
+    let recovered = t1.elapsed().as_secs_f64();
+    wait_for(Duration::from_secs(60), "pods Running again", || {
+        api_running(a.port).0 >= pods
+    });
+    let all_running = t1.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(10));
+    let after = node_state_retried(rt, cri, &a.node);
+    let (lost, replaced, duplicated) = compare(&before, &after);
+    RuntimeDown {
+        pods,
+        down_for,
+        reported_down,
+        recovered,
+        all_running,
+        lost,
+        replaced,
+        duplicated,
+        restarts: api_running(a.port).1,
+    }
+}
+
+/// A staticPodPath of 1,000 hostile entries and 10 good manifests on a fresh agent.
+struct Hostile {
+    regular_bad: usize,
+    good_running: f64,
+    reported: f64,
+    reported_later: f64,
+    rss_before: f64,
+    rss_peak: f64,
+    rss_after: f64,
+    healthy: bool,
+}
+
+fn hostile_case(rt: &tokio::runtime::Runtime, cri: &Cri) -> Hostile {
+    let mut a = agent::start(
+        &format!("hostile-{}", std::process::id()),
+        "",
+        std::process::Stdio::null(),
+    );
+    let pid = a.child.id();
+    std::thread::sleep(Duration::from_secs(3));
+    let rss_before = rss_mib(pid);
+    let other = tempfile::tempdir().unwrap();
+    let good = |name: &str| manifest(name);
+    let regular_bad = hostile_dir::write_thousand(&a.manifests, other.path(), &good);
+    let t0 = Instant::now();
+    for i in 0..10 {
+        let stage = a.dir.path().join(format!("good{i}.yaml"));
+        std::fs::write(&stage, manifest(&format!("good{i}"))).unwrap();
+        std::fs::rename(&stage, a.manifests.join(format!("good{i}.yaml"))).unwrap();
+    }
+    let mut peak = rss_before;
+    wait_for(Duration::from_secs(120), "the 10 good pods", || {
+        peak = peak.max(rss_mib(pid));
+        rt.block_on(running(cri, &a.node)) >= 10
+    });
+    let good_running = t0.elapsed().as_secs_f64();
+    let reported = || -> f64 {
+        agent::metric_samples(a.port, "/metrics")
+            .into_iter()
+            .filter(|(l, _)| l.starts_with("nodelet_static_pod_manifest_errors_total{"))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    wait_for(Duration::from_secs(60), "every bad file reported", || {
+        peak = peak.max(rss_mib(pid));
+        reported() >= regular_bad as f64
+    });
+    let first = reported();
+    // Five more listings of the directory (fileCheckFrequency 2 s).
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        peak = peak.max(rss_mib(pid));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let healthy = reqwest::blocking::get(format!("http://127.0.0.1:{}/healthz", a.port))
+        .and_then(|r| r.text())
+        .is_ok_and(|b| b == "ok");
+    let out = Hostile {
+        regular_bad,
+        good_running,
+        reported: first,
+        reported_later: reported(),
+        rss_before,
+        rss_peak: peak,
+        rss_after: rss_mib(pid),
+        healthy,
+    };
+    for e in std::fs::read_dir(&a.manifests).unwrap().flatten() {
+        let _ = std::fs::remove_file(e.path());
+    }
+    wait_for(Duration::from_secs(120), "hostile: teardown", || {
+        rt.block_on(sandboxes(cri, &a.node)) == 0
+    });
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
+    out
+}
+
+/// Relists with no change on `node` by a PLEG in this process: (median ms, p99 ms, CRI calls per
+/// relist).
+fn relist_cost(rt: &tokio::runtime::Runtime, node: &str, rounds: usize) -> (f64, f64, f64) {
+    let sock = std::path::PathBuf::from(agent::SOCKET);
+    let m = nodelet::metrics::Metrics::new();
+    let counted =
+        rt.block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), m.clone()) });
+    let (tx, _rx) = crossbeam_channel::bounded(100_000);
+    let pleg = nodelet::pleg::Pleg::new(
+        counted,
+        node.to_owned(),
+        nodelet::container::cache::PodCache::default(),
+        tx,
+        nodelet::metrics::Metrics::new(),
+    );
+    rt.block_on(pleg.relist()).unwrap();
+    let total = || -> f64 {
+        m.encode()
+            .lines()
+            .filter(|l| l.starts_with("kubelet_runtime_operations_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let c0 = total();
+    let mut times = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        rt.block_on(pleg.relist()).unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let calls = (total() - c0) / rounds as f64;
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let p99 = times[((times.len() as f64 * 0.99).ceil() as usize).clamp(1, times.len()) - 1];
+    (times[times.len() / 2], p99, calls)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -298,10 +696,32 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+fn list(v: impl IntoIterator<Item = f64>, digits: usize) -> String {
+    v.into_iter()
+        .map(|x| format!("{x:.digits$}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "a, b, c (ratio x, y, z; median m)" for a side against the raw CRI side.
+fn with_ratios(side: &[f64], raw: &[f64]) -> String {
+    let r: Vec<f64> = side.iter().zip(raw).map(|(a, b)| a / b).collect();
+    format!(
+        "{} s (ratio {}; **median {:.2}**)",
+        list(side.iter().copied(), 1),
+        list(r.iter().copied(), 2),
+        median(&mut r.clone())
+    )
+}
+
 fn main() {
     let pods = env_usize("PODS", 110);
-    let reps = env_usize("REPS", 3);
+    let reps = env_usize("REPS", 5);
+    let big = env_usize("BIG_PODS", 300);
+    let resilience = env_usize("RESILIENCE", 1) != 0;
+    let down = Duration::from_secs(env_usize("RUNTIME_DOWN_SECONDS", 20) as u64);
     let idle = Duration::from_secs(env_usize("IDLE_SECONDS", 20) as u64);
+    let rounds = env_usize("ROUNDS", 100);
     let sock = std::path::PathBuf::from(agent::SOCKET);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cri = rt.block_on(async {
@@ -314,12 +734,12 @@ fn main() {
     });
     rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
     let config = format!("maxPods: {}\n", pods + 10);
-    let after = agent::start(
+    let mut after = agent::start(
         &format!("scale-{}", std::process::id()),
         &config,
         std::process::Stdio::null(),
     );
-    let before = std::env::var("NODELET_BEFORE").ok().map(|bin| {
+    let mut before = std::env::var("NODELET_BEFORE").ok().map(|bin| {
         agent::start_binary(
             std::path::Path::new(&bin),
             &format!("scale-before-{}", std::process::id()),
@@ -330,22 +750,39 @@ fn main() {
     let mut raw = Vec::new();
     let mut runs: Vec<AgentRun> = Vec::new();
     let mut before_runs: Vec<AgentRun> = Vec::new();
-    let machine0 = machine_cpu();
+    let (mut kill9, mut runtime_down) = (None, None);
     for rep in 0..reps {
-        let r = raw_rep(&rt, &cri, pods, rep);
+        let r = raw_rep(&rt, &cri, pods, rep, manifest);
         eprintln!(
             "  rep {rep}: raw CRI start {:.1} s, teardown {:.1} s",
-            r.0, r.1
+            r.start, r.teardown
         );
         raw.push(r);
-        let a = agent_rep(&rt, &cri, &after, pods, idle, rep);
+        let last = rep + 1 == reps && resilience;
+        let mut hook = |a: &mut agent::Agent| {
+            if last {
+                let k = kill9_case(&rt, &cri, a);
+                eprintln!(
+                    "  kill -9: {} pods Running in /pods {:.2} s after the kill",
+                    k.pods, k.running_after
+                );
+                kill9 = Some(k);
+                let d = runtime_down_case(&rt, &cri, a, down);
+                eprintln!(
+                    "  runtime down: reported in {:.1} s, recovered {:.1} s after the restart",
+                    d.reported_down, d.recovered
+                );
+                runtime_down = Some(d);
+            }
+        };
+        let a = agent_rep(&rt, &cri, &mut after, pods, idle, rep, manifest, &mut hook);
         eprintln!(
             "  rep {rep}: nodelet start {:.1} s, teardown {:.1} s, relists {:.0}",
             a.start, a.teardown, a.relists
         );
         runs.push(a);
-        if let Some(b) = &before {
-            let r = agent_rep(&rt, &cri, b, pods, idle, rep);
+        if let Some(b) = before.as_mut() {
+            let r = agent_rep(&rt, &cri, b, pods, idle, rep, manifest, &mut |_| {});
             eprintln!(
                 "  rep {rep}: before start {:.1} s, teardown {:.1} s, relists {:.0}",
                 r.start, r.teardown, r.relists
@@ -353,86 +790,156 @@ fn main() {
             before_runs.push(r);
         }
     }
-    let machine = machine_cpu() - machine0;
-    let ratios = |f: &dyn Fn(&AgentRun) -> f64, g: &dyn Fn(&(f64, f64)) -> f64, rs: &[AgentRun]| {
-        let v: Vec<f64> = rs.iter().zip(&raw).map(|(a, r)| f(a) / g(r)).collect();
-        let m = median(&mut v.clone());
-        (v, m)
-    };
-    println!("scale: {pods} pods, {reps} interleaved repetitions (machine CPU over the run {machine:.0} s)");
-    for (name, rs) in [("nodelet", &runs), ("before", &before_runs)] {
-        if rs.is_empty() {
-            continue;
-        }
-        let (s, sm) = ratios(&|a| a.start, &|r| r.0, rs);
-        let (t, tm) = ratios(&|a| a.teardown, &|r| r.1, rs);
-        let fmt = |v: &[f64]| {
-            v.iter()
-                .map(|x| format!("{x:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        println!("{name}:");
-        println!(
-            "  start to all running: {} s (raw CRI {} s); ratio {} (median {sm:.2})",
-            rs.iter()
-                .map(|a| format!("{:.1}", a.start))
-                .collect::<Vec<_>>()
-                .join(", "),
-            raw.iter()
-                .map(|r| format!("{:.1}", r.0))
-                .collect::<Vec<_>>()
-                .join(", "),
-            fmt(&s)
-        );
-        println!(
-            "  teardown: {} s (raw CRI {} s); ratio {} (median {tm:.2})",
-            rs.iter()
-                .map(|a| format!("{:.1}", a.teardown))
-                .collect::<Vec<_>>()
-                .join(", "),
-            raw.iter()
-                .map(|r| format!("{:.1}", r.1))
-                .collect::<Vec<_>>()
-                .join(", "),
-            fmt(&t)
-        );
-        let last = rs.last().unwrap();
-        let total: f64 = last.calls.values().sum();
-        let relist_calls = last.calls.get("list_podsandbox").copied().unwrap_or(0.0)
-            + last.calls.get("list_containers").copied().unwrap_or(0.0);
-        println!(
-            "  CRI calls per pod start (last rep): {total:.1} in all, {:.1} besides the listings: {}",
-            total - relist_calls,
-            last.calls
-                .iter()
-                .map(|(k, v)| format!("{k} {v:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        println!(
-            "  relists during the burst: {} ({} per second)",
-            rs.iter()
-                .map(|a| format!("{:.0}", a.relists))
-                .collect::<Vec<_>>()
-                .join(", "),
-            rs.iter()
-                .map(|a| format!("{:.1}", a.relists_per_s))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        println!(
-            "  nodelet CPU per pod start: {} ms; RSS with {pods} pods: {} MiB; idle CPU: {} % of a core",
-            rs.iter().map(|a| format!("{:.1}", a.cpu_per_pod_ms)).collect::<Vec<_>>().join(", "),
-            rs.iter().map(|a| format!("{:.1}", a.rss_mib)).collect::<Vec<_>>().join(", "),
-            rs.iter().map(|a| format!("{:.2}", a.idle_cpu_pct)).collect::<Vec<_>>().join(", ")
-        );
-    }
     for a in std::iter::once(after).chain(before) {
         let mut a = a;
         let _ = a.child.kill();
         let _ = a.child.wait();
         let _ =
             nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
+    }
+    let hostile = resilience.then(|| hostile_case(&rt, &cri));
+
+    // The 300-pod node.
+    let big_runs = (big > 0).then(|| {
+        let r = raw_rep(&rt, &cri, big, 0, best_effort);
+        eprintln!(
+            "  {big} pods: raw CRI start {:.1} s, teardown {:.1} s",
+            r.start, r.teardown
+        );
+        let mut a = agent::start(
+            &format!("big-{}", std::process::id()),
+            &format!("maxPods: {}\n", big + 10),
+            std::process::Stdio::null(),
+        );
+        let mut cost = (0.0, 0.0, 0.0);
+        let run = agent_rep(&rt, &cri, &mut a, big, idle, 0, best_effort, &mut |a| {
+            cost = relist_cost(&rt, &a.node, rounds);
+        });
+        eprintln!(
+            "  {big} pods: nodelet start {:.1} s, teardown {:.1} s",
+            run.start, run.teardown
+        );
+        let _ = a.child.kill();
+        let _ = a.child.wait();
+        let _ =
+            nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
+        (r, run, cost)
+    });
+
+    // The table.
+    let raw_start: Vec<f64> = raw.iter().map(|r| r.start).collect();
+    let raw_down: Vec<f64> = raw.iter().map(|r| r.teardown).collect();
+    let mut sides = vec![("nodelet", &runs)];
+    if !before_runs.is_empty() {
+        sides.push(("before", &before_runs));
+    }
+    println!("\nscale: {pods} pods, {reps} interleaved repetitions\n");
+    print!("| | raw CRI |");
+    for (name, _) in &sides {
+        print!(" {name} |");
+    }
+    println!("\n|---|---|{}", "---|".repeat(sides.len()));
+    let row = |label: &str, raw: String, f: &dyn Fn(&[AgentRun]) -> String| {
+        print!("| {label} | {raw} |");
+        for (_, rs) in &sides {
+            print!(" {} |", f(rs));
+        }
+        println!();
+    };
+    row(
+        &format!("{pods} pods → all running"),
+        format!("{} s", list(raw_start.iter().copied(), 1)),
+        &|rs| with_ratios(&rs.iter().map(|a| a.start).collect::<Vec<_>>(), &raw_start),
+    );
+    row(
+        &format!("CPU of the whole machine for the {pods} starts"),
+        format!("{} s", list(raw.iter().map(|r| r.machine_cpu), 1)),
+        &|rs| format!("{} s", list(rs.iter().map(|a| a.machine_cpu), 1)),
+    );
+    row("nodelet's own CPU per pod start", "—".into(), &|rs| {
+        format!("{} ms", list(rs.iter().map(|a| a.cpu_per_pod_ms), 1))
+    });
+    row(
+        "CRI calls during the start, per pod (last repetition)",
+        "5".into(),
+        &|rs| {
+            let last = rs.last().unwrap();
+            let total: f64 = last.calls.values().sum();
+            let listings = last.calls.get("list_podsandbox").copied().unwrap_or(0.0)
+                + last.calls.get("list_containers").copied().unwrap_or(0.0);
+            format!(
+                "{total:.1} in all, **{:.1} besides the relists' listings** ({})",
+                total - listings,
+                last.calls
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+    );
+    row("relists during the burst", "—".into(), &|rs| {
+        format!(
+            "{} ({} per second)",
+            list(rs.iter().map(|a| a.relists), 0),
+            list(rs.iter().map(|a| a.relists_per_s), 1)
+        )
+    });
+    row(
+        &format!("teardown of {pods} pods"),
+        format!("{} s", list(raw_down.iter().copied(), 1)),
+        &|rs| {
+            with_ratios(
+                &rs.iter().map(|a| a.teardown).collect::<Vec<_>>(),
+                &raw_down,
+            )
+        },
+    );
+    row(&format!("RSS with {pods} pods"), "—".into(), &|rs| {
+        format!("{} MiB", list(rs.iter().map(|a| a.rss_mib), 1))
+    });
+    row(&format!("idle CPU with {pods} pods"), "—".into(), &|rs| {
+        format!("{} % of a core", list(rs.iter().map(|a| a.idle_cpu_pct), 2))
+    });
+    if let Some(k) = kill9 {
+        println!(
+            "\nkill -9 with {} pods running, started again: all Running in /pods {:.2} s after the kill; pods lost {}, containers replaced {}, duplicated {}, restartCount sum {}",
+            k.pods, k.running_after, k.lost, k.replaced, k.duplicated, k.restarts
+        );
+    }
+    if let Some(d) = runtime_down {
+        println!(
+            "containerd stopped {:.1} s with {} pods running: reported down (healthz 500, nodelet_container_runtime_up 0, Ready False) {:.2} s after the stop; up again {:.2} s after containerd was started, every pod Running {:.2} s after; pods lost {}, containers replaced {}, duplicated {}, restartCount sum {}",
+            d.down_for, d.pods, d.reported_down, d.recovered, d.all_running, d.lost, d.replaced, d.duplicated, d.restarts
+        );
+    }
+    if let Some(h) = hostile {
+        println!(
+            "1,000 hostile entries beside 10 good manifests: the 10 running in {:.1} s; {} bad regular files, {:.0} reports, {:.0} after five more listings; RSS {:.1} MiB before, {:.1} at peak, {:.1} after; healthz {}",
+            h.good_running, h.regular_bad, h.reported, h.reported_later, h.rss_before, h.rss_peak, h.rss_after, if h.healthy { "ok" } else { "NOT ok" }
+        );
+    }
+    if let Some((r, a, (med, p99, calls))) = big_runs {
+        println!("\n{big}-pod node (BestEffort pods):\n");
+        println!("| | raw CRI | nodelet | ratio |\n|---|---|---|---|");
+        println!(
+            "| {big} pods → all running | {:.1} s | {:.1} s | {:.2} |",
+            r.start,
+            a.start,
+            a.start / r.start
+        );
+        println!(
+            "| teardown | {:.1} s | {:.1} s | {:.2} |",
+            r.teardown,
+            a.teardown,
+            a.teardown / r.teardown
+        );
+        println!(
+            "| relist with no change ({rounds} relists) | — | median {med:.2} ms, **p99 {p99:.2} ms**, {calls:.1} CRI calls | |"
+        );
+        println!(
+            "| nodelet RSS, idle CPU | — | {:.1} MiB, {:.2} % of a core | |",
+            a.rss_mib, a.idle_cpu_pct
+        );
     }
 }

@@ -42,6 +42,10 @@ pub struct Flags {
     pub node_labels: std::collections::BTreeMap<String, String>,
     /// `--kubeconfig`: join this cluster (see [`crate::cluster`]); standalone when absent.
     pub kubeconfig: Option<PathBuf>,
+    /// Gives the allocator's free pages back to the kernel; called after a housekeeping pass
+    /// that read the node for orphans (the pods in use changed, or every 10 s). The binary
+    /// passes glibc's `malloc_trim`: this crate forbids unsafe code.
+    pub release_free_heap: fn(),
 }
 
 /// Start-up failures; each ends the process with a message.
@@ -386,6 +390,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         Box::new(move || listed_by_pleg.runtime_pods()),
         metrics.clone(),
         rt.handle().clone(),
+        flags.release_free_heap,
     );
     threads.push(start_eviction_manager(
         &config,

@@ -63,13 +63,16 @@ impl OrphanScan {
 
 /// The housekeeper the sync loop calls: it starts a pass on `rt` unless one is running, over
 /// the runtime's pods `listed` by the PLEG (listed through `manager` before the PLEG's first
-/// relist).
+/// relist). After a pass that read the node for orphans it calls `release_free_heap`, so that
+/// the garbage of a burst of pods (listings, statuses, decoded manifests) leaves the agent's
+/// RSS once the burst is over.
 pub fn housekeeper<R: CriRuntime>(
     manager: Arc<KubeRuntimeManager<R>>,
     workers: PodWorkers<KubeRuntimeManager<R>>,
     listed: RuntimePodsView,
     metrics: Arc<Metrics>,
     rt: tokio::runtime::Handle,
+    release_free_heap: fn(),
 ) -> Housekeeper {
     let busy = Arc::new(AtomicBool::new(false));
     let scan = Arc::new(std::sync::Mutex::new(OrphanScan::default()));
@@ -93,7 +96,11 @@ pub fn housekeeper<R: CriRuntime>(
                 None => manager.runtime_pods().await.map(Arc::new),
             };
             match runtime_pods {
-                Ok(p) => pass(&manager, &workers, &desired, &p, &scan).await,
+                Ok(p) => {
+                    if pass(&manager, &workers, &desired, &p, &scan).await {
+                        release_free_heap();
+                    }
+                }
                 Err(e) => warn!(error = %e, "housekeeping: cannot list runtime pods"),
             }
             let took = start.elapsed();
@@ -107,14 +114,14 @@ pub fn housekeeper<R: CriRuntime>(
 }
 
 /// One pass for the `desired` pod UIDs over the runtime's pods `listed`; `scan` decides whether
-/// the cgroup hierarchies and pod directories are read.
+/// the cgroup hierarchies and pod directories are read. Returns whether they were.
 pub async fn pass<R: CriRuntime>(
     manager: &KubeRuntimeManager<R>,
     workers: &PodWorkers<KubeRuntimeManager<R>>,
     desired: &HashSet<String>,
     listed: &RuntimePods,
     scan: &std::sync::Mutex<OrphanScan>,
-) {
+) -> bool {
     // Pod cgroups and directories that no desired, running or terminating pod owns, nor a
     // sandbox of another agent.
     let mut in_use: HashSet<String> = workers.known_uids();
@@ -147,6 +154,7 @@ pub async fn pass<R: CriRuntime>(
             );
         }
     }
+    due
 }
 
 #[cfg(test)]

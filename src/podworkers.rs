@@ -193,9 +193,12 @@ impl<S: PodSyncer> PodWorkers<S> {
                 });
                 workers.insert(uid.clone(), w.clone());
                 let span = tracing::info_span!("pod_worker", pod = %pod.metadata.name.as_deref().unwrap_or(""), namespace = %pod.metadata.namespace.as_deref().unwrap_or(""), uid = %uid);
-                self.inner
-                    .rt
-                    .spawn(run_worker(self.inner.clone(), uid.clone(), w.clone()).instrument(span));
+                let fut = run_worker(self.inner.clone(), uid.clone(), w.clone()).instrument(span);
+                tracing::info!(
+                    bytes = std::mem::size_of_val(&fut),
+                    "TEMP worker future size"
+                );
+                self.inner.rt.spawn(fut);
                 w
             }
         };
@@ -307,7 +310,9 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
             Work::Sync(pod) => {
                 debug!("syncing pod");
                 wake = None;
-                let due = match inner.syncer.sync_pod(pod.clone()).await {
+                // Boxed, here and for the kill: the sync's state (about 20 KB) is held only while
+                // it runs, not by every idle worker between syncs.
+                let due = match Box::pin(inner.syncer.sync_pod(pod.clone())).await {
                     Ok(Requeue::After(d)) => {
                         wake = Some((tokio::time::Instant::now() + d, pod));
                         d.min(inner.periods.resync)
@@ -326,7 +331,9 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
             Work::Kill(pod, opts) => {
                 wake = None;
                 inner.queue.forget(&uid);
-                if let Err(e) = inner.syncer.terminate_pod(pod.clone(), opts.clone()).await {
+                if let Err(e) =
+                    Box::pin(inner.syncer.terminate_pod(pod.clone(), opts.clone())).await
+                {
                     warn!(error = %e, "killing pod failed; will retry");
                     tokio::time::sleep(inner.periods.backoff).await;
                     let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -4,6 +4,7 @@
 //! real containerd; needs `scripts/env/up.sh`.
 
 mod common;
+mod hostile_dir;
 
 use std::time::{Duration, Instant};
 
@@ -11,14 +12,6 @@ use common::{wait_until, Nodelet};
 
 fn good(name: &str) -> String {
     format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n")
-}
-
-fn nested() -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: deep, labels: {}{}}}\n",
-        "[".repeat(100_000),
-        "]".repeat(100_000)
-    )
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -35,7 +28,7 @@ fn rss_kib(pid: u32) -> u64 {
 fn a_deeply_nested_manifest_is_refused_at_once_and_delays_no_other() {
     let mut n = Nodelet::new("nested");
     n.start();
-    n.write_manifest("deep.yaml", &nested());
+    n.write_manifest("deep.yaml", &hostile_dir::nested());
     wait_until(Duration::from_secs(5), "nested file refused", || {
         n.get("/events").is_some_and(|e| e.contains("deep.yaml"))
     });
@@ -75,7 +68,7 @@ fn a_hostile_directory_leaves_no_memory_behind_once_it_is_gone() {
             ),
         );
     }
-    n.write_manifest("deep.yaml", &nested());
+    n.write_manifest("deep.yaml", &hostile_dir::nested());
     n.write_manifest(
         "huge.yaml",
         &format!(
@@ -233,87 +226,7 @@ fn a_thousand_hostile_files_beside_ten_good_ones() {
     let before = rss_kib(pid);
     let dir = n.manifests();
     let other = tempfile::tempdir().unwrap();
-    let mut regular_bad = 0usize;
-    let mut write = |name: String, text: String| {
-        std::fs::write(dir.join(name), text).unwrap();
-        regular_bad += 1;
-    };
-    for i in 0..100 {
-        // Truncated YAML.
-        write(
-            format!("trunc{i}.yaml"),
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: t".into(),
-        );
-        // Wrong types.
-        write(
-            format!("types{i}.yaml"),
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: w}\nspec: {containers: 7}\n".into(),
-        );
-        // Names that could escape a path.
-        write(
-            format!("name{i}.yaml"),
-            good(&format!("x/../../etc{i}")).replace("name: x", "name: '../x"),
-        );
-        // Another kind, and an empty file.
-        write(
-            format!("kind{i}.yaml"),
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n".into(),
-        );
-        write(format!("empty{i}.yaml"), String::new());
-    }
-    for i in 0..20 {
-        // 100,000-deep nesting.
-        write(format!("deep{i}.yaml"), nested());
-        // A billion laughs.
-        let mut laughs = String::from(
-            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
-        );
-        for (k, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"]
-            .iter()
-            .zip(["a", "b", "c", "d", "e", "f", "g", "h"])
-        {
-            laughs.push_str(&format!("{k}: &{k} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
-        }
-        write(
-            format!("laughs{i}.yaml"),
-            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: l}}\n{laughs}"),
-        );
-    }
-    for i in 0..5 {
-        // 10 MB strings (over the 4 MiB a manifest may be).
-        write(
-            format!("big{i}.yaml"),
-            format!(
-                "apiVersion: v1\nkind: Pod\nmetadata: {{name: big, labels: {{a: '{}'}}}}\n",
-                "x".repeat(10_000_000)
-            ),
-        );
-    }
-    for i in 0..50 {
-        // Duplicates of a good pod's name (reported as duplicates once it runs).
-        write(format!("zdup{i}.yaml"), good("good0"));
-    }
-    // Entries that are not regular files: skipped, never opened.
-    for i in 0..100 {
-        std::os::unix::fs::symlink("/dev/zero", dir.join(format!("zero{i}.yaml"))).unwrap();
-        std::os::unix::fs::symlink(other.path(), dir.join(format!("dir{i}.yaml"))).unwrap();
-        let fifo = dir.join(format!("fifo{i}.yaml"));
-        assert!(std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success());
-    }
-    // The remaining entries up to 1,000: more truncated files.
-    // 595 regular files so far, 300 special entries.
-    for i in 0..(1000 - 595 - 300) {
-        write(
-            format!("more{i}.yaml"),
-            "kind: Pod\napiVersion: v1\nspec: [".into(),
-        );
-    }
-    let entries = std::fs::read_dir(&dir).unwrap().count();
-    assert_eq!(entries, 1000);
+    let regular_bad = hostile_dir::write_thousand(&dir, other.path(), &good);
     for i in 0..10 {
         n.write_manifest(&format!("good{i}.yaml"), &good(&format!("good{i}")));
     }

@@ -26,6 +26,8 @@ pub struct Agent {
     pub cgroup_root: String,
     /// The process.
     pub child: Child,
+    /// The binary it runs (to start it again).
+    pub bin: PathBuf,
 }
 
 /// Starts nodelet as `node` with the base configuration plus `extra` lines, its stderr going to
@@ -74,23 +76,7 @@ pub fn start_binary(bin: &std::path::Path, node: &str, extra: &str, stderr: Stdi
     for m in nodelet::cm::cgroup_mounts() {
         std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
     }
-    let child = Command::new(bin)
-        .args([
-            "--config",
-            cfg.to_str().unwrap(),
-            "--hostname-override",
-            node,
-        ])
-        .arg("--root-dir")
-        .arg(dir.path().join("root"))
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz")).is_err() {
-        assert!(Instant::now() < deadline, "nodelet did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = spawn(bin, dir.path(), node, port, stderr);
     Agent {
         dir,
         manifests,
@@ -99,6 +85,48 @@ pub fn start_binary(bin: &std::path::Path, node: &str, extra: &str, stderr: Stdi
         port,
         cgroup_root,
         child,
+        bin: bin.to_owned(),
+    }
+}
+
+/// Starts `bin` on the configuration in `dir` and waits for `/healthz` to answer.
+fn spawn(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    node: &str,
+    port: u16,
+    stderr: Stdio,
+) -> Child {
+    let child = Command::new(bin)
+        .arg("--config")
+        .arg(dir.join("config.yaml"))
+        .args(["--hostname-override", node])
+        .arg("--root-dir")
+        .arg(dir.join("root"))
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz")).is_err() {
+        assert!(Instant::now() < deadline, "nodelet did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+impl Agent {
+    /// SIGKILLs the agent and starts it again on the same configuration, directories and port;
+    /// returns once `/healthz` answers.
+    pub fn kill9_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(
+            &self.bin,
+            self.dir.path(),
+            &self.node,
+            self.port,
+            Stdio::null(),
+        );
     }
 }
 
