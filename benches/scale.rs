@@ -32,6 +32,8 @@
 mod agent;
 #[path = "../tests/hostile_dir/mod.rs"]
 mod hostile_dir;
+#[path = "../tests/runtime_ctl/mod.rs"]
+mod runtime_ctl;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -132,10 +134,13 @@ async fn running(cri: &Cri, node: &str) -> usize {
         .count()
 }
 
-/// Sandboxes of `node` in the runtime.
+/// Sandboxes of `node` in the runtime; `usize::MAX` when the runtime does not answer (so that
+/// a teardown is never taken as done on a failed call).
 async fn sandboxes(cri: &Cri, node: &str) -> usize {
     let sel: HashMap<String, String> = [(labels::NODE_NAME.to_string(), node.to_string())].into();
-    cri.list_pod_sandbox(sel).await.unwrap_or_default().len()
+    cri.list_pod_sandbox(sel)
+        .await
+        .map_or(usize::MAX, |s| s.len())
 }
 
 /// One nodelet side's measurements of a repetition.
@@ -500,27 +505,6 @@ fn runtime_health(port: u16) -> (u16, f64, String) {
     (code, up, ready)
 }
 
-fn env_up() {
-    let out = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/env/up.sh"))
-        .output()
-        .expect("scripts/env/up.sh");
-    assert!(
-        out.status.success(),
-        "up.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Starts containerd again when dropped, whatever happened.
-struct RestartRuntime;
-
-impl Drop for RestartRuntime {
-    fn drop(&mut self) {
-        env_up();
-    }
-}
-
 fn runtime_down_case(
     rt: &tokio::runtime::Runtime,
     cri: &Cri,
@@ -529,12 +513,8 @@ fn runtime_down_case(
 ) -> RuntimeDown {
     let before = node_state_retried(rt, cri, &a.node);
     let pods = before.1.len();
-    let pid: i32 = std::fs::read_to_string("/run/nodelet-env/containerd.pid")
-        .expect("containerd pid file")
-        .trim()
-        .parse()
-        .unwrap();
-    let restart = RestartRuntime;
+    let pid = runtime_ctl::containerd_pid().expect("containerd pid file");
+    let restart = runtime_ctl::Restart;
     assert!(std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -717,6 +697,7 @@ fn with_ratios(side: &[f64], raw: &[f64]) -> String {
 fn main() {
     let pods = env_usize("PODS", 110);
     let reps = env_usize("REPS", 5);
+    assert!(reps > 0, "REPS must be at least 1");
     let big = env_usize("BIG_PODS", 300);
     let resilience = env_usize("RESILIENCE", 1) != 0;
     let down = Duration::from_secs(env_usize("RUNTIME_DOWN_SECONDS", 20) as u64);

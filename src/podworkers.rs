@@ -193,12 +193,9 @@ impl<S: PodSyncer> PodWorkers<S> {
                 });
                 workers.insert(uid.clone(), w.clone());
                 let span = tracing::info_span!("pod_worker", pod = %pod.metadata.name.as_deref().unwrap_or(""), namespace = %pod.metadata.namespace.as_deref().unwrap_or(""), uid = %uid);
-                let fut = run_worker(self.inner.clone(), uid.clone(), w.clone()).instrument(span);
-                tracing::info!(
-                    bytes = std::mem::size_of_val(&fut),
-                    "TEMP worker future size"
-                );
-                self.inner.rt.spawn(fut);
+                self.inner
+                    .rt
+                    .spawn(run_worker(self.inner.clone(), uid.clone(), w.clone()).instrument(span));
                 w
             }
         };

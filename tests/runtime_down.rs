@@ -5,47 +5,19 @@
 //! started again by `scripts/env/up.sh` (also when the test fails half-way).
 
 mod common;
+mod runtime_ctl;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::{wait_until, Nodelet};
+use runtime_ctl::{containerd_pid, env_up, Restart};
 
 /// How long the runtime stays down (the harness's full size is 20 s).
 const DOWN: Duration = Duration::from_secs(8);
 
 fn manifest(name: &str) -> String {
     format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n")
-}
-
-fn containerd_pid() -> Option<i32> {
-    std::fs::read_to_string("/run/nodelet-env/containerd.pid")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-fn env_up() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/env/up.sh");
-    let out = std::process::Command::new("bash")
-        .arg(script)
-        .output()
-        .expect("scripts/env/up.sh");
-    assert!(
-        out.status.success(),
-        "up.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Starts containerd again when dropped, whatever happened.
-struct Restart;
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        env_up();
-    }
 }
 
 fn ready_condition(n: &Nodelet) -> (String, String) {
