@@ -29,6 +29,10 @@ pub enum KillReason {
     /// Its liveness or startup probe failed (kubelet: "Container %s failed %s probe, will be
     /// restarted").
     ProbeFailed(crate::prober::ProbeKind),
+    /// The runtime reports its state unknown (as containerd may while it reloads its tasks
+    /// after a restart): killed before it is started again, so that two instances never run
+    /// (kubelet's `computePodActions`).
+    UnknownState,
 }
 
 /// A container to start: its index in `spec.initContainers` or `spec.containers`, and the
@@ -280,6 +284,14 @@ pub fn compute_pod_actions_with(
                         a.sidecars_to_start.push(start);
                     }
                 }
+                Some(rc) if rc.state() == ContainerState::Unknown => {
+                    a.containers_to_kill.push((
+                        rc.id.clone(),
+                        c.name.clone(),
+                        KillReason::UnknownState,
+                    ));
+                    a.sidecars_to_start.push(start);
+                }
                 _ => a.sidecars_to_start.push(start),
             }
         }
@@ -305,6 +317,14 @@ pub fn compute_pod_actions_with(
                 }
                 ContainerState::Running => keep += 1,
                 ContainerState::Exited if !should_restart(policy, rc.exit_code) => {}
+                ContainerState::Unknown => {
+                    a.containers_to_kill.push((
+                        rc.id.clone(),
+                        c.name.clone(),
+                        KillReason::UnknownState,
+                    ));
+                    a.containers_to_start.push(start);
+                }
                 _ => a.containers_to_start.push(start),
             },
         }

@@ -118,6 +118,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     actions::KillReason::NotInSpec => {
                         format!("Container {name} is not in the pod spec any more")
                     }
+                    actions::KillReason::UnknownState => {
+                        format!("Container {name} is in an unknown state, will be restarted")
+                    }
                     actions::KillReason::ProbeFailed(kind) => {
                         // The probe's own terminationGracePeriodSeconds, when set (kubelet's
                         // killContainer).

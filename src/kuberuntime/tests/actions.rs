@@ -308,3 +308,29 @@ fn init_containers_are_done_once_a_regular_container_exists() {
     assert_eq!(a.next_init, None);
     assert!(a.containers_to_start.is_empty() && !a.kill_pod);
 }
+
+#[test]
+fn a_container_in_unknown_state_is_killed_before_it_starts_again() {
+    // containerd may report a container unknown while it reloads its tasks after a restart;
+    // starting a second instance beside the first would run the container twice.
+    let p = pod("Always", &[], &["a"]);
+    let mut unknown = container(&p, "a", ContainerState::Unknown, 0, 0);
+    unknown.id = "a-0".into();
+    let st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![unknown],
+    };
+    let a = compute_pod_actions(&p, &st);
+    assert_eq!(
+        a.containers_to_kill,
+        vec![("a-0".to_string(), "a".to_string(), KillReason::UnknownState)]
+    );
+    assert_eq!(
+        a.containers_to_start,
+        vec![ToStart {
+            index: 0,
+            restart_count: 1
+        }]
+    );
+    assert!(!a.kill_pod);
+}
