@@ -21,6 +21,10 @@ struct Inner {
     pods: HashMap<String, (Arc<RuntimePodStatus>, Instant)>,
     /// Time of the last relist: every pod without a newer entry is unchanged since then.
     global: Option<Instant>,
+    /// Pods that changed in a relist whose status read failed: their entry is current only as
+    /// of its own read, never as of a later relist, until a status is written again (kubelet's
+    /// cache holds the read error for them instead).
+    unverified: HashSet<String>,
     /// Containers with an OOM kill (bounded: cleared past [`MAX_OOM_KILLED`]).
     oom_killed: HashSet<String>,
     /// IPs of sandboxes as their pod worker read them when it made them (so the PLEG need not
@@ -69,8 +73,21 @@ impl PodCache {
             }
             apply_oom(&mut status, &g.oom_killed);
             g.pods.insert(uid.to_owned(), (Arc::new(status), at));
+            g.unverified.remove(uid);
         }
         self.1.changed.notify_waiters();
+    }
+
+    /// Records that a relist saw `uid` change but could not read its status: until a status is
+    /// written for it, [`PodCache::get_newer_than`] answers with its entry only when that was
+    /// read at or after the time asked, so that no sync acts on what was true before the change
+    /// (say, a container not yet started, which would then be started twice).
+    pub fn mark_unverified(&self, uid: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unverified
+            .insert(uid.to_owned());
     }
 
     /// How a waiting pod worker asks the PLEG for a relist (the agent sets the PLEG's
@@ -157,7 +174,8 @@ impl PodCache {
     pub fn get_newer_than(&self, uid: &str, t: Instant) -> Option<Arc<RuntimePodStatus>> {
         let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (status, at) = g.pods.get(uid)?;
-        let fresh = *at >= t || g.global.is_some_and(|gt| gt >= t && gt >= *at);
+        let fresh = *at >= t
+            || (!g.unverified.contains(uid) && g.global.is_some_and(|gt| gt >= t && gt >= *at));
         fresh.then(|| status.clone())
     }
 
@@ -166,7 +184,8 @@ impl PodCache {
     /// it, an empty status as of that relist. `None` before the first relist.
     pub fn get_first(&self, uid: &str) -> Option<(Arc<RuntimePodStatus>, Instant)> {
         let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match (g.pods.get(uid), g.global) {
+        let global = g.global.filter(|_| !g.unverified.contains(uid));
+        match (g.pods.get(uid), global) {
             (Some((st, at)), global) => Some((st.clone(), global.map_or(*at, |gt| gt.max(*at)))),
             (None, Some(gt)) => Some((Arc::new(RuntimePodStatus::default()), gt)),
             (None, None) => None,
@@ -200,6 +219,7 @@ impl PodCache {
     pub fn delete(&self, uid: &str) {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         g.sandbox_ips.retain(|_, (u, _)| u != uid);
+        g.unverified.remove(uid);
         if let Some((st, _)) = g.pods.remove(uid) {
             for c in &st.containers {
                 g.oom_killed.remove(&c.id);
@@ -212,6 +232,29 @@ impl PodCache {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_pod_whose_status_read_failed_is_not_vouched_for_by_later_relists() {
+        let c = PodCache::default();
+        let t0 = Instant::now();
+        let (t1, t2, t3) = (
+            t0 + Duration::from_millis(1),
+            t0 + Duration::from_millis(2),
+            t0 + Duration::from_millis(3),
+        );
+        c.set("a", RuntimePodStatus::default(), t0);
+        c.update_time(t2);
+        assert!(c.get_newer_than("a", t1).is_some(), "unchanged as of t2");
+        c.mark_unverified("a");
+        assert!(c.get_newer_than("a", t1).is_none(), "read at t0 only");
+        assert_eq!(c.get_first("a").map(|(_, at)| at), Some(t0));
+        c.set("a", RuntimePodStatus::default(), t3);
+        c.update_time(t3 + Duration::from_millis(1));
+        assert!(
+            c.get_newer_than("a", t1).is_some(),
+            "a status was written again"
+        );
+    }
 
     #[test]
     fn an_oom_kill_marks_the_exit_whether_it_comes_before_or_after_it() {

@@ -356,7 +356,12 @@ impl<R: RuntimeService> Pleg<R> {
         for (uid, st) in futures::future::join_all(reads).await {
             match st {
                 Ok(st) => self.cache.set(uid, st, start),
-                Err(e) => warn!(uid = %uid, error = %e, "PLEG: cannot read pod status"),
+                Err(e) => {
+                    warn!(uid = %uid, error = %e, "PLEG: cannot read pod status");
+                    // Its entry shows what it was before this change: no sync may take it as
+                    // current as of this relist.
+                    self.cache.mark_unverified(uid);
+                }
             }
         }
         self.cache.update_time(start);
