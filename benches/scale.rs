@@ -167,7 +167,7 @@ fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// A burst of `pods` manifests (`manifest(name)`) on agent `a`: start, idle, and teardown; with
-/// the pods running (after the idle window), `running` is called, for the resilience cases.
+/// the pods running (after the idle window), `running_hook` is called, for the resilience cases.
 #[allow(clippy::too_many_arguments)]
 fn agent_rep(
     rt: &tokio::runtime::Runtime,
