@@ -381,10 +381,7 @@ fn node_state_retried(rt: &tokio::runtime::Runtime, cri: &Cri, node: &str) -> No
     loop {
         match rt.block_on(node_state(cri, node)) {
             Ok(s) => return s,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => panic!("CRI after 30 s: {e}"),
         }
     }
@@ -432,6 +429,21 @@ fn compare(before: &NodeState, after: &NodeState) -> (usize, usize, usize) {
     (lost, replaced, duplicated)
 }
 
+/// After ten seconds of housekeeping, PLEG relists and pod syncs: pods lost, containers
+/// replaced, pods duplicated (see [`compare`]) against `before`, and the sum of the restart
+/// counts in `/pods`.
+fn settled(
+    rt: &tokio::runtime::Runtime,
+    cri: &Cri,
+    a: &agent::Agent,
+    before: &NodeState,
+) -> (usize, usize, usize, i64) {
+    std::thread::sleep(Duration::from_secs(10));
+    let after = node_state_retried(rt, cri, &a.node);
+    let (lost, replaced, duplicated) = compare(before, &after);
+    (lost, replaced, duplicated, api_running(a.port).1)
+}
+
 /// SIGKILL with the pods running, and the agent started again.
 #[derive(Default)]
 struct Kill9 {
@@ -454,17 +466,14 @@ fn kill9_case(rt: &tokio::runtime::Runtime, cri: &Cri, a: &mut agent::Agent) -> 
         || api_running(a.port).0 >= pods,
     );
     let running_after = t0.elapsed().as_secs_f64();
-    // Ten seconds of housekeeping, PLEG relists and pod syncs on the adopted pods.
-    std::thread::sleep(Duration::from_secs(10));
-    let after = node_state_retried(rt, cri, &a.node);
-    let (lost, replaced, duplicated) = compare(&before, &after);
+    let (lost, replaced, duplicated, restarts) = settled(rt, cri, a, &before);
     Kill9 {
         pods,
         running_after,
         lost,
         replaced,
         duplicated,
-        restarts: api_running(a.port).1,
+        restarts,
     }
 }
 
@@ -540,9 +549,7 @@ fn runtime_down_case(
         api_running(a.port).0 >= pods
     });
     let all_running = t1.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_secs(10));
-    let after = node_state_retried(rt, cri, &a.node);
-    let (lost, replaced, duplicated) = compare(&before, &after);
+    let (lost, replaced, duplicated, restarts) = settled(rt, cri, a, &before);
     RuntimeDown {
         pods,
         down_for,
@@ -552,7 +559,7 @@ fn runtime_down_case(
         lost,
         replaced,
         duplicated,
-        restarts: api_running(a.port).1,
+        restarts,
     }
 }
 
