@@ -148,8 +148,15 @@ fn init_logging(verbosity: u8, format: &str) {
         2 | 3 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("nodelet={level},warn")));
+    // kube-rs logs every failed request at ERROR (`kube_client::client::builder`): with the
+    // apiserver down that is several lines a second, while nodelet's own tasks report the outage
+    // once each and its end. Those lines are seen at -v 4.
+    let kube = if verbosity >= 4 { "debug" } else { "off" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "nodelet={level},warn,kube_client::client::builder={kube}"
+        ))
+    });
     // Colours only for a terminal: log files and journald get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none();

@@ -7,7 +7,10 @@
 //! status (phase, podIP, container state) reaches the API, and `kubectl delete` stops it within
 //! its grace period and the object disappears; one with a volume kind nodelet does not implement
 //! is never run and is Failed with the field named. Credentials of another node are refused by the
-//! apiserver and reported once.
+//! apiserver and reported once. With its apiserver stopped for 30 s (a second kube-apiserver on
+//! the same etcd, so that the other tests keep theirs), nodelet restarts no container, posts the
+//! status that changed meanwhile within 10 s of the return, and lists again when etcd was
+//! compacted under its watch, running the pod created meanwhile.
 //!
 //! Skipped, with a message, where the control plane is not running.
 
@@ -399,4 +402,195 @@ fn an_unreachable_apiserver_is_retried_with_back_off_and_static_pods_run() {
         std::thread::sleep(Duration::from_millis(500));
     }
     assert!(n.log().contains("API pod source: watch failed"));
+}
+
+/// Compacts etcd (scripts/env/cluster.sh's, on 127.0.0.1:22379) at its current revision, through
+/// its v3 JSON gateway: every older resource version expires.
+fn compact_etcd() {
+    let post = |path: &str, body: &str| {
+        let out = Command::new("curl")
+            .args([
+                "-sf",
+                "-X",
+                "POST",
+                &format!("http://127.0.0.1:22379/v3/{path}"),
+            ])
+            .args(["-d", body])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "etcd {path}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let revision = post("kv/range", r#"{"key":"AA=="}"#)["header"]["revision"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    post(
+        "kv/compaction",
+        &format!(r#"{{"revision":"{revision}","physical":true}}"#),
+    );
+}
+
+/// One more kube-apiserver on `port` (same etcd) for a test to stop and start without
+/// disturbing the other tests' apiserver; stopped when dropped.
+struct OwnApiserver(u16);
+
+impl OwnApiserver {
+    fn start(port: u16) -> Self {
+        Self::run("apiserver-start", port);
+        OwnApiserver(port)
+    }
+
+    fn run(verb: &str, port: u16) {
+        let out = Command::new("bash")
+            .arg(repo().join("scripts/env/cluster.sh"))
+            .args([verb, &port.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cluster.sh {verb} {port}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn stop(&self) {
+        Self::run("apiserver-stop", self.0);
+    }
+
+    fn resume(&self) {
+        Self::run("apiserver-start", self.0);
+    }
+}
+
+impl Drop for OwnApiserver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[test]
+fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_10_s() {
+    let Some(mut n) = joining_nodelet("apiserver-down", "") else {
+        return;
+    };
+    let node = n.node.clone();
+    let own = OwnApiserver::start(16444);
+    // nodelet talks to its own apiserver only; kubectl to the shared one (same etcd).
+    let kubeconfig = n.extra_args[1].clone();
+    let text = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .replace("https://127.0.0.1:16443", "https://127.0.0.1:16444");
+    let own_kubeconfig = n.dir.path().join("own.kubeconfig");
+    std::fs::write(&own_kubeconfig, text).unwrap();
+    n.extra_args[1] = own_kubeconfig.display().to_string();
+    n.start();
+
+    let long = format!("long-{node}");
+    let brief = format!("brief-{node}");
+    // `brief` ends by itself 15 s after it starts: while the apiserver is down.
+    for (name, policy, command) in [
+        (&long, "Always", "[sleep, '3600']"),
+        (&brief, "Never", "[sleep, '15']"),
+    ] {
+        kubectl_apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: {command}}}\n"
+        ));
+    }
+    let phase = |name: &str| jsonpath("pod", name, Some("default"), "{.status.phase}");
+    wait_until(Duration::from_secs(30), "both API pods Running", || {
+        phase(&long).as_deref() == Some("Running") && phase(&brief).as_deref() == Some("Running")
+    });
+    let uid = |name: &str| jsonpath("pod", name, Some("default"), "{.metadata.uid}").unwrap();
+    let (long_uid, brief_uid) = (uid(&long), uid(&brief));
+    let ids = |uid: &str| {
+        let mut v: Vec<String> = n
+            .runtime
+            .containers(uid)
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        v.sort();
+        v
+    };
+    let long_before = ids(&long_uid);
+    assert_eq!(long_before.len(), 1);
+
+    own.stop();
+    let stopped = Instant::now();
+    // While it is down: `brief` completes on the node, its status waits.
+    let on_node = |name: &str| n.pods().into_iter().find(|p| p["metadata"]["name"] == name);
+    wait_until(
+        Duration::from_secs(30),
+        "brief Succeeded on the node",
+        || on_node(&brief).is_some_and(|p| p["status"]["phase"] == "Succeeded"),
+    );
+    assert_eq!(phase(&brief).as_deref(), Some("Running"), "not posted yet");
+    // A pod created meanwhile (through the other apiserver), then etcd compacted: nodelet's
+    // watch resource version is gone when it comes back, so it must list again.
+    let late = format!("late-{node}");
+    kubectl_apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {late}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n"
+    ));
+    compact_etcd();
+    while stopped.elapsed() < Duration::from_secs(30) {
+        assert!(
+            n.get("/healthz").is_some_and(|b| b == "ok"),
+            "nodelet stays up"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    own.resume();
+    let back = Instant::now();
+    eprintln!("apiserver down for {:?}", back - stopped);
+    wait_until(
+        Duration::from_secs(10),
+        "brief Succeeded in the API",
+        || phase(&brief).as_deref() == Some("Succeeded"),
+    );
+    eprintln!(
+        "status caught up {:?} after the apiserver was ready",
+        back.elapsed()
+    );
+    assert_eq!(ids(&long_uid), long_before, "no container replaced");
+    assert_eq!(
+        jsonpath(
+            "pod",
+            &long,
+            Some("default"),
+            "{.status.containerStatuses[0].restartCount}"
+        )
+        .as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        ids(&brief_uid).len(),
+        1,
+        "brief ran once (restartPolicy Never)"
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the pod created meanwhile Running",
+        || phase(&late).as_deref() == Some("Running"),
+    );
+    eprintln!(
+        "the pod created meanwhile Running {:?} after the apiserver was ready",
+        back.elapsed()
+    );
+    assert!(
+        n.log().contains("re-listed"),
+        "the expired watch was listed again"
+    );
+    assert_eq!(
+        on_node(&long).unwrap()["status"]["containerStatuses"][0]["restartCount"],
+        0
+    );
+    for name in [&long, &brief, &late] {
+        let _ = kubectl(&["-n", "default", "delete", "pod", name, "--wait=false"]);
+    }
+    wait_until(Duration::from_secs(20), "the API pods deleted", || {
+        phase(&long).is_none() && phase(&brief).is_none() && phase(&late).is_none()
+    });
+    n.kill9();
+    delete_node(&node);
 }

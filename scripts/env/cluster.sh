@@ -14,7 +14,10 @@
 # Usage:
 #   cluster.sh                        bring it up (idempotent); prints the admin kubeconfig path
 #   cluster.sh node-kubeconfig NAME   print the path of a kubeconfig for node NAME (made once)
-#   cluster.sh down                   stop etcd and kube-apiserver, drop etcd's data
+#   cluster.sh apiserver-start PORT   one more kube-apiserver on PORT (16444-16499), same etcd:
+#                                     for a test that stops its apiserver without stopping others'
+#   cluster.sh apiserver-stop PORT    stop it
+#   cluster.sh down                   stop etcd and every kube-apiserver, drop etcd's data
 # Needs up.sh to have run (it unpacks etcd). Logs: /var/log/nodelet-env/{etcd,kube-apiserver}.log.
 set -euo pipefail
 
@@ -175,6 +178,36 @@ admin_curl() { # PATH
     curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$SERVER$1"
 }
 
+# kube-apiserver on PORT against the etcd, if not running; waits until it is ready.
+start_apiserver() { # PORT PIDFILE LOG
+    local port=$1 pidfile=$2 log=$3 start
+    if ! running "$pidfile"; then
+        "$APISERVER_BIN" --etcd-servers=http://127.0.0.1:22379 \
+            --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" --insecure-port=0 \
+            --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+            --client-ca-file="$PKI/ca.crt" \
+            --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+            --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+            --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+            --service-cluster-ip-range=10.96.0.0/12 --allow-privileged=true \
+            >"$log" 2>&1 &
+        echo $! >"$pidfile"
+        say "kube-apiserver: started on https://127.0.0.1:$port"
+    fi
+    start=$(date +%s)
+    until curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+        "https://127.0.0.1:$port/readyz" >/dev/null; do
+        running "$pidfile" || die "kube-apiserver exited (see $log)"
+        (($(date +%s) - start < 90)) || die "kube-apiserver not ready in 90 s"
+        sleep 0.5
+    done
+}
+
+extra_port() { # PORT: one of the ports tests may use for their own apiserver
+    [[ $1 =~ ^[0-9]+$ ]] && (($1 >= 16444 && $1 <= 16499)) ||
+        die "extra apiserver port must be 16444-16499, got: $1"
+}
+
 up() {
     [[ -x $ETCD_BIN ]] || die "no etcd at $ETCD_BIN: run scripts/env/up.sh first"
     command -v kubectl >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
@@ -196,26 +229,7 @@ up() {
         echo $! >"$ETCD_PIDFILE"
         say "etcd: started on 127.0.0.1:22379"
     fi
-    if ! running "$APISERVER_PIDFILE"; then
-        "$APISERVER_BIN" --etcd-servers=http://127.0.0.1:22379 \
-            --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=16443 --insecure-port=0 \
-            --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-            --client-ca-file="$PKI/ca.crt" \
-            --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
-            --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-            --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-            --service-cluster-ip-range=10.96.0.0/12 --allow-privileged=true \
-            >"$NODELET_ENV_LOG/kube-apiserver.log" 2>&1 &
-        echo $! >"$APISERVER_PIDFILE"
-        say "kube-apiserver: started on $SERVER"
-    fi
-    local start
-    start=$(date +%s)
-    until admin_curl /readyz >/dev/null; do
-        running "$APISERVER_PIDFILE" || die "kube-apiserver exited (see $NODELET_ENV_LOG/kube-apiserver.log)"
-        (($(date +%s) - start < 90)) || die "kube-apiserver not ready in 90 s"
-        sleep 0.5
-    done
+    start_apiserver 16443 "$APISERVER_PIDFILE" "$NODELET_ENV_LOG/kube-apiserver.log"
     # No controller manager: the ServiceAccount admission plugin refuses pods until it exists.
     kubectl --kubeconfig "$ADMIN_KUBECONFIG" -n default get serviceaccount default >/dev/null 2>&1 ||
         kubectl --kubeconfig "$ADMIN_KUBECONFIG" -n default create serviceaccount default >/dev/null
@@ -228,11 +242,24 @@ node-kubeconfig)
     [[ $# -eq 2 ]] || die "usage: cluster.sh node-kubeconfig NAME"
     node_kubeconfig "$2"
     ;;
+apiserver-start)
+    [[ $# -eq 2 ]] || die "usage: cluster.sh apiserver-start PORT"
+    extra_port "$2"
+    running "$ETCD_PIDFILE" || die "etcd is not running: run cluster.sh first"
+    mkdir -p "$NODELET_ENV_RUN/cluster" "$NODELET_ENV_LOG"
+    start_apiserver "$2" "$NODELET_ENV_RUN/cluster/kube-apiserver-$2.pid" "$NODELET_ENV_LOG/kube-apiserver-$2.log"
+    ;;
+apiserver-stop)
+    [[ $# -eq 2 ]] || die "usage: cluster.sh apiserver-stop PORT"
+    extra_port "$2"
+    stop "$NODELET_ENV_RUN/cluster/kube-apiserver-$2.pid"
+    ;;
 down)
+    for f in "$NODELET_ENV_RUN"/cluster/kube-apiserver-*.pid; do [[ -e $f ]] && stop "$f"; done
     stop "$APISERVER_PIDFILE"
     stop "$ETCD_PIDFILE"
     rm -rf "$ETCD_DATA"
     say "cluster: stopped"
     ;;
-*) die "unknown command: $1 (up, node-kubeconfig NAME, down)" ;;
+*) die "unknown command: $1 (up, node-kubeconfig NAME, apiserver-start PORT, apiserver-stop PORT, down)" ;;
 esac

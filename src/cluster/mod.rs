@@ -6,7 +6,9 @@
 //! Lease ([`node_lease`], kubelet's `nodelease` controller) and mirror pods for static pods with
 //! their status ([`mirror_pods`]), the API pod source ([`crate::source::api`]) with its pods'
 //! status ([`pod_status`]; a pod refused at admission is posted Failed with kubelet's reason)
-//! and final delete. Not yet: events posted to the API, ConfigMaps and Secrets read from the API. Each runs as its own task on the
+//! and final delete. With the apiserver away, pods run on, each pod's latest status waits and
+//! is posted within [`pod_status::MAX_STATUS_BACKOFF`] of its return, and the pod watch resumes
+//! or lists again within [`crate::source::api::WATCH_MAX_BACKOFF`]. Not yet: events posted to the API, ConfigMaps and Secrets read from the API. Each runs as its own task on the
 //! agent's runtime; an unreachable apiserver delays them and nothing else: static pods run
 //! whether or not the node has registered.
 //!

@@ -1,8 +1,9 @@
 //! API pods' status (kubelet's `status_manager.go` `syncPod`): the status the agent holds for
 //! each pod from the API source is patched to the pod's status subresource when it changed
-//! since the last patch that succeeded, every [`STATUS_SYNC_PERIOD`]. A failed patch is retried
-//! at the next round (the apiserver down: nothing is lost, the latest status is sent when it
-//! returns). Static pods' status goes to their mirror pods instead
+//! since the last patch that succeeded, every [`STATUS_SYNC_PERIOD`], a few at a time
+//! ([`STATUS_PATCH_CONCURRENCY`]). A failed patch is retried at the next round; while the
+//! apiserver cannot be reached, rounds back off up to [`MAX_STATUS_BACKOFF`] (nothing is lost:
+//! each pod's latest status is sent when it returns). Static pods' status goes to their mirror pods instead
 //! ([`super::mirror_pods`]).
 
 use std::collections::HashMap;
@@ -37,40 +38,104 @@ pub fn due(pods: &[Pod], posted: &mut HashMap<String, PodStatus>) -> Vec<Pod> {
         .collect()
 }
 
-/// Posts the API pods' statuses from `status` until the task is dropped.
+/// Longest wait between rounds while the apiserver fails, so that statuses catch up within
+/// this long of its return (kubelet's status manager retries on its 10 s sync period).
+pub const MAX_STATUS_BACKOFF: Duration = Duration::from_secs(4);
+
+/// Patches in flight at once in a round.
+pub const STATUS_PATCH_CONCURRENCY: usize = 4;
+
+/// The wait before the next round: [`STATUS_SYNC_PERIOD`] after a round that reached the
+/// apiserver, else twice the last wait up to [`MAX_STATUS_BACKOFF`].
+pub fn next_delay(last: Duration, unreachable: bool) -> Duration {
+    if unreachable {
+        (last * 2).min(MAX_STATUS_BACKOFF)
+    } else {
+        STATUS_SYNC_PERIOD
+    }
+}
+
+/// What one patch came to.
+enum Outcome {
+    /// The apiserver took it, or the pod is gone from the API (404): either way it is settled.
+    Settled,
+    /// The apiserver refused it (an API error other than 404): tried again next round.
+    Refused(Box<kube::core::Status>),
+    /// The apiserver could not be reached: the round stops and backs off.
+    Unreachable(kube::Error),
+}
+
+async fn patch(client: kube::Client, pod: &Pod) -> Outcome {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client, ns);
+    let body = serde_json::json!({ "status": pod.status });
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => Outcome::Settled,
+        Err(kube::Error::Api(e)) if e.code == 404 => Outcome::Settled,
+        Err(kube::Error::Api(e)) => Outcome::Refused(e),
+        Err(e) => Outcome::Unreachable(e),
+    }
+}
+
+/// Posts the API pods' statuses from `status` until the task is dropped. Only each pod's latest
+/// status is held (the queue is bounded by the pods on the node); while the apiserver cannot be
+/// reached, rounds back off ([`next_delay`]) and each stops at its first failure.
 pub async fn run(client: kube::Client, status: crate::status::StatusManager) {
+    use futures::StreamExt;
     let mut posted: HashMap<String, PodStatus> = HashMap::new();
     let mut failing = false;
-    let mut tick = tokio::time::interval(STATUS_SYNC_PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut delay = STATUS_SYNC_PERIOD;
     loop {
-        tick.tick().await;
-        for pod in due(&status.pods_where(from_api), &mut posted) {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        tokio::time::sleep(delay).await;
+        let pods = due(&status.pods_where(from_api), &mut posted);
+        let mut results = futures::stream::iter(pods)
+            .map(|pod| {
+                let client = client.clone();
+                async move {
+                    let outcome = patch(client, &pod).await;
+                    (pod, outcome)
+                }
+            })
+            .buffer_unordered(STATUS_PATCH_CONCURRENCY);
+        let mut unreachable = None;
+        while let Some((pod, outcome)) = results.next().await {
             let name = pod.metadata.name.as_deref().unwrap_or_default();
-            let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-            let patch = serde_json::json!({ "status": pod.status });
-            match api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    if failing {
-                        info!("pod statuses posted again");
-                        failing = false;
-                    }
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            match outcome {
+                Outcome::Settled => {
                     posted.insert(
                         crate::pod::pod_uid(&pod).to_owned(),
                         pod.status.clone().unwrap_or_default(),
                     );
                 }
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => {
-                    if !failing {
-                        warn!(pod = %name, namespace = %ns, error = %e, "cannot post pod status; will retry");
-                        failing = true;
-                    }
+                Outcome::Refused(e) => {
+                    warn!(pod = %name, namespace = %ns, code = e.code, error = %e.message, "pod status refused by the apiserver; will retry");
                 }
+                Outcome::Unreachable(e) => {
+                    unreachable = Some((name.to_owned(), ns.to_owned(), e));
+                    break;
+                }
+            }
+        }
+        drop(results);
+        match unreachable {
+            Some((name, ns, e)) => {
+                if !failing {
+                    warn!(pod = %name, namespace = %ns, error = %e, "cannot post pod status; will retry with back-off");
+                    failing = true;
+                }
+                delay = next_delay(delay, true);
+            }
+            None => {
+                if failing {
+                    info!("pod statuses posted again");
+                    failing = false;
+                }
+                delay = next_delay(delay, false);
             }
         }
     }
@@ -104,5 +169,21 @@ mod tests {
         assert_eq!(due(&pods, &mut posted).len(), 1, "changed");
         assert!(due(&[], &mut posted).is_empty());
         assert!(posted.is_empty(), "a pod gone is forgotten");
+    }
+
+    #[test]
+    fn rounds_back_off_while_the_apiserver_is_unreachable_and_not_beyond_the_cap() {
+        let mut d = STATUS_SYNC_PERIOD;
+        let mut waits = vec![];
+        for _ in 0..5 {
+            d = next_delay(d, true);
+            waits.push(d.as_secs());
+        }
+        assert_eq!(waits, [2, 4, 4, 4, 4]);
+        assert_eq!(
+            next_delay(d, false),
+            STATUS_SYNC_PERIOD,
+            "back once it answers"
+        );
     }
 }

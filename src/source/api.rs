@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -55,12 +56,51 @@ fn runnable(pod: &Pod) -> bool {
     !crate::pod::is_mirror_pod(pod)
 }
 
+/// First wait after a watch or list fails.
+pub const WATCH_MIN_BACKOFF: Duration = Duration::from_millis(800);
+
+/// Longest wait between attempts while the apiserver fails. client-go's reflector (and kube-rs'
+/// default) go up to 30 s; nodelet stops at 8 s so that a pod created or deleted while the
+/// apiserver was away is acted on within 8 s of its return, at the cost of one list request
+/// per node every 8 s during an outage.
+pub const WATCH_MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// The reflector's back-off: [`WATCH_MIN_BACKOFF`] doubling up to [`WATCH_MAX_BACKOFF`], each
+/// wait shortened by up to a quarter at random so that nodes do not return in step; back to the
+/// start once the watch delivers an event (kube-rs resets it then).
+#[derive(Debug, Default)]
+pub struct WatchBackoff {
+    next: Option<Duration>,
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let wait = self.next.unwrap_or(WATCH_MIN_BACKOFF);
+        self.next = Some((wait * 2).min(WATCH_MAX_BACKOFF));
+        let jitter = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(wait.as_nanos());
+            h.finish() % 250
+        };
+        Some(wait.mul_f64(1.0 - jitter as f64 / 1000.0))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = None;
+    }
+}
+
 /// What tells the source that a pod being deleted is gone from the node: true while the agent
 /// still holds a status for the UID or the runtime still has a sandbox of it.
 pub type StillHere = Box<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// How often pods being deleted are checked for their final delete.
-pub const FINAL_DELETE_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+pub const FINAL_DELETE_PERIOD: Duration = Duration::from_secs(1);
 
 /// Follows the pods bound to `node_name` until the task is dropped, setting the API source's
 /// pods in `config` after the first complete list and after every change, and deleting from the
@@ -73,9 +113,9 @@ pub async fn run(
 ) {
     let api: kube::Api<Pod> = kube::Api::all(client.clone());
     let wc = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-    // Backed off between failures (kube-rs' default: 800 ms growing to 30 s, as client-go's
-    // reflector): an unreachable apiserver is not hammered, nor the log flooded.
-    let mut stream = watcher(api, wc).default_backoff().boxed();
+    // Backed off between failures: an unreachable apiserver is not hammered, nor the log
+    // flooded, and the watch is back within WATCH_MAX_BACKOFF of its return.
+    let mut stream = watcher(api, wc).backoff(WatchBackoff::default()).boxed();
     let mut store: BTreeMap<String, Pod> = BTreeMap::new();
     let mut initial: Option<BTreeMap<String, Pod>> = None;
     let mut listed = false;
@@ -111,6 +151,13 @@ pub async fn run(
             }
             Ok(watcher::Event::InitDone) => {
                 store = initial.take().unwrap_or_default();
+                if listed {
+                    // The reflector lists again only when its resource version expired (410).
+                    info!(
+                        pods = store.len(),
+                        "API pod source: re-listed (the watch's resource version expired)"
+                    );
+                }
                 listed = true;
                 true
             }
@@ -263,5 +310,26 @@ async fn final_deletes(
                 warn!(pod = %name, error = %e, "cannot delete the pod from the API; will retry")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::utils::Backoff;
+
+    #[test]
+    fn the_watch_backs_off_doubling_to_its_cap_with_jitter_and_resets() {
+        let mut b = WatchBackoff::default();
+        let nominal = [0.8, 1.6, 3.2, 6.4, 8.0, 8.0];
+        for want in nominal {
+            let got = b.next().unwrap().as_secs_f64();
+            assert!(
+                got <= want && got >= want * 0.75,
+                "{got} s for a nominal {want} s"
+            );
+        }
+        b.reset();
+        assert!(b.next().unwrap() <= WATCH_MIN_BACKOFF);
     }
 }

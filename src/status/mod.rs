@@ -8,9 +8,34 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Pods by UID, each with its latest status.
 type Store = HashMap<String, (Arc<Pod>, PodStatus)>;
+
+/// What a new status keeps of the one before it, as kubelet's status manager
+/// (`updateStatusInternal`): each condition's `lastTransitionTime` while its status is unchanged,
+/// `now` (seconds) when it changes or is new; a terminal phase (Succeeded, Failed) is never left
+/// for a non-terminal one; the pod's `startTime` once set.
+pub fn carry_over(old: Option<&PodStatus>, new: &mut PodStatus, now: Time) {
+    for c in new.conditions.iter_mut().flatten() {
+        let before = old
+            .and_then(|o| o.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|o| o.type_ == c.type_));
+        c.last_transition_time = match before {
+            Some(b) if b.status == c.status => b.last_transition_time.clone(),
+            _ => Some(now.clone()),
+        };
+    }
+    let Some(old) = old else { return };
+    let terminal = |p: Option<&str>| matches!(p, Some("Succeeded" | "Failed"));
+    if terminal(old.phase.as_deref()) && !terminal(new.phase.as_deref()) {
+        new.phase = old.phase.clone();
+    }
+    if new.start_time.is_none() {
+        new.start_time = old.start_time.clone();
+    }
+}
 
 /// Latest known pods with their statuses, by UID.
 #[derive(Clone, Default)]
@@ -19,13 +44,14 @@ pub struct StatusManager {
 }
 
 impl StatusManager {
-    /// Records `status` as the pod's latest status.
-    pub fn set(&self, pod: Arc<Pod>, status: PodStatus) {
+    /// Records `status` as the pod's latest status, with kubelet's rules against the one held
+    /// before ([`carry_over`]).
+    pub fn set(&self, pod: Arc<Pod>, mut status: PodStatus) {
         let uid = crate::pod::pod_uid(&pod).to_owned();
-        self.inner
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid, (pod, status));
+        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let now = crate::cluster::api_time(std::time::SystemTime::now());
+        carry_over(map.get(&uid).map(|(_, s)| s), &mut status, now);
+        map.insert(uid, (pod, status));
     }
 
     /// Forgets a pod that is gone.
@@ -136,5 +162,67 @@ impl StatusManager {
             .values()
             .filter(|(_, s)| s.phase.as_deref() == Some("Running"))
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodCondition;
+
+    fn t(s: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
+    }
+
+    fn status(phase: &str, ready: bool) -> PodStatus {
+        let cond = |type_: &str, ok: bool| PodCondition {
+            type_: type_.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            ..Default::default()
+        };
+        PodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(vec![cond("PodScheduled", true), cond("Ready", ready)]),
+            ..Default::default()
+        }
+    }
+
+    fn transition(s: &PodStatus, type_: &str) -> Option<Time> {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+            .and_then(|c| c.last_transition_time.clone())
+    }
+
+    #[test]
+    fn transition_times_change_only_with_the_condition() {
+        let mut first = status("Pending", false);
+        carry_over(None, &mut first, t(100));
+        assert_eq!(transition(&first, "Ready"), Some(t(100)));
+        let mut same = status("Running", false);
+        carry_over(Some(&first), &mut same, t(105));
+        assert_eq!(transition(&same, "Ready"), Some(t(100)), "unchanged");
+        let mut ready = status("Running", true);
+        carry_over(Some(&same), &mut ready, t(110));
+        assert_eq!(transition(&ready, "Ready"), Some(t(110)), "became True");
+        assert_eq!(transition(&ready, "PodScheduled"), Some(t(100)));
+    }
+
+    #[test]
+    fn a_terminal_phase_is_kept_and_the_start_time_too() {
+        let mut done = status("Succeeded", false);
+        done.start_time = Some(t(50));
+        let mut later = status("Pending", false);
+        carry_over(Some(&done), &mut later, t(60));
+        assert_eq!(later.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(later.start_time, Some(t(50)));
+        let mut failed = status("Failed", false);
+        carry_over(Some(&status("Running", true)), &mut failed, t(70));
+        assert_eq!(
+            failed.phase.as_deref(),
+            Some("Failed"),
+            "a pod may become terminal"
+        );
     }
 }
