@@ -28,6 +28,8 @@ pub struct Agent {
     pub child: Child,
     /// The binary it runs (to start it again).
     pub bin: PathBuf,
+    /// Command-line arguments besides the configuration, node name and root directory.
+    pub args: Vec<String>,
 }
 
 /// Starts nodelet as `node` with the base configuration plus `extra` lines, its stderr going to
@@ -43,6 +45,17 @@ pub fn start(node: &str, extra: &str, stderr: Stdio) -> Agent {
 
 /// [`start`] with another nodelet binary (an earlier build, to compare two in one run).
 pub fn start_binary(bin: &std::path::Path, node: &str, extra: &str, stderr: Stdio) -> Agent {
+    start_with_args(bin, node, extra, stderr, Vec::new())
+}
+
+/// [`start_binary`] with more command-line arguments `args` (e.g. `--kubeconfig FILE`).
+pub fn start_with_args(
+    bin: &std::path::Path,
+    node: &str,
+    extra: &str,
+    stderr: Stdio,
+    args: Vec<String>,
+) -> Agent {
     assert!(
         std::path::Path::new(SOCKET).exists(),
         "run scripts/env/up.sh first"
@@ -76,7 +89,7 @@ pub fn start_binary(bin: &std::path::Path, node: &str, extra: &str, stderr: Stdi
     for m in nodelet::cm::cgroup_mounts() {
         std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
     }
-    let child = spawn(bin, dir.path(), node, port, stderr);
+    let child = spawn(bin, dir.path(), node, port, stderr, &args);
     Agent {
         dir,
         manifests,
@@ -86,6 +99,7 @@ pub fn start_binary(bin: &std::path::Path, node: &str, extra: &str, stderr: Stdi
         cgroup_root,
         child,
         bin: bin.to_owned(),
+        args,
     }
 }
 
@@ -96,6 +110,7 @@ fn spawn(
     node: &str,
     port: u16,
     stderr: Stdio,
+    args: &[String],
 ) -> Child {
     let child = Command::new(bin)
         .arg("--config")
@@ -103,6 +118,7 @@ fn spawn(
         .args(["--hostname-override", node])
         .arg("--root-dir")
         .arg(dir.join("root"))
+        .args(args)
         .stderr(stderr)
         .spawn()
         .unwrap();
@@ -126,6 +142,7 @@ impl Agent {
             &self.node,
             self.port,
             Stdio::null(),
+            &self.args,
         );
     }
 }
