@@ -233,6 +233,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
                 runtime: runtime_state.clone(),
             },
             status.clone(),
+            recorder.clone(),
         );
         info!(kubeconfig = %path.display(), "cluster mode: registering the node with the API server");
     }

@@ -1,8 +1,11 @@
-//! Event recorder: what kubelet would post as Events to the API server, kept in memory here
-//! (newest last, at most [`MAX_EVENTS`]) and served at `GET /events`.
+//! Event recorder: what kubelet posts as Events, kept in memory (newest last, at most
+//! [`MAX_EVENTS`]) and served at `GET /events`; in cluster mode also posted to the apiserver
+//! ([`crate::cluster::events`]), which reads them in order by [`Event::seq`].
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
 
 use serde::Serialize;
 
@@ -26,6 +29,38 @@ fn truncate(mut s: String) -> String {
     s
 }
 
+/// What an event is about: `pod/<namespace>/<name>` with the pod's UID, or another object named
+/// by text (`file:<path>`, `cgroup:<path>`: posted to the API about the Node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Involved {
+    /// How `/events` and the logs name it.
+    pub text: String,
+    /// The pod's UID, for a pod.
+    pub uid: Option<String>,
+}
+
+impl Involved {
+    /// The pod `pod` (its `pod/<namespace>/<name>` and UID).
+    pub fn pod(pod: &Pod) -> Self {
+        Involved {
+            text: crate::pod::pod_ref(pod),
+            uid: pod.metadata.uid.clone(),
+        }
+    }
+}
+
+impl From<String> for Involved {
+    fn from(text: String) -> Self {
+        Involved { text, uid: None }
+    }
+}
+
+impl From<&str> for Involved {
+    fn from(text: &str) -> Self {
+        Involved::from(text.to_owned())
+    }
+}
+
 /// One event, shaped like a core/v1 Event's main fields.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -41,46 +76,73 @@ pub struct Event {
     pub message: String,
     /// RFC 3339 time of the event.
     pub time: String,
+    /// The pod's UID when the event is about a pod (not in `/events`).
+    #[serde(skip)]
+    pub involved_uid: Option<String>,
+    /// Position in the recorder, from 1, increasing (not in `/events`).
+    #[serde(skip)]
+    pub seq: u64,
+}
+
+#[derive(Default)]
+struct Log {
+    events: VecDeque<Event>,
+    last_seq: u64,
 }
 
 /// A shared, bounded event log.
 #[derive(Clone, Default)]
-pub struct Recorder(Arc<Mutex<VecDeque<Event>>>);
+pub struct Recorder {
+    log: Arc<Mutex<Log>>,
+    recorded: Arc<tokio::sync::Notify>,
+}
 
 impl Recorder {
     /// Records a `Normal` event.
-    pub fn normal(&self, object: impl Into<String>, reason: &str, message: impl Into<String>) {
+    pub fn normal(&self, object: impl Into<Involved>, reason: &str, message: impl Into<String>) {
         self.push("Normal", object.into(), reason, message.into());
     }
 
     /// Records a `Warning` event.
-    pub fn warning(&self, object: impl Into<String>, reason: &str, message: impl Into<String>) {
+    pub fn warning(&self, object: impl Into<Involved>, reason: &str, message: impl Into<String>) {
         self.push("Warning", object.into(), reason, message.into());
     }
 
-    fn push(&self, type_: &'static str, involved_object: String, reason: &str, message: String) {
+    fn push(&self, type_: &'static str, object: Involved, reason: &str, message: String) {
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.last_seq += 1;
         let ev = Event {
             type_,
             reason: reason.to_owned(),
-            involved_object: truncate(involved_object),
+            involved_object: truncate(object.text),
             message: truncate(message),
             time: crate::pod::now_rfc3339(),
+            involved_uid: object.uid,
+            seq: log.last_seq,
         };
-        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if q.len() == MAX_EVENTS {
-            q.pop_front();
+        if log.events.len() == MAX_EVENTS {
+            log.events.pop_front();
         }
-        q.push_back(ev);
+        log.events.push_back(ev);
+        drop(log);
+        self.recorded.notify_one();
     }
 
     /// A copy of the events, oldest first.
     pub fn list(&self) -> Vec<Event> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+        self.since(0)
+    }
+
+    /// A copy of the events held whose [`Event::seq`] is above `seq`, oldest first.
+    pub fn since(&self, seq: u64) -> Vec<Event> {
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let skip = log.events.partition_point(|e| e.seq <= seq);
+        log.events.iter().skip(skip).cloned().collect()
+    }
+
+    /// Waits until an event is recorded (one recorded since the last wait returns at once).
+    pub async fn recorded(&self) {
+        self.recorded.notified().await;
     }
 }
 
@@ -105,5 +167,28 @@ mod tests {
             "{}",
             m.len()
         );
+    }
+
+    #[test]
+    fn events_are_read_in_order_from_a_position() {
+        let r = Recorder::default();
+        r.normal("file:a", "One", "1");
+        let mut p = Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some("u1".into());
+        r.warning(Involved::pod(&p), "Two", "2");
+        let all = r.since(0);
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(all[1].involved_object, "pod/ns/p");
+        assert_eq!(all[1].involved_uid.as_deref(), Some("u1"));
+        assert_eq!(r.since(1).len(), 1);
+        assert!(r.since(2).is_empty());
+        for i in 0..MAX_EVENTS {
+            r.normal("file:a", "More", format!("{i}"));
+        }
+        let tail = r.since(1);
+        assert_eq!(tail.len(), MAX_EVENTS, "what is still held");
+        assert_eq!(tail[0].seq, 3);
     }
 }

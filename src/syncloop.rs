@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 use crate::admission::{PodAdmitter, Rejection};
 use crate::events::Recorder;
 use crate::pleg::PodLifecycleEvent;
-use crate::pod::{pod_ref, pod_uid};
+use crate::pod::pod_uid;
 use crate::podworkers::{KillPodOptions, PodSyncer, PodWorkers, UpdateType, WorkQueue};
 use crate::prober::ProbeResult;
 use crate::source::{PodOp, PodUpdate, SourcesReady};
@@ -152,8 +152,11 @@ impl<S: PodSyncer> SyncLoop<S> {
                 warn!(uid = pod_uid(&pod), reason = %r.reason, "pod rejected at admission: {}", r.message);
                 let f = Failure::new(&r.reason, r.status_message());
                 self.failed.mark(&pod, f.clone());
-                self.recorder
-                    .warning(pod_ref(&pod), &r.reason, r.message.clone());
+                self.recorder.warning(
+                    crate::events::Involved::pod(&pod),
+                    &r.reason,
+                    r.message.clone(),
+                );
                 f
             }
         };

@@ -7,7 +7,8 @@
 //! status (phase, podIP, container state) reaches the API, and `kubectl delete` stops it within
 //! its grace period and the object disappears; one with a volume kind nodelet does not implement
 //! is never run and is Failed with the field named. Credentials of another node are refused by the
-//! apiserver and reported once. With its apiserver stopped for 30 s (a second kube-apiserver on
+//! apiserver and reported once. Events reach the API: a pod's about the pod, a broken manifest's
+//! about the Node. With its apiserver stopped for 30 s (a second kube-apiserver on
 //! the same etcd, so that the other tests keep theirs), nodelet restarts no container, posts the
 //! status that changed meanwhile within 10 s of the return, and lists again when etcd was
 //! compacted under its watch, running the pod created meanwhile.
@@ -120,6 +121,30 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
         )
         .is_some_and(|s| s == "True")
     });
+    // A broken manifest: its event is about the Node, naming the file.
+    n.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: [\n",
+    );
+    let selector =
+        format!("involvedObject.kind=Node,involvedObject.name={name},reason=DecodeError");
+    wait_until(
+        Duration::from_secs(20),
+        "the manifest's event in the API",
+        || {
+            kubectl(&[
+                "-n",
+                "default",
+                "get",
+                "events",
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={.items[*].message}",
+            ])
+            .is_some_and(|m| m.contains("broken.yaml"))
+        },
+    );
     // The capacity nodelet computed: this machine's memory and cpus, maxPods.
     let cap =
         |r: &str| jsonpath("node", &name, None, &format!("{{.status.capacity.{r}}}")).unwrap();
@@ -325,6 +350,30 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
     assert_eq!(
         pod("{.status.containerStatuses[0].ready}").as_deref(),
         Some("true")
+    );
+    // Its events reach the API, about the pod (its UID), from the kubelet on this node.
+    let events = |selector: &str, path: &str| {
+        kubectl(&[
+            "-n",
+            "default",
+            "get",
+            "events",
+            "--field-selector",
+            selector,
+            "-o",
+            &format!("jsonpath={path}"),
+        ])
+        .unwrap_or_default()
+    };
+    let by_uid = format!("involvedObject.uid={uid}");
+    wait_until(
+        Duration::from_secs(20),
+        "the pod's Started event in the API",
+        || events(&by_uid, "{.items[*].reason}").contains("Started"),
+    );
+    assert!(
+        events(&by_uid, "{.items[*].source.host}").contains(&node),
+        "source.host is the node"
     );
 
     // Deleted: stopped within its 3 s grace (sleep ignores SIGTERM: killed at the grace), then

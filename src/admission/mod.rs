@@ -28,7 +28,7 @@ use tracing::warn;
 use crate::events::Recorder;
 use crate::eviction::NodePressure;
 use crate::metrics::Metrics;
-use crate::pod::{pod_ref, pod_uid};
+use crate::pod::pod_uid;
 use crate::status::failed::{FailedPods, Failure};
 use node_affinity::NodeIdentity;
 use node_resources::Allocatable;
@@ -136,8 +136,11 @@ impl PodAdmitter {
         );
         let failure = Failure::new(&r.reason, r.status_message());
         self.failed.mark(pod, failure.clone());
-        self.recorder
-            .warning(pod_ref(pod), &r.reason, r.message.clone());
+        self.recorder.warning(
+            crate::events::Involved::pod(pod),
+            &r.reason,
+            r.message.clone(),
+        );
         self.metrics
             .admission_rejections
             .get_or_create(&crate::metrics::ReasonLabel {

@@ -6,15 +6,16 @@
 //! Lease ([`node_lease`], kubelet's `nodelease` controller) and mirror pods for static pods with
 //! their status ([`mirror_pods`]), the API pod source ([`crate::source::api`]) with its pods'
 //! status ([`pod_status`]; a pod refused at admission is posted Failed with kubelet's reason)
-//! and final delete. With the apiserver away, pods run on, each pod's latest status waits and
+//! and final delete, events posted with kubelet's correlation and rate limits ([`events`]). With the apiserver away, pods run on, each pod's latest status waits and
 //! is posted within [`pod_status::MAX_STATUS_BACKOFF`] of its return, and the pod watch resumes
-//! or lists again within [`crate::source::api::WATCH_MAX_BACKOFF`]. Not yet: events posted to the API, ConfigMaps and Secrets read from the API. Each runs as its own task on the
+//! or lists again within [`crate::source::api::WATCH_MAX_BACKOFF`]. Not yet: ConfigMaps and Secrets read from the API. Each runs as its own task on the
 //! agent's runtime; an unreachable apiserver delays them and nothing else: static pods run
 //! whether or not the node has registered.
 //!
 //! The control plane the tests use is kube-apiserver v1.20 (scripts/env/cluster.sh); every field
 //! written here is one that API serves.
 
+pub mod events;
 pub mod mirror_pods;
 pub mod node_lease;
 pub mod node_status;
@@ -56,14 +57,16 @@ pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
 }
 
 /// Starts the node's tasks on `rt`: registration and node status, the Lease, mirror pods for the
-/// static pods and the API pods' status (both read from `status`). The API pod source is
-/// started with the other pod sources ([`crate::source::api::run`]).
+/// static pods and the API pods' status (both read from `status`), and the events of
+/// `recorder`. The API pod source is started with the other pod sources
+/// ([`crate::source::api::run`]).
 pub fn spawn(
     rt: &tokio::runtime::Handle,
     client: kube::Client,
     facts: node_status::NodeFacts,
     inputs: node_status::StatusInputs,
     status: crate::status::StatusManager,
+    recorder: crate::events::Recorder,
 ) {
     let name = facts.name.clone();
     let (registered_tx, registered_rx) = tokio::sync::watch::channel(None);
@@ -78,6 +81,7 @@ pub fn spawn(
         name.clone(),
         registered_rx.clone(),
     ));
+    rt.spawn(events::run(client.clone(), name.clone(), recorder));
     rt.spawn(mirror_pods::run(
         client.clone(),
         name,

@@ -293,7 +293,7 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
         let failure = Failure::new(REASON, message.clone());
         self.failed.mark(&pod, failure.clone());
         self.recorder
-            .warning(crate::pod::pod_ref(&pod), REASON, message);
+            .warning(crate::events::Involved::pod(&pod), REASON, message);
         self.workers.update_pod(
             pod,
             UpdateType::Kill(KillPodOptions::failed(failure, Some(grace))),

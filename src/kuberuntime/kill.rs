@@ -152,7 +152,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 None => "Pod removed",
             };
             self.recorder.normal(
-                pod_ref(pod),
+                crate::events::Involved::pod(pod),
                 "Killing",
                 format!("{what}: containers stopped, sandbox removed"),
             );

@@ -81,8 +81,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
         let msg = failure_message(&h, c, pod, &out.output);
         warn!(pod = %pod_ref(pod), container = %c.name, error = %out.output, "postStart hook failed");
-        self.recorder
-            .warning(pod_ref(pod), "FailedPostStartHook", msg.clone());
+        self.recorder.warning(
+            crate::events::Involved::pod(pod),
+            "FailedPostStartHook",
+            msg.clone(),
+        );
         Err(msg)
     }
 
@@ -114,7 +117,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 let msg = failure_message(&h, c, pod, &out.output);
                 warn!(pod = %pod_ref(pod), container = %c.name, error = %out.output, "preStop hook failed");
                 self.recorder
-                    .warning(pod_ref(pod), "FailedPreStopHook", msg);
+                    .warning(crate::events::Involved::pod(pod), "FailedPreStopHook", msg);
             }
             Ok(_) => {}
             Err(_) => {

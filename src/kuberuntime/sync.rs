@@ -94,8 +94,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             Ok(v) => v,
             Err(e) => {
                 warn!(pod = %pod_ref(pod), uid, error = %e, "volume set-up failed");
-                self.recorder
-                    .warning(pod_ref(pod), "FailedMount", e.to_string());
+                self.recorder.warning(
+                    crate::events::Involved::pod(pod),
+                    "FailedMount",
+                    e.to_string(),
+                );
                 self.mark_synced(&uid);
                 self.record_status(pod, &rt);
                 return Err(SyncError::Start {
@@ -141,7 +144,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                         )
                     }
                 };
-                self.recorder.normal(pod_ref(pod), "Killing", why);
+                self.recorder
+                    .normal(crate::events::Involved::pod(pod), "Killing", why);
                 (id.clone(), name.clone(), grace)
             })
             .collect();
@@ -208,7 +212,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         info!(pod = %pod_ref(pod), uid = pod_uid(pod), "pod is past its active deadline; killing it");
         self.failed.mark(pod, failure.clone());
         self.recorder.normal(
-            pod_ref(pod),
+            crate::events::Involved::pod(pod),
             active_deadline::REASON,
             active_deadline::MESSAGE,
         );
@@ -261,7 +265,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             Ok(id) => id,
             Err(e) => {
                 self.recorder.warning(
-                    pod_ref(pod),
+                    crate::events::Involved::pod(pod),
                     "FailedCreatePodSandBox",
                     format!("Failed to create pod sandbox: {e}"),
                 );
@@ -318,7 +322,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             let message = crate::objects::redact(&message, &secrets);
             self.set_start_error(uid, &c.name, Some((reason.to_owned(), message.clone())));
             self.recorder.warning(
-                pod_ref(pod),
+                crate::events::Involved::pod(pod),
                 if reason.starts_with("ErrImage") {
                     "Failed"
                 } else {
@@ -456,7 +460,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         self.set_start_error(uid, &c.name, None);
         self.metrics.started_containers.inc();
         self.recorder.normal(
-            pod_ref(pod),
+            crate::events::Involved::pod(pod),
             "Started",
             format!("Started container {}", c.name),
         );
@@ -496,7 +500,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                         pod.metadata.namespace.as_deref().unwrap_or("")
                     );
                     self.recorder.warning(
-                        pod_ref(pod),
+                        crate::events::Involved::pod(pod),
                         "BackOff",
                         format!("Back-off restarting failed container {name}: {msg}"),
                     );

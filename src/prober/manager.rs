@@ -288,7 +288,7 @@ async fn run_worker(
         );
         if !outcome.success {
             inner.recorder.warning(
-                pod_ref(&pod),
+                crate::events::Involved::pod(&pod),
                 "Unhealthy",
                 format!("{} probe failed: {}", kind.as_str(), outcome.output),
             );
