@@ -292,6 +292,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         clock: crate::clock::system(),
     });
     let objects = crate::objects::LocalObjects::default();
+    let api_objects = crate::cluster::objects::ApiObjects::default();
     let manager = Arc::new(KubeRuntimeManager::new(
         cri,
         settings,
@@ -305,6 +306,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             clock: crate::clock::system(),
             probes,
             objects: objects.clone(),
+            api_objects: api_objects.clone(),
         },
     ));
     // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
@@ -358,6 +360,11 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             .unwrap_or_else(|e| e.into_inner())
             .register(crate::source::api::SOURCE);
         let (held, listed) = (status.clone(), pleg.clone());
+        rt.spawn(crate::cluster::objects::run(
+            client.clone(),
+            pod_config.clone(),
+            api_objects,
+        ));
         rt.spawn(crate::source::api::run(
             client,
             node_name.clone(),

@@ -122,6 +122,21 @@ impl LocalObjects {
         changed
     }
 
+    /// Sets one object's data (`None`: it does not exist); returns whether that changed it.
+    pub fn set(&self, r: ObjectRef, data: Option<Data>) -> bool {
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        match data {
+            Some(d) => {
+                if map.get(&r).is_some_and(|old| **old == d) {
+                    return false;
+                }
+                map.insert(r, Arc::new(d));
+                true
+            }
+            None => map.remove(&r).is_some(),
+        }
+    }
+
     /// Number of objects (for tests).
     pub fn len(&self) -> usize {
         self.0.read().unwrap_or_else(|e| e.into_inner()).len()

@@ -8,7 +8,8 @@
 //! its grace period and the object disappears; one with a volume kind nodelet does not implement
 //! is never run and is Failed with the field named. Credentials of another node are refused by the
 //! apiserver and reported once. Events reach the API: a pod's about the pod, a broken manifest's
-//! about the Node. With its apiserver stopped for 30 s (a second kube-apiserver on
+//! about the Node. An API pod reads its ConfigMap and Secret from the apiserver, its volume
+//! follows an edit, and one whose ConfigMap is missing waits for it. With its apiserver stopped for 30 s (a second kube-apiserver on
 //! the same etcd, so that the other tests keep theirs), nodelet restarts no container, posts the
 //! status that changed meanwhile within 10 s of the return, and lists again when etcd was
 //! compacted under its watch, running the pod created meanwhile.
@@ -640,6 +641,94 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
     wait_until(Duration::from_secs(20), "the API pods deleted", || {
         phase(&long).is_none() && phase(&brief).is_none() && phase(&late).is_none()
     });
+    n.kill9();
+    delete_node(&node);
+}
+
+#[test]
+fn an_api_pod_reads_its_config_map_and_secret_from_the_apiserver_and_follows_edits() {
+    let Some(mut n) = joining_nodelet("apiobjects", "") else {
+        return;
+    };
+    let node = n.node.clone();
+    n.start();
+    let (cm, secret, pod, waiting) = (
+        format!("cfg-{node}"),
+        format!("sec-{node}"),
+        format!("uses-{node}"),
+        format!("waits-{node}"),
+    );
+    kubectl_apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {cm}, namespace: default}}\ndata: {{greeting: hello}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: default}}\nstringData: {{password: s3cret}}\n"
+    ));
+    let spec = |name: &str, cm: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sleep, '3600']\n    env: [{{name: PASSWORD, valueFrom: {{secretKeyRef: {{name: {secret}, key: password}}}}}}]\n    volumeMounts: [{{name: cfg, mountPath: /etc/cfg}}]\n  volumes:\n  - {{name: cfg, configMap: {{name: {cm}}}}}\n"
+        )
+    };
+    kubectl_apply(&spec(&pod, &cm));
+    let phase = |name: &str| jsonpath("pod", name, Some("default"), "{.status.phase}");
+    wait_until(Duration::from_secs(30), "the pod Running", || {
+        phase(&pod).as_deref() == Some("Running")
+    });
+    let uid = jsonpath("pod", &pod, Some("default"), "{.metadata.uid}").unwrap();
+    let id = n.runtime.containers(&uid)[0].id.clone();
+    let sh = |cmd: &str| n.runtime.exec(&id, &["sh", "-c", cmd]).1.trim().to_owned();
+    assert_eq!(sh("cat /etc/cfg/greeting"), "hello");
+    assert_eq!(sh("echo $PASSWORD"), "s3cret");
+    // An edit reaches the volume through the watch.
+    let t0 = Instant::now();
+    kubectl(&[
+        "-n",
+        "default",
+        "patch",
+        "configmap",
+        &cm,
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"bye"}}"#,
+    ])
+    .unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "the edited ConfigMap in the volume",
+        || sh("cat /etc/cfg/greeting") == "bye",
+    );
+    eprintln!("ConfigMap edit in the volume after {:?}", t0.elapsed());
+
+    // A pod whose ConfigMap does not exist yet waits for it, then starts.
+    let missing = format!("later-{node}");
+    kubectl_apply(&spec(&waiting, &missing));
+    wait_until(Duration::from_secs(20), "the waiting pod's reason", || {
+        jsonpath(
+            "pod",
+            &waiting,
+            Some("default"),
+            "{.status.containerStatuses[0].state.waiting.reason}",
+        )
+        .is_some_and(|r| r == "ContainerCreating" || r == "CreateContainerConfigError")
+    });
+    let waiting_uid = jsonpath("pod", &waiting, Some("default"), "{.metadata.uid}").unwrap();
+    assert!(n.runtime.containers(&waiting_uid).is_empty(), "held");
+    kubectl_apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {missing}, namespace: default}}\ndata: {{greeting: late}}\n"
+    ));
+    wait_until(Duration::from_secs(30), "the waiting pod Running", || {
+        phase(&waiting).as_deref() == Some("Running")
+    });
+    for name in [&pod, &waiting] {
+        let _ = kubectl(&["-n", "default", "delete", "pod", name, "--wait=false"]);
+    }
+    wait_until(Duration::from_secs(20), "the pods deleted", || {
+        phase(&pod).is_none() && phase(&waiting).is_none()
+    });
+    for (kind, name) in [
+        ("configmap", &cm),
+        ("configmap", &missing),
+        ("secret", &secret),
+    ] {
+        let _ = kubectl(&["-n", "default", "delete", kind, name]);
+    }
     n.kill9();
     delete_node(&node);
 }

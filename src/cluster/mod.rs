@@ -8,7 +8,8 @@
 //! status ([`pod_status`]; a pod refused at admission is posted Failed with kubelet's reason)
 //! and final delete, events posted with kubelet's correlation and rate limits ([`events`]). With the apiserver away, pods run on, each pod's latest status waits and
 //! is posted within [`pod_status::MAX_STATUS_BACKOFF`] of its return, and the pod watch resumes
-//! or lists again within [`crate::source::api::WATCH_MAX_BACKOFF`]. Not yet: ConfigMaps and Secrets read from the API. Each runs as its own task on the
+//! or lists again within [`crate::source::api::WATCH_MAX_BACKOFF`]. The API pods' ConfigMaps and Secrets are read from the apiserver and watched
+//! ([`objects`]). Each runs as its own task on the
 //! agent's runtime; an unreachable apiserver delays them and nothing else: static pods run
 //! whether or not the node has registered.
 //!
@@ -19,6 +20,7 @@ pub mod events;
 pub mod mirror_pods;
 pub mod node_lease;
 pub mod node_status;
+pub mod objects;
 pub mod pod_status;
 
 use std::path::Path;

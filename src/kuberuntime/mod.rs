@@ -170,8 +170,10 @@ pub struct Shared {
     pub clock: SharedClock,
     /// Probe workers and their results (liveness and startup failures kill; readiness shows).
     pub probes: ProbeManager,
-    /// Local ConfigMaps and Secrets (env and volumes).
+    /// Local ConfigMaps and Secrets (env and volumes of static pods).
     pub objects: LocalObjects,
+    /// The apiserver's ConfigMaps and Secrets (env and volumes of API pods).
+    pub api_objects: crate::cluster::objects::ApiObjects,
 }
 
 /// The runtime manager: one per agent, shared by all pod workers, over the CRI runtime `R`.
@@ -196,6 +198,7 @@ pub struct KubeRuntimeManager<R: CriRuntime = Cri> {
     failed: FailedPods,
     probes: ProbeManager,
     objects: LocalObjects,
+    api_objects: crate::cluster::objects::ApiObjects,
 }
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
@@ -219,6 +222,17 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             failed: shared.failed,
             probes: shared.probes,
             objects: shared.objects,
+            api_objects: shared.api_objects,
+        }
+    }
+
+    /// Where `pod` reads its ConfigMaps and Secrets: the apiserver's for a pod from the API,
+    /// else the local documents.
+    fn objects_for(&self, pod: &Pod) -> &LocalObjects {
+        if crate::cluster::pod_status::from_api(pod) {
+            self.api_objects.store()
+        } else {
+            &self.objects
         }
     }
 

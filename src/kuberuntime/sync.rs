@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::actions::{self, compute_pod_actions_with, PodActions, ToStart};
 use super::kill::{grace_seconds, MIN_GRACE_PERIOD_SECONDS};
@@ -83,12 +83,19 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         // The pod's probe workers run from its first sync; they read its containers from the
         // pod cache.
         self.probes.update_pod(pod, &ips);
+        // An API pod's ConfigMaps and Secrets: their watches given a moment to list.
+        if crate::cluster::pod_status::from_api(pod) {
+            let refs = crate::objects::pod_references(pod);
+            if !refs.is_empty() && !self.api_objects.wait_synced(&refs).await {
+                debug!(pod = %pod_ref(pod), uid, "objects not read from the apiserver yet");
+            }
+        }
         // Volumes before any container (kubelet's WaitForAttachAndMount): a failure holds the
         // pod in ContainerCreating with a FailedMount event, and the next sync tries again.
         let volumes = match crate::volume::set_up_pod(
             pod,
             &hosts_file::pod_dir(&self.settings.root_dir, &uid),
-            &self.objects,
+            self.objects_for(pod),
             &self.settings.allocatable,
         ) {
             Ok(v) => v,
@@ -317,7 +324,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let uid = pod_uid(pod);
         // What a runtime or path error could quote of the pod's Secrets is taken out of every
         // message (a value in the env, a subPathExpr expanded with it).
-        let secrets = crate::objects::secret_values(pod, &self.objects);
+        let secrets = crate::objects::secret_values(pod, self.objects_for(pod));
         let fail = |reason: &'static str, message: String| {
             let message = crate::objects::redact(&message, &secrets);
             self.set_start_error(uid, &c.name, Some((reason.to_owned(), message.clone())));
@@ -380,7 +387,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             pod_ips,
             is_init,
             env_sources: container::EnvSources {
-                objects: &self.objects,
+                objects: self.objects_for(pod),
             },
         };
         let mut config = container::container_config(&self.settings, pod, c, &inputs)

@@ -218,6 +218,19 @@ impl PodConfig {
 }
 
 impl PodConfig {
+    /// Every ConfigMap and Secret the pods of `source` reference.
+    pub fn references(
+        &self,
+        source: &str,
+    ) -> std::collections::BTreeSet<crate::objects::ObjectRef> {
+        self.pods
+            .get(source)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .flat_map(|p| crate::objects::pod_references(p))
+            .collect()
+    }
+
     /// Sends a RECONCILE batch of the pods of `source` that reference any of `changed` (see
     /// [`crate::objects::pod_references`]); returns it, if any pod does.
     pub fn reconcile(

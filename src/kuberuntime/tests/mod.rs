@@ -95,6 +95,7 @@ pub(super) fn harness() -> Harness {
         clock: clock.shared(),
         probes: probes.clone(),
         objects,
+        api_objects: Default::default(),
     };
     let mgr = KubeRuntimeManager::new(rt.clone(), settings, shared);
     Harness {

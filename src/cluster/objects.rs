@@ -1,0 +1,214 @@
+//! ConfigMaps and Secrets of API pods, read from the apiserver and watched (kubelet's
+//! `configmap.Manager` and `secret.Manager` with `configMapAndSecretChangeDetectionStrategy:
+//! Watch`, `pkg/kubelet/util/manager/watch_based_manager.go`).
+//!
+//! Every object an API pod references ([`crate::objects::pod_references`]) gets its own watch:
+//! a list and watch of its namespace with field selector `metadata.name=<name>`, the one form
+//! the apiserver's Node authorizer lets a node read (only objects its pods reference). A change
+//! rewrites the object in [`ApiObjects`] and re-syncs the API pods that reference it (volumes
+//! rewritten, containers held for a missing object started); an object no API pod references
+//! any more has its watch stopped and its data dropped.
+//!
+//! Static pods keep reading the local documents of `staticPodPath` ([`crate::objects`]); an API
+//! pod sees only the apiserver's objects. The first sync of a pod waits up to
+//! [`SYNC_WAIT`] for its objects' watches to have listed (as kubelet's `objectCache.Get`), so a
+//! pod whose ConfigMap exists does not fail its first start for want of it.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::runtime::{watcher, WatchStreamExt};
+use tracing::{debug, warn};
+
+use crate::objects::{config_map_data, secret_data, Data, LocalObjects, ObjectKind, ObjectRef};
+use crate::source::PodConfig;
+
+/// Longest wait, in a pod's sync, for the watches of its objects to have listed.
+pub const SYNC_WAIT: Duration = Duration::from_secs(1);
+
+/// How often the referenced objects are compared with the watches, besides when a sync asks.
+pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
+
+/// The API pods' ConfigMaps and Secrets: their data (read as [`LocalObjects`]) and which have
+/// been listed by their watch. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct ApiObjects {
+    store: LocalObjects,
+    synced: Arc<RwLock<HashSet<ObjectRef>>>,
+    wanted: Arc<tokio::sync::Notify>,
+}
+
+impl ApiObjects {
+    /// The objects' data, for volumes and env.
+    pub fn store(&self) -> &LocalObjects {
+        &self.store
+    }
+
+    /// Whether `r`'s watch has listed it (present or absent).
+    pub fn is_synced(&self, r: &ObjectRef) -> bool {
+        self.synced
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(r)
+    }
+
+    /// Waits until every one of `refs` is synced, at most [`SYNC_WAIT`], checking every 10 ms
+    /// (kubelet polls the same way); wakes the watch manager first so that new references are
+    /// watched at once. Returns whether all are synced.
+    pub async fn wait_synced(&self, refs: &BTreeSet<ObjectRef>) -> bool {
+        if refs.iter().all(|r| self.is_synced(r)) {
+            return true;
+        }
+        self.wanted.notify_one();
+        let deadline = tokio::time::Instant::now() + SYNC_WAIT;
+        loop {
+            if refs.iter().all(|r| self.is_synced(r)) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Records what `r`'s watch says: its data, or `None` when it does not exist; returns
+    /// whether the data changed.
+    fn observe(&self, r: &ObjectRef, data: Option<Data>) -> bool {
+        self.synced
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(r.clone());
+        self.store.set(r.clone(), data)
+    }
+
+    /// Forgets `r` (no API pod references it).
+    fn forget(&self, r: &ObjectRef) {
+        self.synced
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(r);
+        self.store.set(r.clone(), None);
+    }
+}
+
+/// A watch event with the object reduced to its data.
+enum Seen {
+    Init,
+    InitApply(Data),
+    InitDone,
+    Apply(Data),
+    Delete,
+}
+
+fn seen<K>(e: watcher::Event<K>, data: fn(&K) -> Data) -> Seen {
+    match e {
+        watcher::Event::Init => Seen::Init,
+        watcher::Event::InitApply(k) => Seen::InitApply(data(&k)),
+        watcher::Event::InitDone => Seen::InitDone,
+        watcher::Event::Apply(k) => Seen::Apply(data(&k)),
+        watcher::Event::Delete(_) => Seen::Delete,
+    }
+}
+
+/// Follows one object until aborted, sending what its watch says on `tx`.
+async fn watch_one(
+    client: kube::Client,
+    r: ObjectRef,
+    tx: tokio::sync::mpsc::UnboundedSender<(ObjectRef, Option<Data>)>,
+) {
+    let wc = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
+    let mut stream = match r.kind {
+        ObjectKind::ConfigMap => {
+            let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, &r.namespace);
+            watcher(api, wc)
+                .backoff(crate::source::api::WatchBackoff::default())
+                .map(|e| e.map(|e| seen(e, config_map_data)))
+                .boxed()
+        }
+        ObjectKind::Secret => {
+            let api: kube::Api<Secret> = kube::Api::namespaced(client, &r.namespace);
+            watcher(api, wc)
+                .backoff(crate::source::api::WatchBackoff::default())
+                .map(|e| e.map(|e| seen(e, secret_data)))
+                .boxed()
+        }
+    };
+    let mut listed_one = false;
+    let mut failing = false;
+    while let Some(event) = stream.next().await {
+        let data = match event {
+            Ok(Seen::Init) => {
+                listed_one = false;
+                continue;
+            }
+            Ok(Seen::InitApply(d)) => {
+                listed_one = true;
+                Some(d)
+            }
+            Ok(Seen::InitDone) if !listed_one => None,
+            Ok(Seen::InitDone) => continue,
+            Ok(Seen::Apply(d)) => Some(d),
+            Ok(Seen::Delete) => None,
+            Err(e) => {
+                if !failing {
+                    warn!(kind = r.kind.as_str(), namespace = %r.namespace, name = %r.name, error = %e, "cannot watch object; retrying");
+                    failing = true;
+                }
+                continue;
+            }
+        };
+        failing = false;
+        if tx.send((r.clone(), data)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Keeps one watch per object the API source's pods in `config` reference, writing to
+/// `objects` and re-syncing the pods that reference an object that changed, until the task is
+/// dropped.
+pub async fn run(client: kube::Client, config: Arc<Mutex<PodConfig>>, objects: ApiObjects) {
+    let source = crate::source::api::SOURCE;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut watches: HashMap<ObjectRef, tokio::task::AbortHandle> = HashMap::new();
+    let mut tick = tokio::time::interval(RECONCILE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = objects.wanted.notified() => {}
+            Some((r, data)) = rx.recv() => {
+                if watches.contains_key(&r) && objects.observe(&r, data) {
+                    debug!(kind = r.kind.as_str(), namespace = %r.namespace, name = %r.name, "object changed; re-syncing the pods that use it");
+                    config
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .reconcile(source, &BTreeSet::from([r]));
+                }
+                continue;
+            }
+        }
+        let wanted = config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .references(source);
+        watches.retain(|r, handle| {
+            let keep = wanted.contains(r);
+            if !keep {
+                handle.abort();
+                objects.forget(r);
+            }
+            keep
+        });
+        for r in wanted {
+            if !watches.contains_key(&r) {
+                let task = tokio::spawn(watch_one(client.clone(), r.clone(), tx.clone()));
+                watches.insert(r, task.abort_handle());
+            }
+        }
+    }
+}
