@@ -205,9 +205,9 @@ pub async fn run(client: kube::Client, config: Arc<Mutex<PodConfig>>, objects: A
             keep
         });
         for r in wanted {
-            if !watches.contains_key(&r) {
-                let task = tokio::spawn(watch_one(client.clone(), r.clone(), tx.clone()));
-                watches.insert(r, task.abort_handle());
+            if let std::collections::hash_map::Entry::Vacant(slot) = watches.entry(r) {
+                let task = tokio::spawn(watch_one(client.clone(), slot.key().clone(), tx.clone()));
+                slot.insert(task.abort_handle());
             }
         }
     }
