@@ -352,6 +352,12 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
         pod("{.status.containerStatuses[0].ready}").as_deref(),
         Some("true")
     );
+    // imageID in kubelet's form for containerd: the repository digest.
+    let image_id = pod("{.status.containerStatuses[0].imageID}").unwrap();
+    assert!(
+        image_id.starts_with("docker.io/library/busybox@sha256:"),
+        "{image_id}"
+    );
     // Its events reach the API, about the pod (its UID), from the kubelet on this node.
     let events = |selector: &str, path: &str| {
         kubectl(&[

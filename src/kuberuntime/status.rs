@@ -158,7 +158,14 @@ pub async fn pod_status_from(
             },
             reason: st.reason,
             image: c.image.map(|i| i.image).unwrap_or_default(),
-            image_ref: c.image_ref,
+            // The status call's image reference: for containerd the repository digest
+            // (`docker.io/library/busybox@sha256:…`), what kubelet shows as `imageID`; the
+            // listing's image ID when the status has none.
+            image_ref: if st.image_ref.is_empty() {
+                c.image_ref
+            } else {
+                st.image_ref
+            },
             id: c.id,
         });
     }
