@@ -8,9 +8,10 @@
 //! its grace period and the object disappears; one with a volume kind nodelet does not implement
 //! is never run and is Failed with the field named. Credentials of another node are refused by the
 //! apiserver and reported once. Events reach the API: a pod's about the pod, a broken manifest's
-//! about the Node. An API pod reads its ConfigMap and Secret from the apiserver, its volume
+//! about the Node; an evicted API pod is Failed/Evicted in the API and left there. An API pod reads its ConfigMap and Secret from the apiserver, its volume
 //! follows an edit, and one whose ConfigMap is missing waits for it. With its apiserver stopped for 30 s (a second kube-apiserver on
-//! the same etcd, so that the other tests keep theirs), nodelet restarts no container, posts the
+//! the same etcd, so that the other tests keep theirs; not up yet when nodelet starts, which
+//! runs its static pod and registers once it answers), nodelet restarts no container, posts the
 //! status that changed meanwhile within 10 s of the return, and lists again when etcd was
 //! compacted under its watch, running the pod created meanwhile.
 //!
@@ -531,7 +532,6 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
         return;
     };
     let node = n.node.clone();
-    let own = OwnApiserver::start(16444);
     // nodelet talks to its own apiserver only; kubectl to the shared one (same etcd).
     let kubeconfig = n.extra_args[1].clone();
     let text = std::fs::read_to_string(&kubeconfig)
@@ -540,7 +540,20 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
     let own_kubeconfig = n.dir.path().join("own.kubeconfig");
     std::fs::write(&own_kubeconfig, text).unwrap();
     n.extra_args[1] = own_kubeconfig.display().to_string();
+    // Its apiserver is not up yet when nodelet starts: the static pod runs anyway, and the node
+    // registers once the apiserver answers.
+    OwnApiserver::run("apiserver-stop", 16444);
+    n.write_manifest(
+        "s.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: s}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sleep, '3600']}\n",
+    );
     n.start();
+    let static_uid = n.uid("s");
+    n.wait_running(&static_uid, &["c"], Duration::from_secs(60));
+    let own = OwnApiserver::start(16444);
+    wait_until(Duration::from_secs(20), "the node registered", || {
+        jsonpath("node", &node, None, "{.metadata.name}").is_some()
+    });
 
     let long = format!("long-{node}");
     let brief = format!("brief-{node}");
@@ -571,6 +584,7 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
     };
     let long_before = ids(&long_uid);
     assert_eq!(long_before.len(), 1);
+    let static_before = ids(&static_uid);
 
     own.stop();
     let stopped = Instant::now();
@@ -609,6 +623,7 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
         back.elapsed()
     );
     assert_eq!(ids(&long_uid), long_before, "no container replaced");
+    assert_eq!(ids(&static_uid), static_before, "the static pod's neither");
     assert_eq!(
         jsonpath(
             "pod",
@@ -735,6 +750,60 @@ fn an_api_pod_reads_its_config_map_and_secret_from_the_apiserver_and_follows_edi
     ] {
         let _ = kubectl(&["-n", "default", "delete", kind, name]);
     }
+    n.kill9();
+    delete_node(&node);
+}
+
+#[test]
+fn an_evicted_api_pod_is_reported_failed_evicted_and_left_for_the_control_plane() {
+    // As tests/eviction.rs: pods get 256 MiB, eviction below 96 MiB of it free.
+    let config = format!(
+        "systemReserved: {{memory: \"{}\"}}\nevictionHard: {{allocatableMemory.available: 96Mi}}\n",
+        common::mem_total() - (256 << 20)
+    );
+    let Some(mut n) = joining_nodelet("apievict", &config) else {
+        return;
+    };
+    let node = n.node.clone();
+    n.start();
+    let hog = format!("hog-{node}");
+    // BestEffort, grows by 4 MiB every 100 ms.
+    kubectl_apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {hog}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: hog\n    image: busybox:1.36\n    command: [sh, -c, \"while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail\"]\n"
+    ));
+    let get = |path: &str| jsonpath("pod", &hog, Some("default"), path);
+    wait_until(
+        Duration::from_secs(90),
+        "the hog Failed/Evicted in the API",
+        || {
+            get("{.status.phase}").as_deref() == Some("Failed")
+                && get("{.status.reason}").as_deref() == Some("Evicted")
+        },
+    );
+    let message = get("{.status.message}").unwrap();
+    assert!(
+        message.starts_with("The node was low on resource: memory."),
+        "{message}"
+    );
+    // Left for the control plane: still there a while later, still Failed.
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        assert_eq!(get("{.status.phase}").as_deref(), Some("Failed"));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let uid = get("{.metadata.uid}").unwrap();
+    assert!(
+        n.runtime
+            .containers(&uid)
+            .iter()
+            .all(|c| c.state != nodelet::cri::api::ContainerState::ContainerRunning as i32),
+        "nothing of it runs"
+    );
+    // Deleted by hand (the control plane's garbage collection): gone.
+    kubectl(&["-n", "default", "delete", "pod", &hog, "--wait=false"]).unwrap();
+    wait_until(Duration::from_secs(20), "the evicted pod deleted", || {
+        get("{.metadata.name}").is_none()
+    });
     n.kill9();
     delete_node(&node);
 }
