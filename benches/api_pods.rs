@@ -11,8 +11,8 @@
 //!   (`apiserver_request_total{verb="PATCH",resource="pods",subresource="status"}`), read before
 //!   the pods are created and 3 s after they are all Running.
 //!
-//! Each pod: one busybox container, requests cpu 100m / memory 64Mi, limits cpu 500m / memory
-//! 64Mi, grace 1 s, a shell that waits on `sleep`. Between sides every pod is deleted (API) or its
+//! Each pod: one busybox container, requests cpu 10m / memory 16Mi (100 pods fit 2 cores),
+//! limits cpu 500m / memory 64Mi, grace 1 s, a shell that waits on `sleep`. Between sides every pod is deleted (API) or its
 //! manifest removed (static), and the next side starts once containerd has none of them.
 //!
 //! Run: `cargo bench --bench api_pods` (needs scripts/env/up.sh and scripts/env/cluster.sh; says
@@ -39,7 +39,7 @@ fn pod_yaml(name: &str, node: Option<&str>) -> String {
         format!("  nodeName: {n}\n  automountServiceAccountToken: false\n")
     });
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n{bound}  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; sleep 3600 & wait\"]\n    resources:\n      requests: {{cpu: 100m, memory: 64Mi}}\n      limits: {{cpu: 500m, memory: 64Mi}}\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n{bound}  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; sleep 3600 & wait\"]\n    resources:\n      requests: {{cpu: 10m, memory: 16Mi}}\n      limits: {{cpu: 500m, memory: 64Mi}}\n"
     )
 }
 
@@ -97,6 +97,7 @@ impl Bench {
     }
 
     /// The node's pods in the API whose name starts with `prefix`, and how many are Running.
+    /// Panics on one that failed (refused at admission, say): the run would never end.
     async fn api_pods(&self, prefix: &str) -> (usize, usize) {
         let api: Api<Pod> = Api::all(self.client.clone());
         let lp = ListParams::default().fields(&format!("spec.nodeName={}", self.node));
@@ -113,6 +114,18 @@ impl Bench {
                     .is_some_and(|n| n.starts_with(prefix))
             })
             .collect();
+        if let Some(p) = ours
+            .iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+        {
+            let s = p.status.clone().unwrap_or_default();
+            panic!(
+                "{}: Failed: {} {}",
+                p.metadata.name.as_deref().unwrap_or_default(),
+                s.reason.unwrap_or_default(),
+                s.message.unwrap_or_default()
+            );
+        }
         let running = ours
             .iter()
             .filter(|p| {
