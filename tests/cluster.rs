@@ -662,6 +662,12 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
     wait_until(Duration::from_secs(20), "the API pods deleted", || {
         phase(&long).is_none() && phase(&brief).is_none() && phase(&late).is_none()
     });
+    // The static pod's manifest removed: its mirror goes with it.
+    std::fs::remove_file(n.manifests().join("s.yaml")).unwrap();
+    let mirror = format!("s-{node}");
+    wait_until(Duration::from_secs(20), "the mirror pod deleted", || {
+        phase(&mirror).is_none()
+    });
     n.kill9();
     delete_node(&node);
 }

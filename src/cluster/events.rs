@@ -60,10 +60,10 @@ pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
 pub enum Request {
     /// Create this Event.
     Create(Box<ApiEvent>),
-    /// Patch the Event `name` in `namespace` to `count`, `message` and `last` (its
-    /// `lastTimestamp`); created as `event` when it is gone.
+    /// Patch the Event of that name and namespace to this `count`, `message` and
+    /// `lastTimestamp`; created as it stands when the patch finds none.
     Count {
-        /// The Event as first created, with this count: posted if the patch finds none.
+        /// The Event with its new count, message and last timestamp.
         event: Box<ApiEvent>,
     },
 }
@@ -87,8 +87,8 @@ pub struct Correlator {
     seen: HashMap<String, ApiEvent>,
 }
 
-/// The object an event is about, as `(kind, namespace, name, uid)`, and the text to put before
-/// its message (for a file or cgroup, reported about the Node).
+/// The object an event is about (kind, namespace, name, UID), and the text to put before its
+/// message (for a file or cgroup, reported about the Node).
 fn object_of(ev: &Event, node: &str) -> (ObjectReference, String) {
     if let Some(rest) = ev.involved_object.strip_prefix("pod/") {
         if let Some((ns, name)) = rest.split_once('/') {

@@ -212,3 +212,62 @@ pub async fn run(client: kube::Client, config: Arc<Mutex<PodConfig>>, objects: A
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(name: &str) -> ObjectRef {
+        ObjectRef {
+            kind: ObjectKind::ConfigMap,
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn an_observed_object_is_stored_and_a_change_is_reported_once() {
+        let o = ApiObjects::default();
+        let data = Data::from([("k".to_string(), b"v".to_vec())]);
+        assert!(!o.is_synced(&cm("a")));
+        assert!(o.observe(&cm("a"), Some(data.clone())), "new");
+        assert!(!o.observe(&cm("a"), Some(data.clone())), "the same data");
+        assert!(o.is_synced(&cm("a")));
+        assert_eq!(
+            o.store()
+                .get(ObjectKind::ConfigMap, "default", "a")
+                .as_deref(),
+            Some(&data)
+        );
+        assert!(!o.observe(&cm("missing"), None), "absent, and was");
+        assert!(o.is_synced(&cm("missing")), "its absence is known");
+        assert!(o.observe(&cm("a"), None), "deleted");
+        o.forget(&cm("missing"));
+        assert!(!o.is_synced(&cm("missing")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_waits_for_its_objects_at_most_the_sync_wait() {
+        let o = ApiObjects::default();
+        let refs = BTreeSet::from([cm("a")]);
+        let t0 = tokio::time::Instant::now();
+        assert!(!o.wait_synced(&refs).await, "never listed");
+        let waited = t0.elapsed();
+        assert!(
+            waited >= SYNC_WAIT && waited < SYNC_WAIT + Duration::from_millis(50),
+            "{waited:?}"
+        );
+        let lister = o.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            lister.observe(&cm("a"), None);
+        });
+        let t0 = tokio::time::Instant::now();
+        assert!(o.wait_synced(&refs).await);
+        assert!(
+            t0.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+}

@@ -3,8 +3,8 @@
 //! since the last patch that succeeded, every [`STATUS_SYNC_PERIOD`], a few at a time
 //! ([`STATUS_PATCH_CONCURRENCY`]). A failed patch is retried at the next round; while the
 //! apiserver cannot be reached, rounds back off up to [`MAX_STATUS_BACKOFF`] (nothing is lost:
-//! each pod's latest status is sent when it returns). Static pods' status goes to their mirror pods instead
-//! ([`super::mirror_pods`]).
+//! each pod's latest status is sent when it returns). Static pods' status goes to their mirror
+//! pods instead ([`super::mirror_pods`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -87,11 +87,15 @@ async fn patch(client: kube::Client, pod: &Pod) -> Outcome {
 pub async fn run(client: kube::Client, status: crate::status::StatusManager) {
     use futures::StreamExt;
     let mut posted: HashMap<String, PodStatus> = HashMap::new();
+    // Pods whose status the apiserver refused, by UID: reported once each.
+    let mut refused: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut failing = false;
     let mut delay = STATUS_SYNC_PERIOD;
     loop {
         tokio::time::sleep(delay).await;
-        let pods = due(&status.pods_where(from_api), &mut posted);
+        let held = status.pods_where(from_api);
+        refused.retain(|uid| held.iter().any(|p| crate::pod::pod_uid(p) == uid));
+        let pods = due(&held, &mut posted);
         let mut results = futures::stream::iter(pods)
             .map(|pod| {
                 let client = client.clone();
@@ -107,13 +111,16 @@ pub async fn run(client: kube::Client, status: crate::status::StatusManager) {
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
             match outcome {
                 Outcome::Settled => {
+                    refused.remove(crate::pod::pod_uid(&pod));
                     posted.insert(
                         crate::pod::pod_uid(&pod).to_owned(),
                         pod.status.clone().unwrap_or_default(),
                     );
                 }
                 Outcome::Refused(e) => {
-                    warn!(pod = %name, namespace = %ns, code = e.code, error = %e.message, "pod status refused by the apiserver; will retry");
+                    if refused.insert(crate::pod::pod_uid(&pod).to_owned()) {
+                        warn!(pod = %name, namespace = %ns, code = e.code, error = %e.message, "pod status refused by the apiserver; will retry");
+                    }
                 }
                 Outcome::Unreachable(e) => {
                     unreachable = Some((name.to_owned(), ns.to_owned(), e));
