@@ -95,6 +95,14 @@ fn joining_nodelet(test: &str, extra: &str) -> Option<Nodelet> {
     Some(n)
 }
 
+/// [`joining_nodelet`], started; with its node name.
+fn joined(test: &str, extra: &str) -> Option<(Nodelet, String)> {
+    let mut n = joining_nodelet(test, extra)?;
+    n.start();
+    let node = n.node.clone();
+    Some((n, node))
+}
+
 fn delete_node(name: &str) {
     let _ = kubectl(&["delete", "node", name, "--ignore-not-found"]);
     let _ = kubectl(&[
@@ -307,6 +315,14 @@ fn a_static_pod_has_a_mirror_pod_that_follows_its_manifest() {
 }
 
 /// kubectl as the admin with `stdin` as input.
+/// Creates pod `name` in `default` bound to `node`, without a service account token (no
+/// controller manager mints one), its spec's other lines `rest`.
+fn apply_api_pod(name: &str, node: &str, rest: &str) {
+    kubectl_apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n{rest}"
+    ));
+}
+
 fn kubectl_apply(yaml: &str) {
     use std::io::Write;
     let mut child = Command::new("kubectl")
@@ -326,16 +342,16 @@ fn kubectl_apply(yaml: &str) {
 
 #[test]
 fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() {
-    let Some(mut n) = joining_nodelet("apipods", "") else {
+    let Some((mut n, node)) = joined("apipods", "") else {
         return;
     };
-    let node = n.node.clone();
-    n.start();
     let name = format!("api-{node}");
     // No controller manager mints service account tokens: the pod does without one.
-    kubectl_apply(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 3\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n"
-    ));
+    apply_api_pod(
+        &name,
+        &node,
+        "  terminationGracePeriodSeconds: 3\n  containers:\n  - {name: c, image: busybox:1.36, command: [sleep, '3600']}\n",
+    );
     let pod = |path: &str| jsonpath("pod", &name, Some("default"), path);
     wait_until(Duration::from_secs(30), "the API pod Running", || {
         pod("{.status.phase}").is_some_and(|p| p == "Running")
@@ -404,9 +420,11 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
 
     // A volume kind nodelet does not implement: never run, Failed with the field named.
     let bad = format!("nfs-{node}");
-    kubectl_apply(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {bad}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600'], volumeMounts: [{{name: v, mountPath: /v}}]}}\n  volumes:\n  - {{name: v, nfs: {{server: 127.0.0.1, path: /x}}}}\n"
-    ));
+    apply_api_pod(
+        &bad,
+        &node,
+        "  containers:\n  - {name: c, image: busybox:1.36, command: [sleep, '3600'], volumeMounts: [{name: v, mountPath: /v}]}\n  volumes:\n  - {name: v, nfs: {server: 127.0.0.1, path: /x}}\n",
+    );
     let badpod = |path: &str| jsonpath("pod", &bad, Some("default"), path);
     wait_until(Duration::from_secs(20), "the nfs pod Failed", || {
         badpod("{.status.phase}").is_some_and(|p| p == "Failed")
@@ -562,9 +580,11 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
         (&long, "Always", "[sleep, '3600']"),
         (&brief, "Never", "[sleep, '15']"),
     ] {
-        kubectl_apply(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: {command}}}\n"
-        ));
+        apply_api_pod(
+            name,
+            &node,
+            &format!("  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: {command}}}\n"),
+        );
     }
     let phase = |name: &str| jsonpath("pod", name, Some("default"), "{.status.phase}");
     wait_until(Duration::from_secs(30), "both API pods Running", || {
@@ -599,9 +619,11 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
     // A pod created meanwhile (through the other apiserver), then etcd compacted: nodelet's
     // watch resource version is gone when it comes back, so it must list again.
     let late = format!("late-{node}");
-    kubectl_apply(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {late}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n"
-    ));
+    apply_api_pod(
+        &late,
+        &node,
+        "  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sleep, '3600']}\n",
+    );
     compact_etcd();
     while stopped.elapsed() < Duration::from_secs(30) {
         assert!(
@@ -674,11 +696,9 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
 
 #[test]
 fn an_api_pod_reads_its_config_map_and_secret_from_the_apiserver_and_follows_edits() {
-    let Some(mut n) = joining_nodelet("apiobjects", "") else {
+    let Some((mut n, node)) = joined("apiobjects", "") else {
         return;
     };
-    let node = n.node.clone();
-    n.start();
     let (cm, secret, pod, waiting) = (
         format!("cfg-{node}"),
         format!("sec-{node}"),
@@ -767,16 +787,16 @@ fn an_evicted_api_pod_is_reported_failed_evicted_and_left_for_the_control_plane(
         "systemReserved: {{memory: \"{}\"}}\nevictionHard: {{allocatableMemory.available: 96Mi}}\n",
         common::mem_total() - (256 << 20)
     );
-    let Some(mut n) = joining_nodelet("apievict", &config) else {
+    let Some((mut n, node)) = joined("apievict", &config) else {
         return;
     };
-    let node = n.node.clone();
-    n.start();
     let hog = format!("hog-{node}");
     // BestEffort, grows by 4 MiB every 100 ms.
-    kubectl_apply(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {hog}, namespace: default}}\nspec:\n  nodeName: {node}\n  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: hog\n    image: busybox:1.36\n    command: [sh, -c, \"while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail\"]\n"
-    ));
+    apply_api_pod(
+        &hog,
+        &node,
+        "  terminationGracePeriodSeconds: 2\n  containers:\n  - name: hog\n    image: busybox:1.36\n    command: [sh, -c, \"while true; do head -c 4194304 /dev/zero; sleep 0.1; done | tail\"]\n",
+    );
     let get = |path: &str| jsonpath("pod", &hog, Some("default"), path);
     wait_until(
         Duration::from_secs(90),
