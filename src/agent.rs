@@ -354,6 +354,21 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             crate::source::file::run(src, period, pc, stop, crate::clock::system())
         }));
     }
+    if let Some(url) = &config.static_pod_url {
+        pod_config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(crate::source::url::SOURCE);
+        rt.spawn(crate::source::url::run(
+            url.clone(),
+            config.static_pod_url_header.clone(),
+            config.http_check_frequency,
+            node_name.clone(),
+            pod_config.clone(),
+            recorder.clone(),
+            metrics.clone(),
+        ));
+    }
     if let Some(client) = cluster_client {
         pod_config
             .lock()

@@ -431,3 +431,125 @@ fn a_recreated_manifest_directory_is_watched_again() {
         || n.pod("b").is_some(),
     );
 }
+
+/// A one-route HTTP server for `staticPodURL`: answers every request with the status and body
+/// set in `reply`, and keeps each request's head in `heads`.
+struct PodServer {
+    url: String,
+    reply: std::sync::Arc<std::sync::Mutex<(u16, String)>>,
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl PodServer {
+    fn start() -> Self {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/pods", listener.local_addr().unwrap());
+        let reply = std::sync::Arc::new(std::sync::Mutex::new((200, String::new())));
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (r, h) = (reply.clone(), heads.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                    head.push(byte[0]);
+                }
+                h.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
+                let (status, body) = r.lock().unwrap().clone();
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        PodServer { url, reply, heads }
+    }
+
+    fn set(&self, status: u16, body: &str) {
+        *self.reply.lock().unwrap() = (status, body.to_owned());
+    }
+
+    fn requests(&self) -> usize {
+        self.heads.lock().unwrap().len()
+    }
+}
+
+fn url_pod(name: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600']}}\n")
+}
+
+#[test]
+fn pods_from_a_static_pod_url_run_survive_a_failing_url_and_follow_its_body() {
+    let server = PodServer::start();
+    let list = format!(
+        "apiVersion: v1\nkind: PodList\nitems:\n- {}\n- {}\n",
+        serde_json::to_string(&serde_yaml::from_str::<serde_json::Value>(&url_pod("a")).unwrap())
+            .unwrap(),
+        serde_json::to_string(&serde_yaml::from_str::<serde_json::Value>(&url_pod("b")).unwrap())
+            .unwrap()
+    );
+    server.set(200, &list);
+    let mut n = Nodelet::with_config(
+        "url",
+        &format!(
+            "staticPodURL: {}\nstaticPodURLHeader: {{X-Token: [t0ken]}}\nhttpCheckFrequency: 300ms\n",
+            server.url
+        ),
+    );
+    n.start();
+    let (a, b) = (n.uid("a"), n.uid("b"));
+    let a_id = n.wait_running(&a, &["c"], Duration::from_secs(60))["c"]
+        .id
+        .clone();
+    n.wait_running(&b, &["c"], Duration::from_secs(60));
+    let pod = n.pod("a").unwrap();
+    assert_eq!(
+        pod["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "http"
+    );
+    assert!(
+        server.heads.lock().unwrap()[0].contains("x-token: t0ken"),
+        "staticPodURLHeader sent"
+    );
+
+    // Failing fetches change nothing and are reported once each.
+    let reported = |reason: &str| {
+        let list: serde_json::Value = serde_json::from_str(&n.get("/events").unwrap()).unwrap();
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["reason"] == reason && e["involvedObject"] == format!("url:{}", server.url)
+            })
+            .count()
+    };
+    for (status, body, reason) in [(500, "", "ReadError"), (200, "kind: [", "DecodeError")] {
+        server.set(status, body);
+        let seen = server.requests();
+        wait_until(Duration::from_secs(10), "five more fetches", || {
+            server.requests() >= seen + 5
+        });
+        assert_eq!(reported(reason), 1, "{reason} reported once");
+        assert_eq!(n.runtime.containers(&a).len(), 1, "a runs on");
+        assert_eq!(n.runtime.containers(&b).len(), 1, "b runs on");
+    }
+
+    // One pod now: b goes, a stays as it was.
+    server.set(200, &url_pod("a"));
+    wait_until(Duration::from_secs(30), "b removed", || {
+        n.runtime.sandboxes(&b).is_empty()
+    });
+    let still = n.wait_running(&a, &["c"], Duration::from_secs(5));
+    assert_eq!(still["c"].id, a_id, "a not restarted");
+    // An empty body: no pods.
+    server.set(200, "");
+    wait_until(Duration::from_secs(30), "a removed", || {
+        n.runtime.sandboxes(&a).is_empty()
+    });
+}

@@ -27,6 +27,15 @@ pub struct KubeletConfiguration {
     pub static_pod_path: String,
     /// How often the manifest directory is re-listed (default 20s), besides inotify.
     pub file_check_frequency: GoDuration,
+    /// URL of static pod manifests (HTTP source): one pod or a `PodList`, fetched every
+    /// `httpCheckFrequency`. Empty: no HTTP source.
+    #[serde(rename = "staticPodURL")]
+    pub static_pod_url: String,
+    /// Headers sent with every request to `staticPodURL`: name → values.
+    #[serde(rename = "staticPodURLHeader")]
+    pub static_pod_url_header: BTreeMap<String, Vec<String>>,
+    /// How often `staticPodURL` is fetched (default 20s).
+    pub http_check_frequency: GoDuration,
     /// Maximum period between two syncs of a running pod (default 1m).
     pub sync_frequency: GoDuration,
     /// CRI runtime endpoint, `unix://` path (default `unix:///run/containerd/containerd.sock`).
@@ -133,6 +142,9 @@ impl Default for KubeletConfiguration {
             kind: "KubeletConfiguration".into(),
             static_pod_path: String::new(),
             file_check_frequency: GoDuration(Duration::from_secs(20)),
+            static_pod_url: String::new(),
+            static_pod_url_header: BTreeMap::new(),
+            http_check_frequency: GoDuration(Duration::from_secs(20)),
             sync_frequency: GoDuration(Duration::from_secs(60)),
             container_runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
             image_service_endpoint: String::new(),

@@ -34,6 +34,12 @@ pub struct Config {
     pub static_pod_path: Option<PathBuf>,
     /// `fileCheckFrequency`: how often the manifest directory is re-listed (at least 100ms).
     pub file_check_frequency: Duration,
+    /// `staticPodURL`, an `http://` or `https://` URL; `None` when empty (no HTTP source).
+    pub static_pod_url: Option<String>,
+    /// `staticPodURLHeader`: header name → values sent with each fetch.
+    pub static_pod_url_header: Vec<(String, String)>,
+    /// `httpCheckFrequency`: how often `staticPodURL` is fetched (at least 100ms).
+    pub http_check_frequency: Duration,
     /// `syncFrequency`: longest period between two syncs of a running pod (at least 1s).
     pub sync_frequency: Duration,
     /// `containerRuntimeEndpoint` as written, for logs.
@@ -165,6 +171,41 @@ impl KubeletConfiguration {
             self.file_check_frequency,
             Duration::from_millis(100),
         )?;
+        let http_check_frequency = at_least(
+            "httpCheckFrequency",
+            self.http_check_frequency,
+            Duration::from_millis(100),
+        )?;
+        let static_pod_url = match self.static_pod_url.as_str() {
+            "" => None,
+            u if u.starts_with("http://") || u.starts_with("https://") => {
+                reqwest::Url::parse(u).map_err(|e| invalid("staticPodURL", u, &e.to_string()))?;
+                Some(u.to_owned())
+            }
+            u => {
+                return Err(invalid(
+                    "staticPodURL",
+                    u,
+                    "must be an http:// or https:// URL",
+                ))
+            }
+        };
+        let mut static_pod_url_header = Vec::new();
+        for (name, values) in &self.static_pod_url_header {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(invalid("staticPodURLHeader", name, "not a header name"));
+            }
+            for v in values {
+                if reqwest::header::HeaderValue::from_str(v).is_err() {
+                    return Err(invalid(
+                        "staticPodURLHeader",
+                        name,
+                        "a value of this header is not a header value",
+                    ));
+                }
+                static_pod_url_header.push((name.clone(), v.clone()));
+            }
+        }
         let sync_frequency =
             at_least("syncFrequency", self.sync_frequency, Duration::from_secs(1))?;
         let runtime_request_timeout = at_least(
@@ -428,6 +469,9 @@ impl KubeletConfiguration {
         Ok(Config {
             static_pod_path,
             file_check_frequency,
+            static_pod_url,
+            static_pod_url_header,
+            http_check_frequency,
             sync_frequency,
             container_runtime_endpoint: self.container_runtime_endpoint.clone(),
             runtime_socket,

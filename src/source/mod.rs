@@ -9,6 +9,7 @@ pub mod api;
 pub mod checkpoint;
 pub mod file;
 pub mod manifest;
+pub mod url;
 pub mod validation;
 
 use std::collections::HashMap;

@@ -1,0 +1,297 @@
+//! The HTTP pod source (kubelet's `pkg/kubelet/config/http.go`, `staticPodURL`): the body at a
+//! URL, fetched every `httpCheckFrequency` with the `staticPodURLHeader` headers, is one pod
+//! manifest or a `PodList` (YAML or JSON). Its pods are static pods as those of `staticPodPath`
+//! are: the same decoding, validation and defaults (name `<name>-<nodeName>`, namespace
+//! `default`, a UID derived from the URL, namespace and name), annotation
+//! `kubernetes.io/config.source: http`, mirror pods in cluster mode.
+//!
+//! As kubelet: a fetch that fails (unreachable, a status other than 200, a body nodelet cannot
+//! decode) changes nothing, the pods run on; an empty body means no pods. Each distinct failure
+//! is reported once (log, event naming the URL, `nodelet_static_pod_manifest_errors_total`)
+//! until a fetch succeeds. Bodies above [`MAX_BODY_BYTES`] are refused. ConfigMap and Secret
+//! documents are served from `staticPodPath` only: a body holding one is refused.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{info, warn};
+
+use super::manifest::decode_manifest;
+use super::{ManifestError, PodConfig};
+use crate::events::Recorder;
+use crate::metrics::Metrics;
+use crate::pod::CONFIG_SOURCE_ANNOTATION;
+
+/// The source's name (kubelet's `HTTPSource`).
+pub const SOURCE: &str = "http";
+
+/// Longest body read, bytes.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// Timeout of one fetch (kubelet's HTTP source client uses 10 s).
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn invalid(url: &str, field: &str, reason: &str) -> ManifestError {
+    ManifestError::Invalid {
+        file: url.to_owned(),
+        error: super::validation::FieldError {
+            field: field.into(),
+            value: String::new(),
+            reason: reason.into(),
+        },
+    }
+}
+
+/// The pods of one body fetched from `url` for node `node_name`: a pod manifest, or a `PodList`
+/// (`kind: PodList` or `List`) whose `items` are pods; each decoded and given the static pod
+/// defaults ([`decode_manifest`]) with `config.source: http`.
+///
+/// Errors: those of [`decode_manifest`] for the body or an item (named `items[i]`), and
+/// [`ManifestError::Invalid`] for a body that holds ConfigMaps or Secrets or no pod, or a list
+/// that names one pod twice. An empty body is no pods.
+pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Vec<Pod>, ManifestError> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(Vec::new());
+    }
+    let file = Path::new(url);
+    crate::yaml::check_nesting(body).map_err(|message| ManifestError::Parse {
+        file: url.to_owned(),
+        message,
+    })?;
+    // A list is told by its kind; anything else is decoded as a manifest.
+    let list: Option<serde_yaml::Value> = serde_yaml::from_slice::<serde_yaml::Value>(body)
+        .ok()
+        .filter(|v| {
+            v.get("kind")
+                .and_then(|k| k.as_str())
+                .is_some_and(|k| k == "PodList" || k == "List")
+        });
+    let mut pods = Vec::new();
+    match list {
+        Some(v) => {
+            let items = v
+                .get("items")
+                .and_then(|i| i.as_sequence())
+                .cloned()
+                .unwrap_or_default();
+            for (i, item) in items.into_iter().enumerate() {
+                let text = serde_yaml::to_string(&item).map_err(|e| ManifestError::Parse {
+                    file: url.to_owned(),
+                    message: format!("items[{i}]: {e}"),
+                })?;
+                let m = decode_manifest(file, text.as_bytes(), node_name).map_err(|e| {
+                    ManifestError::Parse {
+                        file: url.to_owned(),
+                        message: format!("items[{i}]: {e}"),
+                    }
+                })?;
+                match (m.pod, m.objects.is_empty()) {
+                    (Some(p), true) => pods.push(p),
+                    _ => {
+                        return Err(invalid(
+                            url,
+                            &format!("items[{i}].kind"),
+                            "a PodList from staticPodURL holds pods only",
+                        ))
+                    }
+                }
+            }
+        }
+        None => {
+            let m = decode_manifest(file, body, node_name)?;
+            if !m.objects.is_empty() {
+                return Err(invalid(
+                    url,
+                    "kind",
+                    "ConfigMap and Secret documents are served from staticPodPath only",
+                ));
+            }
+            pods.extend(m.pod);
+            if pods.is_empty() {
+                return Err(invalid(url, "kind", "the body defines no Pod"));
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for p in &mut pods {
+        if !seen.insert(crate::pod::pod_uid(p).to_owned()) {
+            return Err(invalid(
+                url,
+                "metadata.name",
+                &format!(
+                    "pod {} is defined twice",
+                    p.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        p.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(CONFIG_SOURCE_ANNOTATION.into(), SOURCE.into());
+    }
+    Ok(pods)
+}
+
+/// What one fetch came to.
+enum Fetched {
+    /// A 200 with this body.
+    Body(Vec<u8>),
+    /// Anything else, with its message and reason for the metric.
+    Failed(String, &'static str),
+}
+
+async fn fetch(client: &reqwest::Client, url: &str, headers: &[(String, String)]) -> Fetched {
+    let mut req = client.get(url);
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    let mut resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => return Fetched::Failed(format!("{url}: {e}"), "ReadError"),
+    };
+    if resp.status() != reqwest::StatusCode::OK {
+        return Fetched::Failed(format!("{url}: {}", resp.status()), "ReadError");
+    }
+    let mut body = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => {
+                if body.len() + c.len() > MAX_BODY_BYTES {
+                    return Fetched::Failed(
+                        format!("{url}: body larger than {MAX_BODY_BYTES} bytes"),
+                        "ReadError",
+                    );
+                }
+                body.extend_from_slice(&c);
+            }
+            Ok(None) => return Fetched::Body(body),
+            Err(e) => return Fetched::Failed(format!("{url}: {e}"), "ReadError"),
+        }
+    }
+}
+
+/// Fetches `url` every `period` until the task is dropped, setting the HTTP source's pods in
+/// `config` when a body decodes and differs from the last one.
+pub async fn run(
+    url: String,
+    headers: Vec<(String, String)>,
+    period: Duration,
+    node_name: String,
+    config: Arc<Mutex<PodConfig>>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+) {
+    let client = match reqwest::Client::builder().timeout(FETCH_TIMEOUT).build() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(url = %url, error = %e, "HTTP pod source: cannot build a client; no pods from the URL");
+            return;
+        }
+    };
+    let mut last_body: Option<Vec<u8>> = None;
+    let mut last_error: Option<String> = None;
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let outcome = match fetch(&client, &url, &headers).await {
+            Fetched::Body(body) if last_body.as_ref() == Some(&body) => Ok(None),
+            Fetched::Body(body) => match decode(&url, &body, &node_name) {
+                Ok(pods) => {
+                    last_body = Some(body);
+                    Ok(Some(pods))
+                }
+                Err(e) => Err((e.to_string(), e.reason())),
+            },
+            Fetched::Failed(message, reason) => Err((message, reason)),
+        };
+        match outcome {
+            Ok(pods) => {
+                if last_error.take().is_some() {
+                    info!(url = %url, "HTTP pod source: fetched again");
+                }
+                if let Some(pods) = pods {
+                    config
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .set(SOURCE, pods);
+                }
+            }
+            Err((message, reason)) => {
+                if last_error.as_deref() != Some(message.as_str()) {
+                    warn!(url = %url, reason, error = %message, "HTTP pod source: fetch refused; the pods from it run on");
+                    recorder.warning(format!("url:{url}"), reason, message.clone());
+                    metrics.manifest_error(reason);
+                    last_error = Some(message);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "http://127.0.0.1:1/pods";
+
+    fn pod(name: &str) -> String {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - {{name: c, image: busybox:1.36}}\n")
+    }
+
+    #[test]
+    fn one_pod_or_a_list_becomes_static_pods_of_the_http_source() {
+        let one = decode(URL, pod("a").as_bytes(), "n1").unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].metadata.name.as_deref(), Some("a-n1"));
+        let ann = one[0].metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann[CONFIG_SOURCE_ANNOTATION], "http");
+        assert!(crate::pod::is_static_pod(&one[0]));
+
+        let list = format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"PodList\", \"items\": [{}, {}]}}",
+            serde_json::to_string(&serde_yaml::from_str::<serde_json::Value>(&pod("a")).unwrap())
+                .unwrap(),
+            serde_json::to_string(&serde_yaml::from_str::<serde_json::Value>(&pod("b")).unwrap())
+                .unwrap(),
+        );
+        let pods = decode(URL, list.as_bytes(), "n1").unwrap();
+        let names: Vec<_> = pods
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["a-n1", "b-n1"]);
+        assert_eq!(
+            pods[0].metadata.uid, one[0].metadata.uid,
+            "the same pod, the same UID, alone or in a list"
+        );
+        assert!(
+            decode(URL, b"  \n", "n1").unwrap().is_empty(),
+            "empty: no pods"
+        );
+    }
+
+    #[test]
+    fn bad_bodies_are_refused_with_the_place_named() {
+        let e = decode(URL, b"kind: [", "n1").unwrap_err();
+        assert_eq!(e.reason(), "DecodeError");
+        let list = "apiVersion: v1\nkind: PodList\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: a}, spec: {containers: []}}\n";
+        let e = decode(URL, list.as_bytes(), "n1").unwrap_err().to_string();
+        assert!(e.contains("items[0]"), "{e}");
+        let twice = "apiVersion: v1\nkind: PodList\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: a}, spec: {containers: [{name: c, image: busybox}]}}\n- {apiVersion: v1, kind: Pod, metadata: {name: a}, spec: {containers: [{name: c, image: busybox}]}}\n";
+        let e = decode(URL, twice.as_bytes(), "n1").unwrap_err().to_string();
+        assert!(e.contains("defined twice"), "{e}");
+        let with_cm = format!(
+            "{}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\ndata: {{k: v}}\n",
+            pod("a")
+        );
+        let e = decode(URL, with_cm.as_bytes(), "n1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("staticPodPath only"), "{e}");
+        let e = decode(URL, pod("../x").as_bytes(), "n1").unwrap_err();
+        assert_eq!(e.reason(), "InvalidManifest");
+    }
+}
