@@ -1,19 +1,28 @@
 //! Bounded YAML decoding: a linear pre-scan that refuses input whose parsing would not be
 //! (YAML/JSON flow collections nested deeper than [`MAX_FLOW_DEPTH`]; libyaml's cost grows with
 //! the square of that depth: 20,000 levels take about a second, 100,000 about 50 s), before the
-//! parser sees it. Block nesting (indentation) and aliases are bounded by serde_yaml itself
-//! (recursion and repetition limits, both linear to detect), and the size of every input by its
-//! reader. Used for manifests and for the configuration file.
+//! parser sees it; and aliases (`*name`) whose replay could build far more than the text holds
+//! ([`MAX_ALIAS_EXPANSION`]): serde_yaml bounds how many times aliases are followed, not how much
+//! each one replays, so 10,000 aliases of a 10,000-item anchor (50 KB of text) would build 100
+//! million values. Block nesting (indentation) is bounded by serde_yaml's recursion limit, and
+//! the size of every input by its reader. Used for manifests and for the configuration file.
 
 /// Deepest nesting of flow collections (`[...]`, `{...}`) accepted. A pod in JSON nests about
 /// ten levels.
 pub const MAX_FLOW_DEPTH: usize = 64;
 
+/// Bound on (aliases in the text) × (length of the text, bytes): each alias replays at most the
+/// whole text, so this bounds what aliases can build to about this many bytes of text. 100
+/// aliases in a 20 KB manifest pass.
+pub const MAX_ALIAS_EXPANSION: usize = 2 << 20;
+
 /// Checks `bytes` in one pass, outside quoted scalars, comments and block scalars.
 ///
 /// Errors: a message naming the line where flow collections nest deeper than
-/// [`MAX_FLOW_DEPTH`].
+/// [`MAX_FLOW_DEPTH`], or saying how many aliases the text uses when they exceed
+/// [`MAX_ALIAS_EXPANSION`].
 pub fn check_nesting(bytes: &[u8]) -> Result<(), String> {
+    let mut aliases = 0usize;
     let mut depth = 0usize;
     let mut line = 1usize;
     // Indentation of the line whose value is a block scalar (`|`, `>`): deeper lines are text.
@@ -74,6 +83,13 @@ pub fn check_nesting(bytes: &[u8]) -> Result<(), String> {
                     }
                 }
                 b']' | b'}' => depth = depth.saturating_sub(1),
+                b'*' if at_token
+                    && bytes
+                        .get(i + 1)
+                        .is_some_and(|c| !c.is_ascii_whitespace() && !b",[]{}".contains(c)) =>
+                {
+                    aliases += 1;
+                }
                 _ => {}
             }
             if !matches!(b, b' ' | b'\t' | b'\r') {
@@ -102,6 +118,12 @@ pub fn check_nesting(bytes: &[u8]) -> Result<(), String> {
         i += 1;
         line += 1;
     }
+    if aliases.saturating_mul(bytes.len()) > MAX_ALIAS_EXPANSION {
+        return Err(format!(
+            "{aliases} YAML aliases in {} bytes could expand beyond {MAX_ALIAS_EXPANSION} bytes; refused before parsing",
+            bytes.len()
+        ));
+    }
     Ok(())
 }
 
@@ -116,6 +138,20 @@ fn trim_end(s: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_aliases_of_a_large_anchor_are_refused_and_a_few_pass() {
+        let items = vec!["0"; 10_000].join(",");
+        let uses = vec!["*a"; 10_000].join(",");
+        let bomb = format!("a: &a [{items}]\nb: [{uses}]\n");
+        let e = check_nesting(bomb.as_bytes()).unwrap_err();
+        assert!(e.contains("10000 YAML aliases"), "{e}");
+        let shared = "x: &env [{name: A, value: '1'}]\nspec:\n  containers:\n  - {name: a, env: *env}\n  - {name: b, env: *env}\n";
+        assert_eq!(check_nesting(shared.as_bytes()), Ok(()));
+        // Not aliases: a glob in a quoted or plain scalar after other text, a comment.
+        let text = "command: [sh, -c, 'ls *.txt']\nargs: [a*b]\n# *c\n";
+        assert_eq!(check_nesting(text.repeat(20_000).as_bytes()), Ok(()));
+    }
 
     #[test]
     fn deep_flow_nesting_is_refused_before_parsing_and_real_manifests_pass() {

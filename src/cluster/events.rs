@@ -40,8 +40,8 @@ pub const SPAM_REFILL: Duration = Duration::from_secs(300);
 pub const AGGREGATE_MAX_EVENTS: usize = 10;
 /// Window in which similar events are counted (client-go `defaultAggregateIntervalInSeconds`).
 pub const AGGREGATE_WINDOW: Duration = Duration::from_secs(600);
-/// Events remembered for deduplication and aggregation; beyond, the memory starts afresh
-/// (client-go keeps an LRU of 4096).
+/// Events (and objects, for the spam filter) remembered for deduplication, aggregation and the
+/// spam filter; beyond, that memory starts afresh (client-go keeps LRUs of 4096).
 pub const MAX_REMEMBERED: usize = 4096;
 /// Requests waiting for the apiserver; the oldest is dropped beyond (client-go
 /// `maxQueuedEvents`).
@@ -160,13 +160,19 @@ impl Correlator {
             s.messages.clear();
             s.since = now;
         }
-        s.messages.insert(message.clone());
+        // Ten distinct messages are all that matter: no more are kept.
+        if s.messages.len() < AGGREGATE_MAX_EVENTS {
+            s.messages.insert(message.clone());
+        }
         let (dkey, message) = if s.messages.len() >= AGGREGATE_MAX_EVENTS {
             (akey, format!("{COMBINED_PREFIX}{message}"))
         } else {
             (format!("{akey}\u{0}{message}"), message)
         };
         // 3. Spam filter (before anything is remembered of an event it drops).
+        if self.spam.len() >= MAX_REMEMBERED && !self.spam.contains_key(&okey) {
+            self.spam.clear();
+        }
         let b = self.spam.entry(okey).or_insert(Bucket {
             tokens: f64::from(SPAM_BURST),
             at: now,
@@ -256,8 +262,9 @@ impl RateLimit {
 /// How a request went.
 enum Sent {
     Done,
-    /// The apiserver refused it: dropped (reported once per reason).
-    Refused(String),
+    /// The apiserver refused it: dropped (reported once per code and reason: the message
+    /// names the event).
+    Refused(String, String),
     Unreachable(kube::Error),
 }
 
@@ -292,7 +299,7 @@ async fn send(client: &kube::Client, req: &Request) -> Sent {
         Ok(()) => Sent::Done,
         // Already there (a retry after a create whose answer was lost).
         Err(kube::Error::Api(e)) if e.code == 409 => Sent::Done,
-        Err(kube::Error::Api(e)) => Sent::Refused(format!("{} ({})", e.message, e.code)),
+        Err(kube::Error::Api(e)) => Sent::Refused(format!("{} {}", e.code, e.reason), e.message),
         Err(e) => Sent::Unreachable(e),
     }
 }
@@ -343,10 +350,10 @@ pub async fn run(client: kube::Client, node: String, recorder: Recorder) {
                     }
                     backoff = Duration::from_secs(1);
                 }
-                Sent::Refused(why) => {
+                Sent::Refused(kind, message) => {
                     pending.pop_front();
-                    if refused.insert(why.clone()) {
-                        warn!(error = %why, "event refused by the apiserver; dropped");
+                    if refused.insert(kind.clone()) {
+                        warn!(refusal = %kind, error = %message, "event refused by the apiserver; dropped (such refusals are reported once)");
                     }
                 }
                 Sent::Unreachable(e) => {

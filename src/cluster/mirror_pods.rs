@@ -215,9 +215,14 @@ pub async fn run(
 /// Posts the static pod's status to its mirror.
 async fn post_status(api: &Api<Pod>, mirror: &Pod, static_pod: &Pod) {
     let name = mirror.metadata.name.as_deref().unwrap_or_default();
-    let patch = serde_json::json!({ "status": static_pod.status });
+    // On the mirror's UID (a mirror replaced meanwhile is not written), merged as kubelet's
+    // status manager merges (conditions by type: others' conditions stay).
+    let patch = serde_json::json!({
+        "metadata": { "uid": mirror.metadata.uid },
+        "status": static_pod.status,
+    });
     if let Err(e) = api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
         .await
     {
         warn!(pod = %name, error = %e, "cannot post the status of a mirror pod");

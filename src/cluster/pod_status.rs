@@ -57,7 +57,8 @@ pub fn next_delay(last: Duration, unreachable: bool) -> Duration {
 
 /// What one patch came to.
 enum Outcome {
-    /// The apiserver took it, or the pod is gone from the API (404): either way it is settled.
+    /// The apiserver took it, or the pod is gone from the API (404, or 409: the name now holds
+    /// another pod): either way it is settled.
     Settled,
     /// The apiserver refused it (an API error other than 404): tried again next round.
     Refused(Box<kube::core::Status>),
@@ -69,13 +70,20 @@ async fn patch(client: kube::Client, pod: &Pod) -> Outcome {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(client, ns);
-    let body = serde_json::json!({ "status": pod.status });
+    // On the pod's UID, as kubelet's status manager patches: a pod deleted and created again
+    // under the same name is not given the old one's status (the apiserver answers 409). A
+    // strategic merge, as kubelet's: conditions merge by type, so those others set stay.
+    let body = serde_json::json!({
+        "metadata": { "uid": pod.metadata.uid },
+        "status": pod.status,
+    });
     match api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&body))
         .await
     {
         Ok(_) => Outcome::Settled,
-        Err(kube::Error::Api(e)) if e.code == 404 => Outcome::Settled,
+        // Gone, or another pod of that name: nothing more to post for this one.
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Outcome::Settled,
         Err(kube::Error::Api(e)) => Outcome::Refused(e),
         Err(e) => Outcome::Unreachable(e),
     }

@@ -8,7 +8,8 @@
 //! As kubelet: a fetch that fails (unreachable, a status other than 200, a body nodelet cannot
 //! decode) changes nothing, the pods run on; an empty body means no pods. Each distinct failure
 //! is reported once (log, event naming the URL, `nodelet_static_pod_manifest_errors_total`)
-//! until a fetch succeeds. Bodies above [`MAX_BODY_BYTES`] are refused. ConfigMap and Secret
+//! until a fetch succeeds; the URL shown there has no user, password or query ([`redacted`]).
+//! Bodies above [`MAX_BODY_BYTES`] are refused. ConfigMap and Secret
 //! documents are served from `staticPodPath` only: a body holding one is refused.
 
 use std::path::Path;
@@ -71,12 +72,21 @@ pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Vec<Pod>, Manif
     let mut pods = Vec::new();
     match list {
         Some(v) => {
-            let items = v
-                .get("items")
-                .and_then(|i| i.as_sequence())
-                .cloned()
-                .unwrap_or_default();
-            for (i, item) in items.into_iter().enumerate() {
+            let items = match v.get("items") {
+                Some(serde_yaml::Value::Sequence(items)) => items.clone(),
+                // No pods: a list with no items, as the apiserver writes one.
+                None | Some(serde_yaml::Value::Null) => Vec::new(),
+                Some(_) => return Err(invalid(url, "items", "must be a list of pods")),
+            };
+            for (i, mut item) in items.into_iter().enumerate() {
+                // A list's items may leave out their kind (the apiserver's PodList does).
+                if let serde_yaml::Value::Mapping(m) = &mut item {
+                    for (k, v) in [("apiVersion", "v1"), ("kind", "Pod")] {
+                        if !m.contains_key(k) {
+                            m.insert(k.into(), v.into());
+                        }
+                    }
+                }
                 let text = serde_yaml::to_string(&item).map_err(|e| ManifestError::Parse {
                     file: url.to_owned(),
                     message: format!("items[{i}]: {e}"),
@@ -134,6 +144,23 @@ pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Vec<Pod>, Manif
     Ok(pods)
 }
 
+/// `url` as logs and events show it: without user, password and query (they may hold
+/// credentials).
+pub fn redacted(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.to_string()
+        }
+        Err(_) => "<staticPodURL>".into(),
+    }
+}
+
+/// Why a fetch changed nothing: the message and the reason for the metric.
+type Refusal = (String, &'static str);
+
 /// What one fetch came to.
 enum Fetched {
     /// A 200 with this body.
@@ -186,31 +213,54 @@ pub async fn run(
     let client = match reqwest::Client::builder().timeout(FETCH_TIMEOUT).build() {
         Ok(c) => c,
         Err(e) => {
-            warn!(url = %url, error = %e, "HTTP pod source: cannot build a client; no pods from the URL");
+            warn!(url = %redacted(&url), error = %e, "HTTP pod source: cannot build a client; no pods from the URL");
             return;
         }
     };
-    let mut last_body: Option<Vec<u8>> = None;
+    // The body last decoded, and what came of it (an error is not decoded again).
+    let mut last_body: Option<(Vec<u8>, Option<Refusal>)> = None;
     let mut last_error: Option<String> = None;
+    let shown = redacted(&url);
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let outcome = match fetch(&client, &url, &headers).await {
-            Fetched::Body(body) if last_body.as_ref() == Some(&body) => Ok(None),
-            Fetched::Body(body) => match decode(&url, &body, &node_name) {
-                Ok(pods) => {
-                    last_body = Some(body);
-                    Ok(Some(pods))
+            Fetched::Body(body) if last_body.as_ref().is_some_and(|(b, _)| *b == body) => {
+                match last_body.as_ref().and_then(|(_, e)| e.clone()) {
+                    Some(e) => Err(e),
+                    None => Ok(None),
                 }
-                Err(e) => Err((e.to_string(), e.reason())),
-            },
-            Fetched::Failed(message, reason) => Err((message, reason)),
+            }
+            Fetched::Body(body) => {
+                // Decoding up to 16 MiB is CPU work: off the runtime's threads.
+                let (u, n, b) = (shown.clone(), node_name.clone(), body.clone());
+                let decoded = tokio::task::spawn_blocking(move || decode(&u, &b, &n))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(ManifestError::Parse {
+                            file: shown.clone(),
+                            message: format!("decoding failed: {e}"),
+                        })
+                    });
+                match decoded {
+                    Ok(pods) => {
+                        last_body = Some((body, None));
+                        Ok(Some(pods))
+                    }
+                    Err(e) => {
+                        let err = (e.to_string(), e.reason());
+                        last_body = Some((body, Some(err.clone())));
+                        Err(err)
+                    }
+                }
+            }
+            Fetched::Failed(message, reason) => Err((message.replace(&url, &shown), reason)),
         };
         match outcome {
             Ok(pods) => {
                 if last_error.take().is_some() {
-                    info!(url = %url, "HTTP pod source: fetched again");
+                    info!(url = %shown, "HTTP pod source: fetched again");
                 }
                 if let Some(pods) = pods {
                     config
@@ -221,8 +271,8 @@ pub async fn run(
             }
             Err((message, reason)) => {
                 if last_error.as_deref() != Some(message.as_str()) {
-                    warn!(url = %url, reason, error = %message, "HTTP pod source: fetch refused; the pods from it run on");
-                    recorder.warning(format!("url:{url}"), reason, message.clone());
+                    warn!(url = %shown, reason, error = %message, "HTTP pod source: fetch refused; the pods from it run on");
+                    recorder.warning(format!("url:{shown}"), reason, message.clone());
                     metrics.manifest_error(reason);
                     last_error = Some(message);
                 }
@@ -293,5 +343,25 @@ mod tests {
         assert!(e.contains("staticPodPath only"), "{e}");
         let e = decode(URL, pod("../x").as_bytes(), "n1").unwrap_err();
         assert_eq!(e.reason(), "InvalidManifest");
+        let e = decode(URL, b"kind: PodList\nitems: {a: b}\n", "n1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("must be a list"),
+            "a malformed list is no empty list: {e}"
+        );
+        assert!(decode(URL, b"kind: PodList\nitems: null\n", "n1")
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn list_items_may_leave_out_their_kind_and_urls_lose_their_credentials() {
+        let list = "kind: PodList\napiVersion: v1\nitems:\n- {metadata: {name: a}, spec: {containers: [{name: c, image: busybox}]}}\n";
+        assert_eq!(decode(URL, list.as_bytes(), "n1").unwrap().len(), 1);
+        assert_eq!(
+            redacted("https://user:pw@host:8443/pods?token=s3cret"),
+            "https://host:8443/pods"
+        );
     }
 }

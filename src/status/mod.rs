@@ -15,9 +15,10 @@ type Store = HashMap<String, (Arc<Pod>, PodStatus)>;
 
 /// What a new status keeps of the one before it, as kubelet's status manager
 /// (`updateStatusInternal`): each condition's `lastTransitionTime` while its status is unchanged,
-/// `now` (seconds) when it changes or is new; a terminal phase (Succeeded, Failed) is never left
-/// for a non-terminal one; the pod's `startTime` once set.
-pub fn carry_over(old: Option<&PodStatus>, new: &mut PodStatus, now: Time) {
+/// `now` (seconds) when it changes or is new; the pod's `startTime` once set; and, for the same
+/// spec (`same_spec`: the pod was not edited since), a terminal phase (Succeeded, Failed) is
+/// never left for a non-terminal one.
+pub fn carry_over(old: Option<&PodStatus>, new: &mut PodStatus, now: Time, same_spec: bool) {
     for c in new.conditions.iter_mut().flatten() {
         let before = old
             .and_then(|o| o.conditions.as_ref())
@@ -29,7 +30,7 @@ pub fn carry_over(old: Option<&PodStatus>, new: &mut PodStatus, now: Time) {
     }
     let Some(old) = old else { return };
     let terminal = |p: Option<&str>| matches!(p, Some("Succeeded" | "Failed"));
-    if terminal(old.phase.as_deref()) && !terminal(new.phase.as_deref()) {
+    if same_spec && terminal(old.phase.as_deref()) && !terminal(new.phase.as_deref()) {
         new.phase = old.phase.clone();
     }
     if new.start_time.is_none() {
@@ -50,7 +51,12 @@ impl StatusManager {
         let uid = crate::pod::pod_uid(&pod).to_owned();
         let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let now = crate::cluster::api_time(std::time::SystemTime::now());
-        carry_over(map.get(&uid).map(|(_, s)| s), &mut status, now);
+        let old = map.get(&uid);
+        // A pod edited since (its UID is kept across edits) is admitted and run anew: its old
+        // terminal phase (refused at admission, say) is not its fate.
+        let same_spec =
+            old.is_some_and(|(p, _)| crate::pod::config_hash(p) == crate::pod::config_hash(&pod));
+        carry_over(old.map(|(_, s)| s), &mut status, now, same_spec);
         map.insert(uid, (pod, status));
     }
 
@@ -198,13 +204,13 @@ mod tests {
     #[test]
     fn transition_times_change_only_with_the_condition() {
         let mut first = status("Pending", false);
-        carry_over(None, &mut first, t(100));
+        carry_over(None, &mut first, t(100), true);
         assert_eq!(transition(&first, "Ready"), Some(t(100)));
         let mut same = status("Running", false);
-        carry_over(Some(&first), &mut same, t(105));
+        carry_over(Some(&first), &mut same, t(105), true);
         assert_eq!(transition(&same, "Ready"), Some(t(100)), "unchanged");
         let mut ready = status("Running", true);
-        carry_over(Some(&same), &mut ready, t(110));
+        carry_over(Some(&same), &mut ready, t(110), true);
         assert_eq!(transition(&ready, "Ready"), Some(t(110)), "became True");
         assert_eq!(transition(&ready, "PodScheduled"), Some(t(100)));
     }
@@ -214,11 +220,18 @@ mod tests {
         let mut done = status("Succeeded", false);
         done.start_time = Some(t(50));
         let mut later = status("Pending", false);
-        carry_over(Some(&done), &mut later, t(60));
+        carry_over(Some(&done), &mut later, t(60), true);
         assert_eq!(later.phase.as_deref(), Some("Succeeded"));
         assert_eq!(later.start_time, Some(t(50)));
+        let mut edited = status("Running", true);
+        carry_over(Some(&done), &mut edited, t(65), false);
+        assert_eq!(
+            edited.phase.as_deref(),
+            Some("Running"),
+            "an edited pod (refused, then fixed) runs anew"
+        );
         let mut failed = status("Failed", false);
-        carry_over(Some(&status("Running", true)), &mut failed, t(70));
+        carry_over(Some(&status("Running", true)), &mut failed, t(70), true);
         assert_eq!(
             failed.phase.as_deref(),
             Some("Failed"),
