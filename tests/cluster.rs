@@ -103,6 +103,13 @@ fn joined(test: &str, extra: &str) -> Option<(Nodelet, String)> {
     Some((n, node))
 }
 
+/// [`wait_until`], then prints `what` with the time since `since` (the numbers issue notes
+/// quote; seen with `--nocapture`).
+fn timed_wait(timeout: Duration, what: &str, since: Instant, f: impl FnMut() -> bool) {
+    wait_until(timeout, what, f);
+    eprintln!("{what}: {:?}", since.elapsed());
+}
+
 fn delete_node(name: &str) {
     let _ = kubectl(&["delete", "node", name, "--ignore-not-found"]);
     let _ = kubectl(&[
@@ -635,14 +642,11 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
     own.resume();
     let back = Instant::now();
     eprintln!("apiserver down for {:?}", back - stopped);
-    wait_until(
+    timed_wait(
         Duration::from_secs(10),
-        "brief Succeeded in the API",
+        "brief Succeeded in the API (status caught up) after the apiserver was ready",
+        back,
         || phase(&brief).as_deref() == Some("Succeeded"),
-    );
-    eprintln!(
-        "status caught up {:?} after the apiserver was ready",
-        back.elapsed()
     );
     assert_eq!(ids(&long_uid), long_before, "no container replaced");
     assert_eq!(ids(&static_uid), static_before, "the static pod's neither");
@@ -661,14 +665,11 @@ fn the_apiserver_stopped_for_30_s_restarts_nothing_and_status_catches_up_within_
         1,
         "brief ran once (restartPolicy Never)"
     );
-    wait_until(
+    timed_wait(
         Duration::from_secs(20),
-        "the pod created meanwhile Running",
+        "the pod created meanwhile Running after the apiserver was ready",
+        back,
         || phase(&late).as_deref() == Some("Running"),
-    );
-    eprintln!(
-        "the pod created meanwhile Running {:?} after the apiserver was ready",
-        back.elapsed()
     );
     assert!(
         n.log().contains("re-listed"),
@@ -736,12 +737,12 @@ fn an_api_pod_reads_its_config_map_and_secret_from_the_apiserver_and_follows_edi
         r#"{"data":{"greeting":"bye"}}"#,
     ])
     .unwrap();
-    wait_until(
+    timed_wait(
         Duration::from_secs(20),
-        "the edited ConfigMap in the volume",
+        "the edited ConfigMap in the volume after the edit",
+        t0,
         || sh("cat /etc/cfg/greeting") == "bye",
     );
-    eprintln!("ConfigMap edit in the volume after {:?}", t0.elapsed());
 
     // A pod whose ConfigMap does not exist yet waits for it, then starts.
     let missing = format!("later-{node}");
