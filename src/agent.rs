@@ -292,7 +292,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         clock: crate::clock::system(),
     });
     let objects = crate::objects::LocalObjects::default();
-    let api_objects = crate::cluster::objects::ApiObjects::default();
+    let api_objects = crate::objects::ApiObjects::default();
     let manager = Arc::new(KubeRuntimeManager::new(
         cri,
         settings,

@@ -10,8 +10,9 @@
 //! containers held for a missing object start. Secret values never leave this store but into
 //! containers: no log line, event, status or `plan` output carries them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 
@@ -145,6 +146,77 @@ impl LocalObjects {
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Longest wait, in a pod's sync, for the watches of its objects to have listed.
+pub const SYNC_WAIT: Duration = Duration::from_secs(1);
+
+/// The API pods' ConfigMaps and Secrets (kept by [`crate::cluster::objects`]): their data (read
+/// as [`LocalObjects`]) and which have been listed by their watch. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct ApiObjects {
+    store: LocalObjects,
+    synced: Arc<RwLock<HashSet<ObjectRef>>>,
+    wanted: Arc<tokio::sync::Notify>,
+}
+
+impl ApiObjects {
+    /// The objects' data, for volumes and env.
+    pub fn store(&self) -> &LocalObjects {
+        &self.store
+    }
+
+    /// Whether `r`'s watch has listed it (present or absent).
+    pub fn is_synced(&self, r: &ObjectRef) -> bool {
+        self.synced
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(r)
+    }
+
+    /// Waits until every one of `refs` is synced, at most [`SYNC_WAIT`], checking every 10 ms
+    /// (kubelet polls the same way); wakes the watch manager first so that new references are
+    /// watched at once. Returns whether all are synced.
+    pub async fn wait_synced(&self, refs: &BTreeSet<ObjectRef>) -> bool {
+        if refs.iter().all(|r| self.is_synced(r)) {
+            return true;
+        }
+        self.wanted.notify_one();
+        let deadline = tokio::time::Instant::now() + SYNC_WAIT;
+        loop {
+            if refs.iter().all(|r| self.is_synced(r)) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until a sync asks for objects not yet watched ([`ApiObjects::wait_synced`]).
+    pub async fn wanted(&self) {
+        self.wanted.notified().await;
+    }
+
+    /// Records what `r`'s watch says: its data, or `None` when it does not exist; returns
+    /// whether the data changed.
+    pub fn observe(&self, r: &ObjectRef, data: Option<Data>) -> bool {
+        self.synced
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(r.clone());
+        self.store.set(r.clone(), data)
+    }
+
+    /// Forgets `r` (no API pod references it).
+    pub fn forget(&self, r: &ObjectRef) {
+        self.synced
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(r);
+        self.store.set(r.clone(), None);
     }
 }
 

@@ -63,6 +63,27 @@ pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.k
 /// The source name of pods from the API server (kubelet's `ApiserverSource`).
 pub const API_SOURCE: &str = "api";
 
+/// Whether `pod` came from the API source (its `kubernetes.io/config.source` is `api`).
+pub fn is_api_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
+        .is_some_and(|s| s == API_SOURCE)
+}
+
+/// A Kubernetes timestamp for `now` (whole seconds since the epoch, as the API keeps them).
+pub fn api_time(
+    now: std::time::SystemTime,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default(),
+    )
+}
+
 /// Whether `pod` is a static pod: its `kubernetes.io/config.source` is a source other than the
 /// API (kubelet's `IsStaticPod`).
 pub fn is_static_pod(pod: &Pod) -> bool {

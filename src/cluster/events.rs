@@ -185,7 +185,7 @@ impl Correlator {
         }
         b.tokens -= 1.0;
         // 2. Deduplication.
-        let time = crate::cluster::api_time(event_time(ev, wall));
+        let time = crate::pod::api_time(event_time(ev, wall));
         if let Some(e) = self.seen.get_mut(&dkey) {
             e.count = Some(e.count.unwrap_or(1) + 1);
             e.last_timestamp = Some(time);

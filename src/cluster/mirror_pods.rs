@@ -293,8 +293,7 @@ mod tests {
             mirror(&statics[3], "h4", "m-moved", "Running"),
             {
                 let mut m = mirror(&statics[4], "h5", "m-deleted", "Running");
-                m.metadata.deletion_timestamp =
-                    Some(crate::cluster::api_time(std::time::UNIX_EPOCH));
+                m.metadata.deletion_timestamp = Some(crate::pod::api_time(std::time::UNIX_EPOCH));
                 m
             },
             mirror(

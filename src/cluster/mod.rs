@@ -92,15 +92,3 @@ pub fn spawn(
     ));
     rt.spawn(pod_status::run(client, status));
 }
-
-/// A Kubernetes timestamp for `now` (seconds since the epoch, as the API keeps them).
-pub fn api_time(
-    now: std::time::SystemTime,
-) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    let secs = now
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default(),
-    )
-}

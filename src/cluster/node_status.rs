@@ -256,7 +256,7 @@ pub async fn run(
 ) {
     let nodes: Api<Node> = Api::all(client);
     let status_now = |previous: &[NodeCondition]| {
-        let now = super::api_time(SystemTime::now());
+        let now = crate::pod::api_time(SystemTime::now());
         let conds = conditions(
             &inputs.pressure.view(),
             inputs.runtime.health(),

@@ -10,12 +10,13 @@
 //! any more has its watch stopped and its data dropped.
 //!
 //! Static pods keep reading the local documents of `staticPodPath` ([`crate::objects`]); an API
-//! pod sees only the apiserver's objects. The first sync of a pod waits up to
-//! [`SYNC_WAIT`] for its objects' watches to have listed (as kubelet's `objectCache.Get`), so a
-//! pod whose ConfigMap exists does not fail its first start for want of it.
+//! pod sees only the apiserver's objects, kept in [`ApiObjects`]. The first sync of a pod waits
+//! up to [`crate::objects::SYNC_WAIT`] for its objects' watches to have listed (as kubelet's
+//! `objectCache.Get`), so a pod whose ConfigMap exists does not fail its first start for want of
+//! it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,77 +24,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::runtime::{watcher, WatchStreamExt};
 use tracing::{debug, warn};
 
-use crate::objects::{config_map_data, secret_data, Data, LocalObjects, ObjectKind, ObjectRef};
+use crate::objects::{config_map_data, secret_data, ApiObjects, Data, ObjectKind, ObjectRef};
 use crate::source::PodConfig;
-
-/// Longest wait, in a pod's sync, for the watches of its objects to have listed.
-pub const SYNC_WAIT: Duration = Duration::from_secs(1);
 
 /// How often the referenced objects are compared with the watches, besides when a sync asks.
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
-
-/// The API pods' ConfigMaps and Secrets: their data (read as [`LocalObjects`]) and which have
-/// been listed by their watch. Cheap to clone.
-#[derive(Clone, Default)]
-pub struct ApiObjects {
-    store: LocalObjects,
-    synced: Arc<RwLock<HashSet<ObjectRef>>>,
-    wanted: Arc<tokio::sync::Notify>,
-}
-
-impl ApiObjects {
-    /// The objects' data, for volumes and env.
-    pub fn store(&self) -> &LocalObjects {
-        &self.store
-    }
-
-    /// Whether `r`'s watch has listed it (present or absent).
-    pub fn is_synced(&self, r: &ObjectRef) -> bool {
-        self.synced
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(r)
-    }
-
-    /// Waits until every one of `refs` is synced, at most [`SYNC_WAIT`], checking every 10 ms
-    /// (kubelet polls the same way); wakes the watch manager first so that new references are
-    /// watched at once. Returns whether all are synced.
-    pub async fn wait_synced(&self, refs: &BTreeSet<ObjectRef>) -> bool {
-        if refs.iter().all(|r| self.is_synced(r)) {
-            return true;
-        }
-        self.wanted.notify_one();
-        let deadline = tokio::time::Instant::now() + SYNC_WAIT;
-        loop {
-            if refs.iter().all(|r| self.is_synced(r)) {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Records what `r`'s watch says: its data, or `None` when it does not exist; returns
-    /// whether the data changed.
-    fn observe(&self, r: &ObjectRef, data: Option<Data>) -> bool {
-        self.synced
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(r.clone());
-        self.store.set(r.clone(), data)
-    }
-
-    /// Forgets `r` (no API pod references it).
-    fn forget(&self, r: &ObjectRef) {
-        self.synced
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(r);
-        self.store.set(r.clone(), None);
-    }
-}
 
 /// A watch event with the object reduced to its data.
 enum Seen {
@@ -180,7 +115,7 @@ pub async fn run(client: kube::Client, config: Arc<Mutex<PodConfig>>, objects: A
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = objects.wanted.notified() => {}
+            _ = objects.wanted() => {}
             Some((r, data)) = rx.recv() => {
                 if watches.contains_key(&r) && objects.observe(&r, data) {
                     debug!(kind = r.kind.as_str(), namespace = %r.namespace, name = %r.name, "object changed; re-syncing the pods that use it");
@@ -216,6 +151,7 @@ pub async fn run(client: kube::Client, config: Arc<Mutex<PodConfig>>, objects: A
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::SYNC_WAIT;
 
     fn cm(name: &str) -> ObjectRef {
         ObjectRef {

@@ -13,26 +13,17 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, Patch, PatchParams};
 use tracing::{info, warn};
 
-use crate::pod::CONFIG_SOURCE_ANNOTATION;
+use crate::pod::is_api_pod;
 
 /// How often statuses are compared and posted.
 pub const STATUS_SYNC_PERIOD: Duration = Duration::from_secs(1);
-
-/// Whether `pod` came from the API source.
-pub fn from_api(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|s| s == crate::source::api::SOURCE)
-}
 
 /// The pods whose status must be posted: from the API, with a status other than the one
 /// `posted` last. Forgets, in `posted`, the pods no longer held.
 pub fn due(pods: &[Pod], posted: &mut HashMap<String, PodStatus>) -> Vec<Pod> {
     posted.retain(|uid, _| pods.iter().any(|p| crate::pod::pod_uid(p) == uid));
     pods.iter()
-        .filter(|p| from_api(p))
+        .filter(|p| is_api_pod(p))
         .filter(|p| posted.get(crate::pod::pod_uid(p)) != p.status.as_ref())
         .cloned()
         .collect()
@@ -101,7 +92,7 @@ pub async fn run(client: kube::Client, status: crate::status::StatusManager) {
     let mut delay = STATUS_SYNC_PERIOD;
     loop {
         tokio::time::sleep(delay).await;
-        let held = status.pods_where(from_api);
+        let held = status.pods_where(is_api_pod);
         refused.retain(|uid| held.iter().any(|p| crate::pod::pod_uid(p) == uid));
         let pods = due(&held, &mut posted);
         let mut results = futures::stream::iter(pods)
@@ -163,8 +154,13 @@ mod tests {
     fn pod(uid: &str, source: &str, phase: &str) -> Pod {
         let mut p = Pod::default();
         p.metadata.uid = Some(uid.into());
-        p.metadata.annotations =
-            Some([(CONFIG_SOURCE_ANNOTATION.to_string(), source.to_string())].into());
+        p.metadata.annotations = Some(
+            [(
+                crate::pod::CONFIG_SOURCE_ANNOTATION.to_string(),
+                source.to_string(),
+            )]
+            .into(),
+        );
         p.status = Some(PodStatus {
             phase: Some(phase.into()),
             ..Default::default()

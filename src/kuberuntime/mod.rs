@@ -173,7 +173,7 @@ pub struct Shared {
     /// Local ConfigMaps and Secrets (env and volumes of static pods).
     pub objects: LocalObjects,
     /// The apiserver's ConfigMaps and Secrets (env and volumes of API pods).
-    pub api_objects: crate::cluster::objects::ApiObjects,
+    pub api_objects: crate::objects::ApiObjects,
 }
 
 /// The runtime manager: one per agent, shared by all pod workers, over the CRI runtime `R`.
@@ -198,7 +198,7 @@ pub struct KubeRuntimeManager<R: CriRuntime = Cri> {
     failed: FailedPods,
     probes: ProbeManager,
     objects: LocalObjects,
-    api_objects: crate::cluster::objects::ApiObjects,
+    api_objects: crate::objects::ApiObjects,
 }
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
@@ -229,7 +229,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Where `pod` reads its ConfigMaps and Secrets: the apiserver's for a pod from the API,
     /// else the local documents.
     fn objects_for(&self, pod: &Pod) -> &LocalObjects {
-        if crate::cluster::pod_status::from_api(pod) {
+        if crate::pod::is_api_pod(pod) {
             self.api_objects.store()
         } else {
             &self.objects

@@ -84,7 +84,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         // pod cache.
         self.probes.update_pod(pod, &ips);
         // An API pod's ConfigMaps and Secrets: their watches given a moment to list.
-        if crate::cluster::pod_status::from_api(pod) {
+        if crate::pod::is_api_pod(pod) {
             let refs = crate::objects::pod_references(pod);
             if !refs.is_empty() && !self.api_objects.wait_synced(&refs).await {
                 debug!(pod = %pod_ref(pod), uid, "objects not read from the apiserver yet");
