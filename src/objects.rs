@@ -9,6 +9,9 @@
 //! that their volumes are rewritten (atomically, see [`crate::volume::atomic_writer`]) and
 //! containers held for a missing object start. Secret values never leave this store but into
 //! containers: no log line, event, status or `plan` output carries them.
+//!
+//! In cluster mode, API pods read the apiserver's objects instead, held in an [`ApiObjects`]
+//! that [`crate::cluster::objects`] keeps from one watch per referenced object.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
