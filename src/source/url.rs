@@ -169,17 +169,24 @@ enum Fetched {
     Failed(String, &'static str),
 }
 
-async fn fetch(client: &reqwest::Client, url: &str, headers: &[(String, String)]) -> Fetched {
+/// GETs `url`; messages name it as `shown` (without credentials), and quote no URL of
+/// reqwest's (a redirect's target could hold some).
+async fn fetch(
+    client: &reqwest::Client,
+    url: &str,
+    shown: &str,
+    headers: &[(String, String)],
+) -> Fetched {
     let mut req = client.get(url);
     for (k, v) in headers {
         req = req.header(k, v);
     }
     let mut resp = match req.send().await {
         Ok(r) => r,
-        Err(e) => return Fetched::Failed(format!("{url}: {e}"), "ReadError"),
+        Err(e) => return Fetched::Failed(format!("{shown}: {}", e.without_url()), "ReadError"),
     };
     if resp.status() != reqwest::StatusCode::OK {
-        return Fetched::Failed(format!("{url}: {}", resp.status()), "ReadError");
+        return Fetched::Failed(format!("{shown}: {}", resp.status()), "ReadError");
     }
     let mut body = Vec::new();
     loop {
@@ -187,14 +194,14 @@ async fn fetch(client: &reqwest::Client, url: &str, headers: &[(String, String)]
             Ok(Some(c)) => {
                 if body.len() + c.len() > MAX_BODY_BYTES {
                     return Fetched::Failed(
-                        format!("{url}: body larger than {MAX_BODY_BYTES} bytes"),
+                        format!("{shown}: body larger than {MAX_BODY_BYTES} bytes"),
                         "ReadError",
                     );
                 }
                 body.extend_from_slice(&c);
             }
             Ok(None) => return Fetched::Body(body),
-            Err(e) => return Fetched::Failed(format!("{url}: {e}"), "ReadError"),
+            Err(e) => return Fetched::Failed(format!("{shown}: {}", e.without_url()), "ReadError"),
         }
     }
 }
@@ -225,7 +232,7 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let outcome = match fetch(&client, &url, &headers).await {
+        let outcome = match fetch(&client, &url, &shown, &headers).await {
             Fetched::Body(body) if last_body.as_ref().is_some_and(|(b, _)| *b == body) => {
                 match last_body.as_ref().and_then(|(_, e)| e.clone()) {
                     Some(e) => Err(e),
@@ -255,7 +262,7 @@ pub async fn run(
                     }
                 }
             }
-            Fetched::Failed(message, reason) => Err((message.replace(&url, &shown), reason)),
+            Fetched::Failed(message, reason) => Err((message, reason)),
         };
         match outcome {
             Ok(pods) => {
