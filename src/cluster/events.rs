@@ -244,18 +244,19 @@ impl RateLimit {
         }
     }
 
-    /// How long to wait at `now` before the next request may go (zero: now; the token is
-    /// taken).
+    /// Takes a token for a request at `now` and says how long it must wait for it (zero: it
+    /// may go now). A request that waits owes its token: the next one waits for its own.
     pub fn wait(&mut self, now: Duration) -> Duration {
         let refill = now.saturating_sub(self.at).as_secs_f64() * f64::from(EVENT_RECORD_QPS);
         self.tokens = (self.tokens + refill).min(f64::from(EVENT_BURST));
         self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+        let wait = if self.tokens >= 1.0 {
             Duration::ZERO
         } else {
             Duration::from_secs_f64((1.0 - self.tokens) / f64::from(EVENT_RECORD_QPS))
-        }
+        };
+        self.tokens -= 1.0;
+        wait
     }
 }
 
@@ -499,8 +500,16 @@ mod tests {
         for _ in 0..EVENT_BURST {
             assert_eq!(l.wait(secs(0)), Duration::ZERO);
         }
-        let w = l.wait(secs(0));
-        assert_eq!(w, Duration::from_millis(1000 / u64::from(EVENT_RECORD_QPS)));
-        assert_eq!(l.wait(w), Duration::ZERO, "a token back after 1/qps s");
+        let step = Duration::from_millis(1000 / u64::from(EVENT_RECORD_QPS));
+        assert_eq!(l.wait(secs(0)), step, "the 101st waits 1/qps s");
+        assert_eq!(l.wait(secs(0)), step * 2, "the 102nd twice that");
+        // Over a second past the burst: no more than the qps went.
+        let mut at = secs(0);
+        let mut sent = 0;
+        while at < secs(1) {
+            at += l.wait(at);
+            sent += 1;
+        }
+        assert!(sent <= EVENT_RECORD_QPS + 1, "{sent} in a second");
     }
 }
