@@ -1,20 +1,22 @@
 //! Cluster mode (kubelet run with `--kubeconfig`): nodelet as a node of a Kubernetes control
 //! plane. Without a kubeconfig nodelet runs standalone, static pods only.
 //!
-//! Built so far: the API client ([`client`]), node registration and status
-//! ([`node_status`], kubelet's `kubelet_node_status.go` and `nodestatus` setters), the node
-//! Lease ([`node_lease`], kubelet's `nodelease` controller) and mirror pods for static pods with
-//! their status ([`mirror_pods`]), the API pod source ([`crate::source::api`]) with its pods'
-//! status ([`pod_status`]; a pod refused at admission is posted Failed with kubelet's reason)
-//! and final delete, events posted with kubelet's correlation and rate limits ([`events`]). With the apiserver away, pods run on, each pod's latest status waits and
-//! is posted within [`pod_status::MAX_STATUS_BACKOFF`] of its return, and the pod watch resumes
-//! or lists again within [`crate::source::api::WATCH_MAX_BACKOFF`]. The API pods' ConfigMaps and Secrets are read from the apiserver and watched
-//! ([`objects`]). Each runs as its own task on the
-//! agent's runtime; an unreachable apiserver delays them and nothing else: static pods run
-//! whether or not the node has registered.
+//! What it does: the API client ([`client`]), node registration and status ([`node_status`],
+//! kubelet's `kubelet_node_status.go` and `nodestatus` setters), the node Lease ([`node_lease`],
+//! kubelet's `nodelease` controller), mirror pods for static pods with their status
+//! ([`mirror_pods`]), the API pod source ([`crate::source::api`]) with its pods' status
+//! ([`pod_status`]; a pod refused at admission is posted Failed with kubelet's reason) and final
+//! delete, events posted with kubelet's correlation and rate limits ([`events`]), and the API
+//! pods' ConfigMaps and Secrets read from the apiserver and watched ([`objects`]). Each runs as
+//! its own task on the agent's runtime; an unreachable apiserver delays them and nothing else:
+//! static pods run whether or not the node has registered. With the apiserver away, pods run
+//! on, each pod's latest status waits and is posted within [`pod_status::MAX_STATUS_BACKOFF`] of
+//! its return, and the pod watch resumes or lists again within
+//! [`crate::source::api::WATCH_MAX_BACKOFF`].
 //!
-//! The control plane the tests use is kube-apiserver v1.20 (scripts/env/cluster.sh); every field
-//! written here is one that API serves.
+//! The control plane the tests use is kube-apiserver v1.20 (scripts/env/cluster.sh). Fields a
+//! newer one adds that nodelet writes (`status.hostIPs`, 1.28) are dropped by 1.20; the README's
+//! cluster section lists them.
 
 pub mod events;
 pub mod mirror_pods;
