@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::runtime::{watcher, WatchStreamExt};
 use tracing::{debug, warn};
 
@@ -49,6 +48,28 @@ fn seen<K>(e: watcher::Event<K>, data: fn(&K) -> Data) -> Seen {
     }
 }
 
+/// The watch of kind `K` in `namespace` as [`Seen`] events, backed off as the pod watch is.
+fn data_stream<K>(
+    client: kube::Client,
+    namespace: &str,
+    wc: watcher::Config,
+    data: fn(&K) -> Data,
+) -> futures::stream::BoxStream<'static, Result<Seen, watcher::Error>>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    let api: kube::Api<K> = kube::Api::namespaced(client, namespace);
+    watcher(api, wc)
+        .backoff(crate::source::api::WatchBackoff::default())
+        .map(move |e| e.map(|e| seen(e, data)))
+        .boxed()
+}
+
 /// Follows one object until aborted, sending what its watch says on `tx`.
 async fn watch_one(
     client: kube::Client,
@@ -57,20 +78,8 @@ async fn watch_one(
 ) {
     let wc = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
     let mut stream = match r.kind {
-        ObjectKind::ConfigMap => {
-            let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, &r.namespace);
-            watcher(api, wc)
-                .backoff(crate::source::api::WatchBackoff::default())
-                .map(|e| e.map(|e| seen(e, config_map_data)))
-                .boxed()
-        }
-        ObjectKind::Secret => {
-            let api: kube::Api<Secret> = kube::Api::namespaced(client, &r.namespace);
-            watcher(api, wc)
-                .backoff(crate::source::api::WatchBackoff::default())
-                .map(|e| e.map(|e| seen(e, secret_data)))
-                .boxed()
-        }
+        ObjectKind::ConfigMap => data_stream(client, &r.namespace, wc, config_map_data),
+        ObjectKind::Secret => data_stream(client, &r.namespace, wc, secret_data),
     };
     let mut listed_one = false;
     let mut failing = false;
