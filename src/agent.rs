@@ -316,7 +316,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
             tick.tick().await;
-            if let Err(e) = qos_cm.update_qos() {
+            if let Err(e) = qos_cm.resync_qos() {
                 warn!(error = %e, "cannot update QoS cgroups");
             }
         }

@@ -204,7 +204,12 @@ pub struct NodeConfig {
 pub struct ContainerManager {
     cgroups: Arc<dyn CgroupManager>,
     cfg: NodeConfig,
-    pods: Mutex<HashMap<String, Arc<Pod>>>,
+    /// The pods known, each with its share of the QoS totals (computed once per pod object: the
+    /// QoS cgroups are summed over every pod for each pod that comes or goes).
+    pods: Mutex<HashMap<String, (Arc<Pod>, QosTotals)>>,
+    /// The values last written to each QoS cgroup (by cgroupfs path). Held while the QoS
+    /// cgroups are computed and written, so that the last computation is the last write.
+    qos_written: Mutex<HashMap<String, ResourceConfig>>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     recorder: Option<crate::events::Recorder>,
     clock: crate::clock::SharedClock,
@@ -219,6 +224,7 @@ impl ContainerManager {
             cgroups,
             cfg,
             pods: Mutex::new(HashMap::new()),
+            qos_written: Mutex::new(HashMap::new()),
             metrics: None,
             recorder: None,
             clock: crate::clock::system(),
@@ -354,17 +360,36 @@ impl ContainerManager {
         Ok(())
     }
 
-    /// Rewrites the QoS cgroups from the pods known now (kubelet's `UpdateCgroups`).
+    /// Updates the QoS cgroups for the pods known now (kubelet's `UpdateCgroups`), writing only
+    /// the cgroups whose values changed since the last write (a burst of pods would otherwise
+    /// rewrite both QoS cgroups in every hierarchy for each pod).
+    ///
+    /// Errors: the failed cgroup write (that cgroup is written in full the next time).
+    pub fn update_qos(&self) -> Result<(), CmError> {
+        self.write_qos(false)
+    }
+
+    /// [`ContainerManager::update_qos`] writing every value again, whatever was written before
+    /// (kubelet's periodic QoS update, once a minute: a value changed behind nodelet's back is
+    /// put back).
     ///
     /// Errors: the failed cgroup write.
-    pub fn update_qos(&self) -> Result<(), CmError> {
+    pub fn resync_qos(&self) -> Result<(), CmError> {
+        self.write_qos(true)
+    }
+
+    fn write_qos(&self, all: bool) -> Result<(), CmError> {
         let l = &self.cfg.layout;
         if !l.per_qos {
             return Ok(());
         }
+        let mut written = self.qos_written.lock().unwrap_or_else(|e| e.into_inner());
+        if all {
+            written.clear();
+        }
         let mut totals = QosTotals::default();
-        for p in self.pods.lock().unwrap_or_else(|e| e.into_inner()).values() {
-            totals.add(p);
+        for (_, share) in self.pods.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            totals.merge(share);
         }
         let memory = if self.cfg.enforce_pods {
             self.allocatable().memory
@@ -377,9 +402,26 @@ impl ContainerManager {
             (QosClass::Burstable, burstable),
             (QosClass::BestEffort, besteffort),
         ] {
-            if let Some(name) = l.qos_cgroup(qos) {
-                self.timed("update", || self.cgroups.create(&l.spell(&name), &cfg))?;
-            }
+            let Some(name) = l.qos_cgroup(qos) else {
+                continue;
+            };
+            let path = l.spell(&name);
+            // Created earlier by nodelet: only the values; else the directories too.
+            let created = match written.remove(&path) {
+                Some(before) if before == cfg => {
+                    written.insert(path, before);
+                    continue;
+                }
+                before => before.is_some(),
+            };
+            self.timed("update", || {
+                if created {
+                    self.cgroups.update(&path, &cfg)
+                } else {
+                    self.cgroups.create(&path, &cfg)
+                }
+            })?;
+            written.insert(path, cfg);
         }
         Ok(())
     }
@@ -398,12 +440,14 @@ impl ContainerManager {
         }
         // Same pod object as last time and its cgroup is there: nothing to write (kubelet's
         // EnsureExists); a new or changed pod rewrites the QoS cgroups and its own.
+        let mut share = QosTotals::default();
+        share.add(pod);
         let previous = self
             .pods
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(uid, pod.clone());
-        if previous.is_some_and(|p| Arc::ptr_eq(&p, pod)) && self.cgroups.exists(&parent) {
+            .insert(uid, (pod.clone(), share));
+        if previous.is_some_and(|(p, _)| Arc::ptr_eq(&p, pod)) && self.cgroups.exists(&parent) {
             return Ok(parent);
         }
         self.update_qos()?;
@@ -615,6 +659,64 @@ mod tests {
             },
         );
         assert!(matches!(missing.start(), Err(CmError::RootMissing(_))));
+    }
+
+    #[test]
+    fn qos_cgroups_are_written_when_their_values_change_and_all_once_a_minute() {
+        let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
+        let cfg = NodeConfig {
+            layout: CgroupLayout {
+                root: "/".into(),
+                per_qos: true,
+                systemd: false,
+            },
+            policy: CgroupPolicy::default(),
+            capacity: NodeResources {
+                cpu_milli: 2000,
+                memory: 4 << 30,
+                pids: 0,
+            },
+            system_reserved: NodeResources::default(),
+            kube_reserved: NodeResources::default(),
+            enforce_pods: true,
+            qos_reserved_memory: None,
+        };
+        let cm = ContainerManager::new(mem.clone(), cfg);
+        mem.create("/", &ResourceConfig::default()).unwrap();
+        cm.start().unwrap();
+        let qos = |log: Vec<String>| -> Vec<String> {
+            log.into_iter()
+                .filter(|l| l.ends_with("/burstable") || l.ends_with("/besteffort"))
+                .collect()
+        };
+        assert_eq!(
+            qos(mem.log()),
+            ["create /kubepods/burstable", "create /kubepods/besteffort"]
+        );
+        let pod = |uid: &str, cpu: &str| -> Arc<Pod> {
+            Arc::new(serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{uid}, uid: {uid}}}\nspec: {{containers: [{{name: a, image: i, resources: {{requests: {{cpu: {cpu}}}}}}}]}}")).unwrap())
+        };
+        // A Burstable pod changes the burstable cgroup's cpu.shares only: one update, no mkdir.
+        let before = mem.log().len();
+        cm.ensure_pod(&pod("u1", "250m")).unwrap();
+        assert_eq!(
+            qos(mem.log()[before..].to_vec()),
+            ["update /kubepods/burstable"]
+        );
+        // Nothing changed: nothing written.
+        let before = mem.log().len();
+        cm.update_qos().unwrap();
+        assert!(qos(mem.log()[before..].to_vec()).is_empty());
+        // The minute's pass writes both, whatever was written before.
+        cm.resync_qos().unwrap();
+        assert_eq!(
+            qos(mem.log()[before..].to_vec()),
+            ["create /kubepods/burstable", "create /kubepods/besteffort"]
+        );
+        assert_eq!(
+            mem.value("/kubepods/burstable").unwrap().cpu_shares,
+            Some(256)
+        );
     }
 
     #[test]

@@ -210,6 +210,19 @@ pub struct QosTotals {
 }
 
 impl QosTotals {
+    /// Adds the totals of other pods (saturating).
+    pub fn merge(&mut self, other: &QosTotals) {
+        self.burstable_cpu_request = self
+            .burstable_cpu_request
+            .saturating_add(other.burstable_cpu_request);
+        self.guaranteed_memory_request = self
+            .guaranteed_memory_request
+            .saturating_add(other.guaranteed_memory_request);
+        self.burstable_memory_request = self
+            .burstable_memory_request
+            .saturating_add(other.burstable_memory_request);
+    }
+
     /// Adds one pod.
     pub fn add(&mut self, pod: &Pod) {
         let a = pod_amounts(pod);

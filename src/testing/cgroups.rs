@@ -1,5 +1,5 @@
 //! An in-memory cgroup manager for unit tests of logic above the cgroup tree: it records which
-//! cgroups exist and each create and destroy, in order.
+//! cgroups exist and each create, update and destroy, in order.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -17,7 +17,7 @@ pub struct MemCgroups {
 }
 
 impl MemCgroups {
-    /// `create <cgroup>` / `destroy <cgroup>`, in order.
+    /// `create <cgroup>` / `update <cgroup>` / `destroy <cgroup>`, in order.
     pub fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
     }
@@ -25,6 +25,11 @@ impl MemCgroups {
     /// True when `cgroup` exists.
     pub fn has(&self, cgroup: &str) -> bool {
         self.cgroups.lock().unwrap().contains_key(cgroup)
+    }
+
+    /// The values last written to `cgroup`, if it exists.
+    pub fn value(&self, cgroup: &str) -> Option<ResourceConfig> {
+        self.cgroups.lock().unwrap().get(cgroup).cloned()
     }
 
     /// `cgroup` holds the processes `pids` (none: it is free again).
@@ -49,7 +54,12 @@ impl CgroupManager for MemCgroups {
     }
 
     fn update(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
-        self.create(cgroup, cfg)
+        self.cgroups
+            .lock()
+            .unwrap()
+            .insert(cgroup.into(), cfg.clone());
+        self.log.lock().unwrap().push(format!("update {cgroup}"));
+        Ok(())
     }
 
     fn destroy(&self, cgroup: &str) -> Result<(), CgroupError> {
