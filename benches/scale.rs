@@ -22,7 +22,8 @@
 //! 3. **A 300-pod node** (`BIG_PODS=N`, default 300, 0 skips; BestEffort pods that wait on one
 //!    `sleep`, `maxPods` above it): start and teardown against the raw client, RSS and idle CPU, and a relist with no
 //!    change timed over `ROUNDS` relists (default 100) by a PLEG in this process, with its CRI
-//!    calls counted.
+//!    calls counted, interleaved round by round with its baseline: the same two listings by a
+//!    plain client that does nothing with the answer.
 //!
 //! Run: `cargo bench --bench scale` (needs scripts/env/up.sh; stops and starts its containerd).
 //! `IDLE_SECONDS=N` (default 20). `NODELET_BEFORE=/path/to/nodelet` runs an earlier build as a
