@@ -664,23 +664,11 @@ mod tests {
     #[test]
     fn qos_cgroups_are_written_when_their_values_change_and_all_once_a_minute() {
         let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
-        let cfg = NodeConfig {
-            layout: CgroupLayout {
-                root: "/".into(),
-                per_qos: true,
-                systemd: false,
-            },
-            policy: CgroupPolicy::default(),
-            capacity: NodeResources {
-                cpu_milli: 2000,
-                memory: 4 << 30,
-                pids: 0,
-            },
-            system_reserved: NodeResources::default(),
-            kube_reserved: NodeResources::default(),
-            enforce_pods: true,
-            qos_reserved_memory: None,
-        };
+        let cfg = crate::testing::cgroups::node_config(NodeResources {
+            cpu_milli: 2000,
+            memory: 4 << 30,
+            pids: 0,
+        });
         let cm = ContainerManager::new(mem.clone(), cfg);
         mem.create("/", &ResourceConfig::default()).unwrap();
         cm.start().unwrap();

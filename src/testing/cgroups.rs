@@ -5,7 +5,26 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use crate::cm::cgroupfs::{CgroupError, CgroupManager};
-use crate::cm::resources::ResourceConfig;
+use crate::cm::resources::{CgroupPolicy, NodeResources, ResourceConfig};
+use crate::cm::{CgroupLayout, NodeConfig};
+
+/// A node of `capacity` with kubelet's default cgroup layout under `/` (QoS cgroups, cgroupfs
+/// names), nothing reserved, pods' cgroups enforced.
+pub fn node_config(capacity: NodeResources) -> NodeConfig {
+    NodeConfig {
+        layout: CgroupLayout {
+            root: "/".into(),
+            per_qos: true,
+            systemd: false,
+        },
+        policy: CgroupPolicy::default(),
+        capacity,
+        system_reserved: NodeResources::default(),
+        kube_reserved: NodeResources::default(),
+        enforce_pods: true,
+        qos_reserved_memory: None,
+    }
+}
 
 /// The fake: cgroup name → the last values written.
 #[derive(Default)]
@@ -27,6 +46,14 @@ impl MemCgroups {
         self.cgroups.lock().unwrap().contains_key(cgroup)
     }
 
+    fn write(&self, verb: &str, cgroup: &str, cfg: &ResourceConfig) {
+        self.cgroups
+            .lock()
+            .unwrap()
+            .insert(cgroup.into(), cfg.clone());
+        self.log.lock().unwrap().push(format!("{verb} {cgroup}"));
+    }
+
     /// The values last written to `cgroup`, if it exists.
     pub fn value(&self, cgroup: &str) -> Option<ResourceConfig> {
         self.cgroups.lock().unwrap().get(cgroup).cloned()
@@ -45,20 +72,12 @@ impl MemCgroups {
 
 impl CgroupManager for MemCgroups {
     fn create(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
-        self.cgroups
-            .lock()
-            .unwrap()
-            .insert(cgroup.into(), cfg.clone());
-        self.log.lock().unwrap().push(format!("create {cgroup}"));
+        self.write("create", cgroup, cfg);
         Ok(())
     }
 
     fn update(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
-        self.cgroups
-            .lock()
-            .unwrap()
-            .insert(cgroup.into(), cfg.clone());
-        self.log.lock().unwrap().push(format!("update {cgroup}"));
+        self.write("update", cgroup, cfg);
         Ok(())
     }
 

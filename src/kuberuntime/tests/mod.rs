@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::{KubeRuntimeManager, Settings, Shared};
 use crate::clock::FakeClock;
-use crate::cm::resources::{CgroupPolicy, NodeResources};
-use crate::cm::{CgroupLayout, ContainerManager, NodeConfig};
+use crate::cm::resources::NodeResources;
+use crate::cm::ContainerManager;
 use crate::container::cache::PodCache;
 use crate::cri::api::ContainerState as Cs;
 use crate::events::Recorder;
@@ -47,23 +47,11 @@ pub(super) fn harness() -> Harness {
     let cgroups = Arc::new(MemCgroups::default());
     let cm = ContainerManager::new(
         cgroups.clone(),
-        NodeConfig {
-            layout: CgroupLayout {
-                root: "/".into(),
-                per_qos: true,
-                systemd: false,
-            },
-            policy: CgroupPolicy::default(),
-            capacity: NodeResources {
-                cpu_milli: 2000,
-                memory: 8 << 30,
-                pids: 4096,
-            },
-            system_reserved: NodeResources::default(),
-            kube_reserved: NodeResources::default(),
-            enforce_pods: true,
-            qos_reserved_memory: None,
-        },
+        crate::testing::cgroups::node_config(NodeResources {
+            cpu_milli: 2000,
+            memory: 8 << 30,
+            pids: 4096,
+        }),
     );
     let (status, recorder, failed) = (
         StatusManager::default(),
