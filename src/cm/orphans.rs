@@ -137,8 +137,8 @@ pub(super) type StuckMap = HashMap<String, Stuck>;
 mod tests {
     use super::*;
 
-    use crate::cm::resources::{CgroupPolicy, NodeResources, ResourceConfig};
-    use crate::cm::{CgroupLayout, CgroupManager, NodeConfig};
+    use crate::cm::resources::{NodeResources, ResourceConfig};
+    use crate::cm::CgroupManager;
     use crate::testing::cgroups::MemCgroups;
     use std::sync::Arc;
 
@@ -150,19 +150,7 @@ mod tests {
         let metrics = crate::metrics::Metrics::new();
         let cm = ContainerManager::new(
             cgroups.clone(),
-            NodeConfig {
-                layout: CgroupLayout {
-                    root: "/".into(),
-                    per_qos: true,
-                    systemd: false,
-                },
-                policy: CgroupPolicy::default(),
-                capacity: NodeResources::default(),
-                system_reserved: NodeResources::default(),
-                kube_reserved: NodeResources::default(),
-                enforce_pods: true,
-                qos_reserved_memory: None,
-            },
+            crate::testing::cgroups::node_config(NodeResources::default()),
         )
         .with_recorder(recorder.clone())
         .with_clock(clock.shared())
