@@ -406,7 +406,8 @@ impl ContainerManager {
                 continue;
             };
             let path = l.spell(&name);
-            // Created earlier by nodelet: only the values; else the directories too.
+            // Created earlier by nodelet: only the values; else (or when that fails: removed
+            // behind nodelet's back) the directories too.
             let created = match written.remove(&path) {
                 Some(before) if before == cfg => {
                     written.insert(path, before);
@@ -415,11 +416,10 @@ impl ContainerManager {
                 before => before.is_some(),
             };
             self.timed("update", || {
-                if created {
-                    self.cgroups.update(&path, &cfg)
-                } else {
-                    self.cgroups.create(&path, &cfg)
+                if created && self.cgroups.update(&path, &cfg).is_ok() {
+                    return Ok(());
                 }
+                self.cgroups.create(&path, &cfg)
             })?;
             written.insert(path, cfg);
         }
@@ -704,6 +704,18 @@ mod tests {
         assert_eq!(
             mem.value("/kubepods/burstable").unwrap().cpu_shares,
             Some(256)
+        );
+        // Removed behind nodelet's back: the next change makes it again.
+        mem.destroy("/kubepods/burstable").unwrap();
+        let before = mem.log().len();
+        cm.ensure_pod(&pod("u2", "100m")).unwrap();
+        assert_eq!(
+            qos(mem.log()[before..].to_vec()),
+            ["create /kubepods/burstable"]
+        );
+        assert_eq!(
+            mem.value("/kubepods/burstable").unwrap().cpu_shares,
+            Some(358)
         );
     }
 

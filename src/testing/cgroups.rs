@@ -77,6 +77,14 @@ impl CgroupManager for MemCgroups {
     }
 
     fn update(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
+        if !self.has(cgroup) {
+            return Err(CgroupError::Write {
+                knob: "cpu.shares".into(),
+                value: format!("{:?}", cfg.cpu_shares),
+                dir: cgroup.into(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such knob"),
+            });
+        }
         self.write("update", cgroup, cfg);
         Ok(())
     }
