@@ -60,6 +60,10 @@ for p in pods:
     cs = s.get("initContainerStatuses", []) + s.get("containerStatuses", [])
     states = ", ".join("%s=%s" % (c["name"], next(iter(c.get("state", {"?": 0})))) for c in cs)
     print("  %-40s %-9s %s" % (p["metadata"]["namespace"] + "/" + p["metadata"]["name"], s.get("phase"), states))
+    if s.get("reason"):
+        print("    %s: %s" % (s["reason"], s.get("message", "")))
+    if s.get("reason") == "Evicted":
+        print("    (an evicted pod stays Failed until its manifest changes: free the resource, then edit or re-create the manifest)")
     ok = ok and s.get("phase") == "Running" and all("running" in c.get("state", {}) for c in s.get("containerStatuses", []))
 sys.exit(0 if ok and pods else 1)
 '

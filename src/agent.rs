@@ -195,7 +195,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
                 error!(error = %e, "HTTP server stopped");
             }
         });
-        info!(%addr, "serving /healthz /pods /node /metrics /events");
+        info!(%addr, "serving /healthz /pods /node /metrics /metrics/probes /events");
     }
 
     let Some(runtime_version) = rt.block_on(async { wait_for_runtime(&cri).await }) else {

@@ -184,7 +184,12 @@ pub fn plan(config: &Config, plan_node: &PlanNode, manifests: &[PathBuf]) -> (St
     let mut out = NodePlan {
         node: node_name.to_owned(),
         capacity: capacity.into(),
-        allocatable: cm.allocatable().into(),
+        // kubelet's node allocatable (what admission counts against): the reservations and the
+        // hard eviction thresholds taken off; the kubepods cgroup below takes only the former.
+        allocatable: Amounts {
+            cpu_millicores: allocatable.cpu_milli,
+            memory_bytes: allocatable.memory,
+        },
         kubepods: layout.per_qos.then(|| CgroupPlan {
             path: layout.spell(&layout.kubepods()),
             values: cm.kubepods_config(),

@@ -205,7 +205,11 @@ fn plan_prints_what_nodelet_would_do_and_refuses_bad_manifests() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["allocatable"]["memoryBytes"].as_i64(), Some(7 << 30));
+    // 8Gi - systemReserved 1Gi - the default evictionHard memory.available 100Mi.
+    assert_eq!(
+        v["allocatable"]["memoryBytes"].as_i64(),
+        Some((7 << 30) - (100 << 20))
+    );
     assert_eq!(v["kubepods"]["cpuShares"].as_u64(), Some(4096));
     let g = &v["pods"][0];
     assert_eq!(g["qosClass"].as_str(), Some("Guaranteed"));
