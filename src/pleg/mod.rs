@@ -138,7 +138,7 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<PodLifecycleEvent> {
 /// The last relist's listings, turned into [`RuntimePods`] when housekeeping first asks (a
 /// burst relists several times a second; housekeeping reads them every 2 s).
 enum Listed {
-    Raw(Arc<(Vec<api::PodSandbox>, Vec<api::Container>)>),
+    Raw(Vec<api::PodSandbox>, Vec<api::Container>),
     Built(Arc<RuntimePods>),
 }
 
@@ -188,7 +188,11 @@ impl<R: RuntimeService> Pleg<R> {
         let mut listed = self.runtime_pods.lock().unwrap_or_else(|e| e.into_inner());
         let pods = match listed.as_ref()? {
             Listed::Built(pods) => return Some(pods.clone()),
-            Listed::Raw(l) => Arc::new(RuntimePods::from_listings(&l.0, &l.1, &self.node_name)),
+            Listed::Raw(sandboxes, containers) => Arc::new(RuntimePods::from_listings(
+                sandboxes,
+                containers,
+                &self.node_name,
+            )),
         };
         *listed = Some(Listed::Built(pods.clone()));
         Some(pods)
@@ -388,7 +392,7 @@ impl<R: RuntimeService> Pleg<R> {
         *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = new;
         drop(listed);
         *self.runtime_pods.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(Listed::Raw(Arc::new((sandboxes, containers))));
+            Some(Listed::Raw(sandboxes, containers));
         for ev in &events {
             debug!(uid = %ev.uid, container = %ev.container_id, event = ?ev.kind, "PLEG event");
             if self.tx.try_send(ev.clone()).is_err() {
