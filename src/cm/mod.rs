@@ -440,14 +440,18 @@ impl ContainerManager {
         }
         // Same pod object as last time and its cgroup is there: nothing to write (kubelet's
         // EnsureExists); a new or changed pod rewrites the QoS cgroups and its own.
-        let mut share = QosTotals::default();
-        share.add(pod);
-        let previous = self
-            .pods
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid, (pod.clone(), share));
-        if previous.is_some_and(|(p, _)| Arc::ptr_eq(&p, pod)) && self.cgroups.exists(&parent) {
+        let same = {
+            let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
+            let same = pods.get(&uid).is_some_and(|(p, _)| Arc::ptr_eq(p, pod));
+            if !same {
+                // The pod's share of the QoS totals, parsed once per pod object.
+                let mut share = QosTotals::default();
+                share.add(pod);
+                pods.insert(uid, (pod.clone(), share));
+            }
+            same
+        };
+        if same && self.cgroups.exists(&parent) {
             return Ok(parent);
         }
         self.update_qos()?;
