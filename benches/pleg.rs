@@ -8,9 +8,16 @@
 //!    relist (from the client's operation counters) and time per relist over `ROUNDS` relists
 //!    (default 100, so that p99 is not the slowest one).
 //!
+//! 3. The two listings of a relist over those pods, decoded in full and briefly
+//!    (`nodelet::cri::brief`), interleaved round by round: this process's CPU time and its heap
+//!    allocations (counted by the bench's global allocator) per pair of listings.
+//!
 //! Run: `cargo bench --bench pleg` (needs scripts/env/up.sh).
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -20,6 +27,47 @@ use nodelet::kuberuntime::container::{container_config, ContainerInputs};
 use nodelet::kuberuntime::sandbox::sandbox_config;
 use nodelet::kuberuntime::Settings;
 use nodelet::pleg::{Pleg, PodLifecycleEvent, PodLifecycleEventType};
+
+/// The system allocator, counting allocations (part 3).
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed on unchanged to the system allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// This process's CPU time (user + system), seconds, from getrusage(2): microsecond
+/// resolution, where /proc's clock ticks are 10 ms.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given and keeps no pointer.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut ru), 0);
+        ru
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
 
 fn now_ns() -> i64 {
     SystemTime::now()
@@ -290,6 +338,49 @@ fn main() {
         "relist with {pods} running pods, no change: {calls:.1} CRI calls per relist (goal 2), median {:.2} ms, p99 {:.2} ms (first relist: {first} events)",
         pct(&mut times.clone(), 0.5),
         pct(&mut times.clone(), 0.99)
+    );
+
+    // The relist's two listings, full and brief, interleaved.
+    let keep = &nodelet::kuberuntime::labels::BRIEF;
+    let (mut full, mut brief) = ((0.0, 0u64, 0usize), (0.0, 0u64, 0usize));
+    for _ in 0..rounds {
+        for is_brief in [false, true] {
+            let (c0, a0) = (cpu_seconds(), ALLOCATIONS.load(Ordering::Relaxed));
+            let entries = rt.block_on(async {
+                if is_brief {
+                    let (s, c) = tokio::try_join!(
+                        cri.list_pod_sandbox_brief(HashMap::new(), keep),
+                        cri.list_containers_brief(HashMap::new(), keep)
+                    )
+                    .unwrap();
+                    s.len() + c.len()
+                } else {
+                    let (s, c) = tokio::try_join!(
+                        cri.list_pod_sandbox(HashMap::new()),
+                        cri.list_containers(HashMap::new())
+                    )
+                    .unwrap();
+                    s.len() + c.len()
+                }
+            });
+            let t = if is_brief { &mut brief } else { &mut full };
+            t.0 += cpu_seconds() - c0;
+            t.1 += ALLOCATIONS.load(Ordering::Relaxed) - a0;
+            t.2 = entries;
+        }
+    }
+    let per = |t: (f64, u64, usize)| (t.0 * 1e3 / rounds as f64, t.1 as f64 / rounds as f64);
+    let ((fc, fa), (bc, ba)) = (per(full), per(brief));
+    println!(
+        "a relist's two listings ({} entries), {rounds} interleaved rounds, CPU of this process and heap allocations per pair:",
+        brief.2
+    );
+    println!("  full decode:  {fc:.3} ms, {fa:.0} allocations");
+    println!("  brief decode: {bc:.3} ms, {ba:.0} allocations");
+    println!(
+        "  ratio brief/full: CPU {:.2}, allocations {:.2}",
+        bc / fc,
+        ba / fa
     );
     for s in sandboxes {
         let _ = rt.block_on(cri.stop_pod_sandbox(&s));

@@ -153,6 +153,8 @@ struct AgentRun {
     machine_cpu: f64,
     teardown: f64,
     cpu_per_pod_ms: f64,
+    /// The kernel's part of it (stime: directories, cgroups, sockets).
+    sys_per_pod_ms: f64,
     calls: BTreeMap<String, f64>,
     relists: f64,
     relists_per_s: f64,
@@ -184,7 +186,7 @@ fn agent_rep(
 ) -> AgentRun {
     let pid = a.child.id();
     let (calls0, relists0) = counters(a.port);
-    let cpu0 = cpu_seconds(pid);
+    let (cpu0, sys0) = (cpu_seconds(pid), agent::system_seconds(pid));
     let stage = a.dir.path().join("stage");
     std::fs::create_dir_all(&stage).unwrap();
     for i in 0..pods {
@@ -205,7 +207,7 @@ fn agent_rep(
     });
     let start = t0.elapsed().as_secs_f64();
     let machine_cpu = machine_cpu() - m0;
-    let cpu1 = cpu_seconds(pid);
+    let (cpu1, sys1) = (cpu_seconds(pid), agent::system_seconds(pid));
     let (calls1, relists1) = counters(a.port);
     let calls: BTreeMap<String, f64> = calls1
         .iter()
@@ -232,6 +234,7 @@ fn agent_rep(
         machine_cpu,
         teardown: t1.elapsed().as_secs_f64(),
         cpu_per_pod_ms: (cpu1 - cpu0) * 1000.0 / pods as f64,
+        sys_per_pod_ms: (sys1 - sys0) * 1000.0 / pods as f64,
         calls,
         relists: relists1 - relists0,
         relists_per_s: (relists1 - relists0) / start,
@@ -883,6 +886,11 @@ fn main() {
     row("nodelet's own CPU per pod start", "—".into(), &|rs| {
         format!("{} ms", list(rs.iter().map(|a| a.cpu_per_pod_ms), 1))
     });
+    row(
+        "  of which in the kernel (system time)",
+        "—".into(),
+        &|rs| format!("{} ms", list(rs.iter().map(|a| a.sys_per_pod_ms), 1)),
+    );
     row(
         "CRI calls during the start, per pod (last repetition)",
         "5".into(),

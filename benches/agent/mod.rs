@@ -158,8 +158,23 @@ pub fn env_usize(name: &str, default: usize) -> usize {
 /// CPU seconds of a process from `/proc/<pid>/stat`: utime + stime, and with `children` the
 /// reaped children's too (cutime + cstime). 0 when the process is gone.
 pub fn cpu_seconds(pid: u32, children: bool) -> f64 {
+    let f = stat_ticks(pid);
+    let mut ticks = f[0] + f[1];
+    if children {
+        ticks += f[2] + f[3];
+    }
+    ticks / 100.0
+}
+
+/// The part of [`cpu_seconds`] (without children) spent in the kernel (stime), seconds.
+pub fn system_seconds(pid: u32) -> f64 {
+    stat_ticks(pid)[1] / 100.0
+}
+
+/// utime, stime, cutime, cstime of a process, clock ticks; zeros when it is gone.
+fn stat_ticks(pid: u32) -> [f64; 4] {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
+        return [0.0; 4];
     };
     // Fields after the command, which is in parentheses and may hold spaces.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
@@ -168,11 +183,7 @@ pub fn cpu_seconds(pid: u32, children: bool) -> f64 {
         .map(|x| x.parse().unwrap_or(0.0))
         .collect();
     // rest[0] is the state (field 3); utime is field 14 → rest[11].
-    let mut ticks = f[11] + f[12];
-    if children {
-        ticks += f[13] + f[14];
-    }
-    ticks / 100.0
+    [f[11], f[12], f[13], f[14]]
 }
 
 /// The samples of an agent's metrics page `path` (`/metrics`, `/metrics/probes`): each line

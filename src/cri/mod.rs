@@ -19,6 +19,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::metrics::Metrics;
 
+pub mod brief;
+
+pub use brief::BriefKeys;
 pub use k8s_cri::v1 as api;
 
 /// A failed CRI call.
@@ -40,6 +43,8 @@ pub type CriResult<T> = Result<T, CriError>;
 #[derive(Clone)]
 pub struct Cri {
     runtime: RuntimeServiceClient<Channel>,
+    /// The runtime socket's channel, for the brief list calls (their own codec).
+    runtime_channel: Channel,
     image: ImageServiceClient<Channel>,
     metrics: Arc<Metrics>,
     timeout: Duration,
@@ -123,6 +128,35 @@ pub trait RuntimeService: Send + Sync + 'static {
         labels: HashMap<String, String>,
     ) -> impl Future<Output = CriResult<Vec<cri::Container>>> + Send;
 
+    /// `ListPodSandbox` with, of the labels and annotations, only `keep`'s (see [`brief`]):
+    /// what nodelet's own readers (the PLEG's relist, housekeeping, GetPodStatus) ask for.
+    /// [`Cri`] skips the other entries while decoding; this default lists in full and trims.
+    fn list_pod_sandbox_brief(
+        &self,
+        labels: HashMap<String, String>,
+        keep: &'static BriefKeys,
+    ) -> impl Future<Output = CriResult<Vec<cri::PodSandbox>>> + Send {
+        async move {
+            let mut items = self.list_pod_sandbox(labels).await?;
+            items.iter_mut().for_each(|s| keep.trim_sandbox(s));
+            Ok(items)
+        }
+    }
+
+    /// `ListContainers` with, of the labels and annotations, only `keep`'s (see
+    /// [`RuntimeService::list_pod_sandbox_brief`]).
+    fn list_containers_brief(
+        &self,
+        labels: HashMap<String, String>,
+        keep: &'static BriefKeys,
+    ) -> impl Future<Output = CriResult<Vec<cri::Container>>> + Send {
+        async move {
+            let mut items = self.list_containers(labels).await?;
+            items.iter_mut().for_each(|c| keep.trim_container(c));
+            Ok(items)
+        }
+    }
+
     /// `ContainerStatus` (without verbose info).
     fn container_status(
         &self,
@@ -193,7 +227,8 @@ impl Cri {
             unix_channel(image_socket.to_owned())
         };
         Self {
-            runtime: RuntimeServiceClient::new(rt).max_decoding_message_size(16 << 20),
+            runtime: RuntimeServiceClient::new(rt.clone()).max_decoding_message_size(16 << 20),
+            runtime_channel: rt,
             image: ImageServiceClient::new(im).max_decoding_message_size(16 << 20),
             metrics,
             timeout,
@@ -209,6 +244,35 @@ impl Cri {
             r.set_timeout(t.min(MAX_DEADLINE));
         }
         r
+    }
+
+    /// One brief list call (the method `Resp` answers), decoded by [`brief::BriefCodec`] (the
+    /// generated client has no way to take another codec).
+    async fn brief_list<Req, Resp>(
+        &self,
+        req: Req,
+        keep: &'static BriefKeys,
+    ) -> Result<tonic::Response<Resp>, tonic::Status>
+    where
+        Req: prost::Message + Send + 'static,
+        Resp: brief::BriefList,
+    {
+        let mut grpc = tonic::client::Grpc::new(self.runtime_channel.clone())
+            .max_decoding_message_size(16 << 20);
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+        let mut request = self.request(req, Some(self.timeout));
+        request.extensions_mut().insert(tonic::GrpcMethod::new(
+            "runtime.v1.RuntimeService",
+            Resp::METHOD,
+        ));
+        grpc.unary(
+            request,
+            tonic::codegen::http::uri::PathAndQuery::from_static(Resp::PATH),
+            brief::BriefCodec::new(keep),
+        )
+        .await
     }
 
     fn record<T>(
@@ -410,6 +474,38 @@ impl RuntimeService for Cri {
             .await;
         self.record(started, "list_containers", r)
             .map(|r| r.containers)
+    }
+
+    async fn list_pod_sandbox_brief(
+        &self,
+        labels: HashMap<String, String>,
+        keep: &'static BriefKeys,
+    ) -> CriResult<Vec<cri::PodSandbox>> {
+        let started = std::time::Instant::now();
+        let req = cri::ListPodSandboxRequest {
+            filter: Some(cri::PodSandboxFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        };
+        let r = self.brief_list::<_, brief::Sandboxes>(req, keep).await;
+        self.record(started, "list_podsandbox", r).map(|r| r.0)
+    }
+
+    async fn list_containers_brief(
+        &self,
+        labels: HashMap<String, String>,
+        keep: &'static BriefKeys,
+    ) -> CriResult<Vec<cri::Container>> {
+        let started = std::time::Instant::now();
+        let req = cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        };
+        let r = self.brief_list::<_, brief::Containers>(req, keep).await;
+        self.record(started, "list_containers", r).map(|r| r.0)
     }
 
     async fn list_container_stats(

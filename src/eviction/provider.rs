@@ -172,7 +172,8 @@ impl RuntimeStats {
             .handle
             .block_on(async {
                 tokio::try_join!(
-                    self.cri.list_containers(sel.clone()),
+                    self.cri
+                        .list_containers_brief(sel.clone(), &crate::kuberuntime::labels::BRIEF),
                     self.cri.list_container_stats(sel)
                 )
             })

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::cri::BriefKeys;
+
 /// Pod name label.
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
 /// Pod namespace label.
@@ -40,6 +42,21 @@ pub const SANDBOX_HASH: &str = "nodelet.io/sandbox-hash";
 /// the pod's first sandbox, also across agent restarts (kubelet keeps the start time in its
 /// API status; a node without an API server keeps it in the runtime).
 pub const POD_START_TIME: &str = "nodelet.io/pod-start-time";
+
+/// What nodelet's readers of the runtime's listings (the PLEG's relist, housekeeping,
+/// GetPodStatus, the eviction manager) take from a sandbox's or container's labels and
+/// annotations; a brief listing ([`crate::cri::brief`]) carries only these. A reader of another
+/// key adds it here.
+pub const BRIEF: BriefKeys = BriefKeys {
+    labels: &[POD_UID, POD_NAME, POD_NAMESPACE, CONTAINER_NAME, NODE_NAME],
+    annotations: &[
+        CONTAINER_HASH,
+        CONTAINER_IS_INIT,
+        POD_TERMINATION_GRACE_PERIOD,
+        SANDBOX_HASH,
+        POD_START_TIME,
+    ],
+};
 
 fn insert_pod_identity(labels: &mut HashMap<String, String>, pod: &Pod) {
     let m = &pod.metadata;

@@ -39,8 +39,10 @@ pub type RuntimePodsView = Box<dyn Fn() -> Option<Arc<RuntimePods>> + Send + Syn
 /// container (exit codes, times). kubelet's `GetPodStatus`.
 pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<RuntimePodStatus> {
     let sel: HashMap<String, String> = [(labels::POD_UID.to_string(), uid.to_string())].into();
-    let (sandboxes, containers) =
-        tokio::try_join!(cri.list_pod_sandbox(sel.clone()), cri.list_containers(sel))?;
+    let (sandboxes, containers) = tokio::try_join!(
+        cri.list_pod_sandbox_brief(sel.clone(), &labels::BRIEF),
+        cri.list_containers_brief(sel, &labels::BRIEF)
+    )?;
     pod_status_from(cri, sandboxes, containers, None, &|_| None).await
 }
 
@@ -310,8 +312,10 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Errors: a failed list call.
     pub async fn runtime_pods(&self) -> Result<RuntimePods, CriError> {
         let (sandboxes, containers) = tokio::try_join!(
-            self.cri.list_pod_sandbox(HashMap::new()),
-            self.cri.list_containers(HashMap::new())
+            self.cri
+                .list_pod_sandbox_brief(HashMap::new(), &labels::BRIEF),
+            self.cri
+                .list_containers_brief(HashMap::new(), &labels::BRIEF)
         )?;
         Ok(RuntimePods::from_listings(
             &sandboxes,

@@ -312,8 +312,10 @@ impl<R: RuntimeService> Pleg<R> {
         // Unfiltered, so that housekeeping can take the runtime's pods (other agents' too)
         // from this listing instead of listing again.
         let (sandboxes, containers) = tokio::try_join!(
-            self.cri.list_pod_sandbox(HashMap::new()),
-            self.cri.list_containers(HashMap::new())
+            self.cri
+                .list_pod_sandbox_brief(HashMap::new(), &labels::BRIEF),
+            self.cri
+                .list_containers_brief(HashMap::new(), &labels::BRIEF)
         )?;
         let mut new: Snapshot = HashMap::with_capacity(sandboxes.len() + containers.len());
         // The listings of each pod, for the status of those that changed.
