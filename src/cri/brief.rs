@@ -188,6 +188,8 @@ pub trait BriefList: Sized + Send + Sync + 'static {
     const METHOD: &'static str;
     /// Its gRPC path.
     const PATH: &'static str;
+    /// kubelet's operation name for it (`kubelet_runtime_operations_total{operation_type}`).
+    const OPERATION: &'static str;
 
     /// Decodes the whole answer (a `ListPodSandboxResponse` or a `ListContainersResponse`).
     ///
@@ -205,6 +207,7 @@ pub struct Containers(pub Vec<api::Container>);
 impl BriefList for Sandboxes {
     const METHOD: &'static str = "ListPodSandbox";
     const PATH: &'static str = "/runtime.v1.RuntimeService/ListPodSandbox";
+    const OPERATION: &'static str = "list_podsandbox";
 
     fn decode(bytes: &[u8], keep: &BriefKeys) -> Result<Self, Status> {
         list(bytes, keep, sandbox).map(Sandboxes)
@@ -214,6 +217,7 @@ impl BriefList for Sandboxes {
 impl BriefList for Containers {
     const METHOD: &'static str = "ListContainers";
     const PATH: &'static str = "/runtime.v1.RuntimeService/ListContainers";
+    const OPERATION: &'static str = "list_containers";
 
     fn decode(bytes: &[u8], keep: &BriefKeys) -> Result<Self, Status> {
         list(bytes, keep, container).map(Containers)

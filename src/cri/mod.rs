@@ -247,8 +247,18 @@ impl Cri {
     }
 
     /// One brief list call (the method `Resp` answers), decoded by [`brief::BriefCodec`] (the
-    /// generated client has no way to take another codec).
-    async fn brief_list<Req, Resp>(
+    /// generated client has no way to take another codec), counted as kubelet's operation.
+    async fn brief_list<Req, Resp>(&self, req: Req, keep: &'static BriefKeys) -> CriResult<Resp>
+    where
+        Req: prost::Message + Send + 'static,
+        Resp: brief::BriefList,
+    {
+        let started = std::time::Instant::now();
+        let r = self.brief_call(req, keep).await;
+        self.record(started, Resp::OPERATION, r)
+    }
+
+    async fn brief_call<Req, Resp>(
         &self,
         req: Req,
         keep: &'static BriefKeys,
@@ -481,15 +491,15 @@ impl RuntimeService for Cri {
         labels: HashMap<String, String>,
         keep: &'static BriefKeys,
     ) -> CriResult<Vec<cri::PodSandbox>> {
-        let started = std::time::Instant::now();
         let req = cri::ListPodSandboxRequest {
             filter: Some(cri::PodSandboxFilter {
                 label_selector: labels,
                 ..Default::default()
             }),
         };
-        let r = self.brief_list::<_, brief::Sandboxes>(req, keep).await;
-        self.record(started, "list_podsandbox", r).map(|r| r.0)
+        self.brief_list::<_, brief::Sandboxes>(req, keep)
+            .await
+            .map(|r| r.0)
     }
 
     async fn list_containers_brief(
@@ -497,15 +507,15 @@ impl RuntimeService for Cri {
         labels: HashMap<String, String>,
         keep: &'static BriefKeys,
     ) -> CriResult<Vec<cri::Container>> {
-        let started = std::time::Instant::now();
         let req = cri::ListContainersRequest {
             filter: Some(cri::ContainerFilter {
                 label_selector: labels,
                 ..Default::default()
             }),
         };
-        let r = self.brief_list::<_, brief::Containers>(req, keep).await;
-        self.record(started, "list_containers", r).map(|r| r.0)
+        self.brief_list::<_, brief::Containers>(req, keep)
+            .await
+            .map(|r| r.0)
     }
 
     async fn list_container_stats(
