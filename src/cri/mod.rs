@@ -129,7 +129,7 @@ pub trait RuntimeService: Send + Sync + 'static {
     ) -> impl Future<Output = CriResult<Vec<cri::Container>>> + Send;
 
     /// `ListPodSandbox` with, of the labels and annotations, only `keep`'s (see [`brief`]):
-    /// what nodelet's own readers (the PLEG's relist, housekeeping, GetPodStatus) ask for.
+    /// what nodelet's own readers (the PLEG's relist, housekeeping, GetPodStatus, eviction) ask for.
     /// [`Cri`] skips the other entries while decoding; this default lists in full and trims.
     fn list_pod_sandbox_brief(
         &self,
