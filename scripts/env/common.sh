@@ -60,12 +60,20 @@ nodelet_ctr() {
 
 # True if the pid in pid file $1 is alive and its command line contains $2.
 nodelet_pid_alive() {
-    local pidfile=$1 needle=$2 pid
+    local pidfile=$1 needle=$2 pid i cmd=
     [[ -r $pidfile ]] || return 1
     pid=$(<"$pidfile")
     [[ $pid =~ ^[0-9]+$ ]] || return 1
-    [[ -r /proc/$pid/cmdline ]] || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$needle"
+    # A process's command line reads empty for a moment while it execs (start_daemon's shell
+    # writes the pid file, then execs env, which execs the daemon), and always for a zombie:
+    # read it again a few times before saying no.
+    for ((i = 0; i < 5; i++)); do
+        [[ -r /proc/$pid/cmdline ]] || return 1
+        cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+        [[ -n $cmd ]] && break
+        sleep 0.02
+    done
+    [[ $cmd == *"$needle"* ]]
 }
 
 # nodelet_stop_pidfile PIDFILE CMDLINE_NEEDLE NAME: SIGTERM, wait up to 15 s, then SIGKILL.
