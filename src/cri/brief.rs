@@ -8,8 +8,8 @@
 //! benches/README.md, issue 14). A brief listing decodes every field of [`api::PodSandbox`] and
 //! [`api::Container`] as the runtime sent it, except that a label or an annotation whose key is
 //! not in [`BriefKeys`] is skipped (checked for UTF-8, as prost checks it, but not allocated):
-//! 0.85 of the full decode's CPU and 0.88 of its allocations for 110 pods (`cargo bench --bench
-//! pleg`).
+//! 0.85–0.90 of the full decode's CPU and 0.86–0.88 of its allocations for 110 pods (`cargo
+//! bench --bench pleg`).
 //!
 //! The result is prost's decode followed by [`BriefKeys::trim_sandbox`] /
 //! [`BriefKeys::trim_container`] for every input, and an error wherever prost errs, with one
