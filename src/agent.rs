@@ -264,9 +264,11 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     rt.spawn(pleg.clone().run());
     // Container log rotation (containerLogMaxSize / containerLogMaxFiles).
     let listed_by_pleg = pleg.clone();
+    let log_paths = cache.clone();
     rt.spawn(crate::kuberuntime::logs::run(
         cri.clone(),
         Box::new(move || listed_by_pleg.runtime_pods()),
+        Box::new(move |id| log_paths.log_path(id)),
         config.container_log,
         config.container_log_monitor_interval,
     ));

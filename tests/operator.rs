@@ -351,3 +351,102 @@ fn container_logs_are_rotated_by_size_and_count() {
         .unwrap()
         .contains(" stdout F line "));
 }
+
+/// `kubelet_runtime_operations_total` by operation type.
+fn runtime_operations(n: &Nodelet) -> std::collections::HashMap<String, f64> {
+    let text = n.get("/metrics").unwrap_or_default();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("Prometheus text parses");
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "kubelet_runtime_operations_total")
+        .filter_map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => {
+                Some((s.labels.get("operation_type")?.to_string(), v))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 14's count on the real runtime: a burst of pod starts costs six CRI calls per pod
+/// besides the relists' listings (RunPodSandbox, PodSandboxStatus, ImageStatus,
+/// CreateContainer, StartContainer and one ContainerStatus), however containerd's events fall
+/// between the pod worker's calls. A count, so the machine's speed does not move it.
+#[test]
+fn a_burst_of_pod_starts_costs_six_cri_calls_per_pod_besides_the_listings() {
+    const PODS: usize = 8;
+    let mut n = Nodelet::new("startcost");
+    n.start();
+    wait_until(Duration::from_secs(20), "first relist", || {
+        n.metric("kubelet_pleg_relist_duration_seconds_count") > 0.0
+    });
+    let before = runtime_operations(&n);
+    let names: Vec<String> = (0..PODS).map(|i| format!("p{i}")).collect();
+    for name in &names {
+        n.write_manifest(&format!("{name}.yaml"), &manifest(name));
+    }
+    let mut running = Vec::new();
+    for name in &names {
+        let uid = n.uid(name);
+        running.push((
+            uid.clone(),
+            n.wait_running(&uid, &["c"], Duration::from_secs(60)),
+        ));
+    }
+    // What the pod worker records of a container it creates, and the relist uses instead of a
+    // ContainerStatus while the container is Created, is what containerd's ContainerStatus
+    // says: the image's first repository digest and the log under the pod's log directory.
+    let image = n
+        .runtime
+        .rt
+        .block_on(nodelet::cri::ImageService::image_status(
+            &n.runtime.cri,
+            "busybox:1.36",
+        ))
+        .unwrap()
+        .expect("busybox:1.36 is present");
+    for (uid, containers) in &running {
+        let st = n.runtime.container_status(&containers["c"].id);
+        assert_eq!(st.image_ref, image.repo_digests[0]);
+        assert!(
+            st.log_path.starts_with(n.logs().to_str().unwrap())
+                && st.log_path.ends_with(&format!("{uid}/c/0.log")),
+            "{}",
+            st.log_path
+        );
+    }
+    // The agent has read each container running once /pods shows it so.
+    wait_until(Duration::from_secs(20), "all running in /pods", || {
+        let running = n
+            .pods()
+            .iter()
+            .filter(|p| p["status"]["containerStatuses"][0]["state"]["running"].is_object())
+            .count();
+        running == PODS
+    });
+    let after = runtime_operations(&n);
+    let calls: std::collections::BTreeMap<String, f64> = after
+        .iter()
+        .map(|(op, v)| (op.clone(), v - before.get(op).copied().unwrap_or(0.0)))
+        // Besides the listings, the runtime health check's periodic Version.
+        .filter(|(op, v)| *v > 0.0 && !op.starts_with("list_") && op != "version")
+        .collect();
+    let per_pod = |op: &str| calls.get(op).copied().unwrap_or(0.0) / PODS as f64;
+    for op in [
+        "run_podsandbox",
+        "podsandbox_status",
+        "image_status",
+        "create_container",
+        "start_container",
+        "container_status",
+    ] {
+        assert_eq!(per_pod(op), 1.0, "{op} per pod start; all calls: {calls:?}");
+    }
+    assert_eq!(
+        calls.values().sum::<f64>(),
+        6.0 * PODS as f64,
+        "nothing else: {calls:?}"
+    );
+}

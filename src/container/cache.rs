@@ -28,8 +28,51 @@ struct Inner {
     /// Containers with an OOM kill (bounded: cleared past [`MAX_OOM_KILLED`]).
     oom_killed: HashSet<String>,
     /// IPs of sandboxes as their pod worker read them when it made them (so the PLEG need not
-    /// ask again), by sandbox ID; forgotten with the pod.
+    /// ask again), by sandbox ID; forgotten with the pod, and a pod's older sandboxes when it
+    /// gets a new one.
     sandbox_ips: HashMap<String, (String, Vec<String>)>,
+    /// What pod workers know of the containers they created, by container ID (see
+    /// [`MadeContainer`]); a pod keeps one per container name, forgotten with the pod.
+    made_containers: HashMap<String, (String, MadeContainer)>,
+    /// Pods whose worker is making a sandbox or a container and has not yet recorded what it
+    /// learned (see [`PodCache::making`]), with how many such calls are in flight.
+    making: HashMap<String, usize>,
+}
+
+/// What a pod worker knows of a container it created, as ContainerStatus would report it
+/// while the container is still in state Created: the PLEG need not ask the runtime for it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MadeContainer {
+    /// Container name in the pod spec.
+    pub name: String,
+    /// Image reference as containerd's ContainerStatus gives it: the image's first repository
+    /// digest (`docker.io/library/busybox@sha256:…`), else its ID.
+    pub image_ref: String,
+    /// Absolute path of the container's CRI log (`<pod log dir>/<name>/<restart>.log`).
+    pub log_path: String,
+}
+
+/// Held by a pod worker while it makes a sandbox or a container (from the CRI call until it
+/// records what it learned); on drop the pod is settled again and waiting relists go on. See
+/// [`PodCache::making`].
+pub struct Making {
+    cache: PodCache,
+    uid: String,
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        {
+            let mut g = self.cache.0.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = g.making.get_mut(&self.uid) {
+                *n -= 1;
+                if *n == 0 {
+                    g.making.remove(&self.uid);
+                }
+            }
+        }
+        self.cache.1.changed.notify_waiters();
+    }
 }
 
 /// Most OOM-killed container IDs remembered.
@@ -202,11 +245,82 @@ impl PodCache {
             .map(|(s, _)| s.clone())
     }
 
-    /// Records the IPs of sandbox `id` of pod `uid`, read when it was made.
+    /// Records the IPs of sandbox `id` of pod `uid`, read when it was made (the pod's older
+    /// sandboxes are forgotten: only the newest one's IPs are ever asked for).
     pub fn remember_sandbox_ips(&self, uid: &str, id: &str, ips: &[String]) {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.sandbox_ips.retain(|_, (u, _)| u != uid);
         g.sandbox_ips
             .insert(id.to_owned(), (uid.to_owned(), ips.to_vec()));
+    }
+
+    /// Records what the worker of pod `uid` knows of container `id`, which it just created
+    /// (an earlier container of the same name in the pod is forgotten).
+    pub fn remember_container(&self, uid: &str, id: &str, made: MadeContainer) {
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.made_containers
+            .retain(|_, (u, m)| u != uid || m.name != made.name);
+        g.made_containers
+            .insert(id.to_owned(), (uid.to_owned(), made));
+    }
+
+    /// What a pod worker recorded of container `id` when it created it.
+    pub fn made_container(&self, id: &str) -> Option<MadeContainer> {
+        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.made_containers.get(id).map(|(_, m)| m.clone())
+    }
+
+    /// The CRI log path of container `id`: from the status of its pod held here, else from
+    /// what its pod worker recorded when it created it. Log rotation's lookup.
+    pub fn log_path(&self, id: &str) -> Option<String> {
+        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.pods
+            .values()
+            .flat_map(|(st, _)| st.containers.iter())
+            .find(|c| c.id == id && !c.log_path.is_empty())
+            .map(|c| c.log_path.clone())
+            .or_else(|| g.made_containers.get(id).map(|(_, m)| m.log_path.clone()))
+    }
+
+    /// Marks pod `uid` as having a sandbox or container in the making until the guard is
+    /// dropped: a relist that lists it meanwhile waits for the worker's record (at most
+    /// [`PodCache::wait_made`]'s bound) instead of asking the runtime what the worker is about
+    /// to record (issue 14: PodSandboxStatus and ContainerStatus once per pod start).
+    pub fn making(&self, uid: &str) -> Making {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .making
+            .entry(uid.to_owned())
+            .or_default() += 1;
+        Making {
+            cache: self.clone(),
+            uid: uid.to_owned(),
+        }
+    }
+
+    /// Waits until no worker of pod `uid` is making a sandbox or a container, at most
+    /// `max_wait`. Returns at once when none is.
+    pub async fn wait_made(&self, uid: &str, max_wait: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let changed = self.1.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .making
+                .contains_key(uid)
+            {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The IPs of sandbox `id` if its pod worker recorded them.
@@ -219,6 +333,7 @@ impl PodCache {
     pub fn delete(&self, uid: &str) {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         g.sandbox_ips.retain(|_, (u, _)| u != uid);
+        g.made_containers.retain(|_, (u, _)| u != uid);
         g.unverified.remove(uid);
         if let Some((st, _)) = g.pods.remove(uid) {
             for c in &st.containers {
@@ -323,5 +438,70 @@ mod tests {
         c.set("old", known, t0 + Duration::from_secs(1));
         let (st, at) = c.get_first("old").unwrap();
         assert_eq!((st.sandboxes.len(), at), (1, t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn what_workers_made_is_kept_per_container_name_and_forgotten_with_the_pod() {
+        use crate::container::{ContainerState, RuntimeContainer};
+        let c = PodCache::default();
+        let made = |name: &str, log: &str| MadeContainer {
+            name: name.into(),
+            image_ref: "sha256:1".into(),
+            log_path: log.into(),
+        };
+        c.remember_container("u1", "c1", made("a", "/l/a/0.log"));
+        c.remember_container("u1", "c2", made("b", "/l/b/0.log"));
+        assert_eq!(c.log_path("c1").as_deref(), Some("/l/a/0.log"));
+        // A's next container replaces its record; b's stays.
+        c.remember_container("u1", "c3", made("a", "/l/a/1.log"));
+        assert_eq!(c.made_container("c1"), None);
+        assert_eq!(c.log_path("c3").as_deref(), Some("/l/a/1.log"));
+        assert!(c.made_container("c2").is_some());
+        // A status read from the runtime is the first answer for a log path.
+        c.set(
+            "u2",
+            RuntimePodStatus {
+                containers: vec![RuntimeContainer {
+                    id: "c9".into(),
+                    state: Some(ContainerState::Running),
+                    log_path: "/l/x/0.log".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            Instant::now(),
+        );
+        assert_eq!(c.log_path("c9").as_deref(), Some("/l/x/0.log"));
+        assert_eq!(c.log_path("nope"), None);
+        // Sandboxes: only the pod's newest is remembered.
+        c.remember_sandbox_ips("u1", "s1", &["10.0.0.1".into()]);
+        c.remember_sandbox_ips("u1", "s2", &["10.0.0.2".into()]);
+        assert_eq!(c.sandbox_ips("s1"), None);
+        c.delete("u1");
+        assert_eq!(c.made_container("c2"), None);
+        assert_eq!(c.sandbox_ips("s2"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_is_in_the_making_until_every_guard_is_dropped() {
+        let c = PodCache::default();
+        let (a, b) = (c.making("u1"), c.making("u1"));
+        drop(a);
+        let t0 = tokio::time::Instant::now();
+        let waited = c.wait_made("u1", Duration::from_secs(5));
+        let released = async {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            drop(b);
+        };
+        tokio::join!(waited, released);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_millis(30),
+            "woken by the last drop"
+        );
+        let t1 = tokio::time::Instant::now();
+        c.wait_made("u1", Duration::from_secs(5)).await;
+        c.wait_made("u2", Duration::from_secs(5)).await;
+        assert_eq!(t1.elapsed(), Duration::ZERO, "nothing in the making");
     }
 }

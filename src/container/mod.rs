@@ -86,6 +86,8 @@ pub struct RuntimeContainer {
     pub image: String,
     /// Resolved image reference.
     pub image_ref: String,
+    /// Absolute path of its CRI log (ContainerStatus `log_path`; empty when not known).
+    pub log_path: String,
 }
 
 impl RuntimeContainer {

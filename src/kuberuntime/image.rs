@@ -43,14 +43,24 @@ impl ImageError {
     }
 }
 
-/// Makes sure the container's image is present and returns its reference (image ID):
-/// `Always` pulls every time, `IfNotPresent` pulls when ImageStatus finds nothing, `Never` only
-/// looks.
+/// An image made sure of by [`ensure_image`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnsuredImage {
+    /// The reference containers are created with: the image ID (`sha256:…`).
+    pub id: String,
+    /// The reference containerd's ContainerStatus will report for a container of it, when the
+    /// image's status was read: its first repository digest, else its ID (containerd's
+    /// `ContainerStatus` takes the first of the image's repo digests). `None` after a pull.
+    pub status_ref: Option<String>,
+}
+
+/// Makes sure the container's image is present and returns its references: `Always` pulls
+/// every time, `IfNotPresent` pulls when ImageStatus finds nothing, `Never` only looks.
 pub async fn ensure_image(
     cri: &impl ImageService,
     c: &Container,
     sandbox: &api::PodSandboxConfig,
-) -> Result<String, ImageError> {
+) -> Result<EnsuredImage, ImageError> {
     let image = c.image.clone().unwrap_or_default();
     let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
     if policy != "Always" {
@@ -62,7 +72,11 @@ pub async fn ensure_image(
                 message: e.message,
             })?;
         if let Some(img) = present {
-            return Ok(img.id);
+            let status_ref = img.repo_digests.first().unwrap_or(&img.id).clone();
+            return Ok(EnsuredImage {
+                id: img.id,
+                status_ref: Some(status_ref),
+            });
         }
         if policy == "Never" {
             return Err(ImageError::NeverPull { image });
@@ -71,6 +85,10 @@ pub async fn ensure_image(
     tracing::info!(image = %image, "pulling image");
     cri.pull_image(&image, Some(sandbox.clone()))
         .await
+        .map(|id| EnsuredImage {
+            id,
+            status_ref: None,
+        })
         .map_err(|e| ImageError::Pull {
             image,
             message: e.message,

@@ -61,19 +61,28 @@ pub fn rename_current(log: &Path) -> std::io::Result<PathBuf> {
     Ok(rotated)
 }
 
+/// Where log rotation learns a container's log path without asking the runtime (the pod
+/// cache's [`crate::container::cache::PodCache::log_path`]): container ID → path.
+pub type LogPathLookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// One pass over the `running` containers of this node's pods (IDs). `log_paths` keeps each
-/// container's log path between passes (a ContainerStatus only for a container not seen before;
-/// a path never changes), and forgets containers that no longer run.
+/// container's log path between passes (a path never changes) and forgets containers that no
+/// longer run; a container not seen before takes its path from `known`, else from
+/// ContainerStatus (kubelet asks ContainerStatus for every container on every pass).
 pub async fn rotate_once(
     cri: &impl RuntimeService,
     running: &[String],
+    known: &(dyn Fn(&str) -> Option<String> + Sync),
     policy: LogPolicy,
     log_paths: &mut std::collections::HashMap<String, String>,
 ) {
     log_paths.retain(|id, _| running.contains(id));
     for id in running {
-        let path = match log_paths.get(id) {
-            Some(p) => p.clone(),
+        let path = match log_paths.get(id).cloned().or_else(|| known(id)) {
+            Some(p) => {
+                log_paths.insert(id.clone(), p.clone());
+                p
+            }
             None => {
                 let Ok(Some(st)) = cri.container_status(id).await else {
                     continue;
@@ -111,10 +120,12 @@ pub async fn rotate_once(
 }
 
 /// Rotates every `interval` until the task is dropped, over the running containers the PLEG
-/// last `listed` (no listing of its own; a pass before the PLEG's first relist does nothing).
+/// last `listed` (no listing of its own; a pass before the PLEG's first relist does nothing),
+/// their log paths from `known` where it has them.
 pub async fn run(
     cri: impl RuntimeService,
     listed: super::status::RuntimePodsView,
+    known: LogPathLookup,
     policy: LogPolicy,
     interval: Duration,
 ) {
@@ -123,7 +134,14 @@ pub async fn run(
     loop {
         tick.tick().await;
         if let Some(pods) = listed() {
-            rotate_once(&cri, &pods.running_containers, policy, &mut log_paths).await;
+            rotate_once(
+                &cri,
+                &pods.running_containers,
+                &*known,
+                policy,
+                &mut log_paths,
+            )
+            .await;
         }
     }
 }
@@ -152,5 +170,28 @@ mod tests {
             "the newest are kept"
         );
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "current");
+    }
+
+    /// A log path the pod cache knows costs no ContainerStatus (issue 14: log rotation asked
+    /// every new container once, a third ContainerStatus per pod start).
+    #[tokio::test]
+    async fn a_known_log_path_is_rotated_without_asking_the_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log");
+        std::fs::write(&log, vec![b'x'; 2048]).unwrap();
+        let rt = crate::testing::runtime::FakeRuntime::new(crate::clock::FakeClock::new(0));
+        let known_path = log.to_string_lossy().into_owned();
+        let known = move |id: &str| (id == "c1").then(|| known_path.clone());
+        let mut paths = std::collections::HashMap::new();
+        let policy = LogPolicy {
+            max_size: 1024,
+            max_files: 3,
+        };
+        rotate_once(&rt, &["c1".into()], &known, policy, &mut paths).await;
+        assert_eq!(rt.calls(), ["ReopenContainerLog c1"]);
+        assert_eq!(rotated_files(&log).len(), 1);
+        // A container nothing knows of is asked for.
+        rotate_once(&rt, &["c1".into(), "c7".into()], &known, policy, &mut paths).await;
+        assert_eq!(rt.calls_of("ContainerStatus"), ["ContainerStatus c7"]);
     }
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::labels;
 use super::KubeRuntimeManager;
+use crate::container::cache::PodCache;
 use crate::container::{ContainerState, RuntimeContainer, RuntimePodStatus, SandboxStatus};
 use crate::cri::{api, CriError, CriResult, CriRuntime, RuntimeService};
 use crate::pod::pod_uid;
@@ -38,26 +39,49 @@ pub type RuntimePodsView = Box<dyn Fn() -> Option<Arc<RuntimePods>> + Send + Syn
 /// UID label, PodSandboxStatus for the newest sandbox (for its IPs) and ContainerStatus for every
 /// container (exit codes, times). kubelet's `GetPodStatus`.
 pub async fn get_pod_status(cri: &impl RuntimeService, uid: &str) -> CriResult<RuntimePodStatus> {
+    read_pod_status(cri, uid, None, None).await
+}
+
+/// [`get_pod_status`], with the status calls for what `previous` and `made` already know left
+/// out (see [`pod_status_from`]).
+pub async fn read_pod_status(
+    cri: &impl RuntimeService,
+    uid: &str,
+    previous: Option<&RuntimePodStatus>,
+    made: Option<&PodCache>,
+) -> CriResult<RuntimePodStatus> {
     let sel: HashMap<String, String> = [(labels::POD_UID.to_string(), uid.to_string())].into();
     let (sandboxes, containers) = tokio::try_join!(
         cri.list_pod_sandbox_brief(sel.clone(), &labels::BRIEF),
         cri.list_containers_brief(sel, &labels::BRIEF)
     )?;
-    pod_status_from(cri, sandboxes, containers, None, &|_| None).await
+    pod_status_from(cri, uid, sandboxes, containers, previous, made).await
 }
 
-/// A pod's status from listings of its sandboxes and containers (the PLEG's relist has them for
-/// every pod): PodSandboxStatus for the newest ready sandbox and ContainerStatus for each
-/// container, except what is already known: the IPs of the same ready sandbox in `previous`
-/// (the pod cache) or from `sandbox_ips` (what the pod worker read when it made the sandbox),
-/// and a container in `previous` in the same state as listed (an exited one only with the
-/// runtime's reason, which the task-exit fast path does not know).
+/// Longest a status read waits for a pod worker that is making a sandbox or container of the
+/// pod to record what it learned ([`PodCache::making`]); past it, the runtime is asked.
+pub const MADE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Pod `uid`'s status from listings of its sandboxes and containers (the PLEG's relist has
+/// them for every pod): PodSandboxStatus for the newest ready sandbox and ContainerStatus for
+/// each container, except what is already known:
+/// - the IPs of the same ready sandbox in `previous` (the pod cache) or recorded in `made` by
+///   the pod worker that made it;
+/// - a container in `previous` in the same state as listed (an exited one only with the
+///   runtime's reason, which the task-exit fast path does not know);
+/// - a container listed in state Created that its pod worker recorded in `made` (its image
+///   reference and log path are all ContainerStatus would add).
+///
+/// When the listing holds such a sandbox or container that nothing records yet while the pod's
+/// worker is making one, the read first waits for the worker (at most [`MADE_WAIT`]): the
+/// listing can show the sandbox or container before the call that made it has returned.
 pub async fn pod_status_from(
     cri: &impl RuntimeService,
+    uid: &str,
     sandboxes: Vec<api::PodSandbox>,
     containers: Vec<api::Container>,
     previous: Option<&RuntimePodStatus>,
-    sandbox_ips: &(dyn Fn(&str) -> Option<Vec<String>> + Sync),
+    made: Option<&PodCache>,
 ) -> CriResult<RuntimePodStatus> {
     let mut out = RuntimePodStatus::default();
     for s in sandboxes {
@@ -81,12 +105,42 @@ pub async fn pod_status_from(
     }
     out.sandboxes
         .sort_by_key(|s| std::cmp::Reverse(s.created_at));
-    let known_ips = |id: &str| {
+    let previous_of = |id: &str| previous.and_then(|p| p.containers.iter().find(|k| k.id == id));
+    // What the cache holds as listed needs no status call.
+    let known_as_listed = |c: &api::Container| {
+        let listed = ContainerState::from(c.state);
+        previous_of(&c.id).is_some_and(|k| {
+            k.state == Some(listed) && (listed != ContainerState::Exited || !k.reason.is_empty())
+        })
+    };
+    let created = |c: &api::Container| ContainerState::from(c.state) == ContainerState::Created;
+    let previous_ips = |id: &str| {
         previous
             .and_then(|p| p.sandboxes.first())
             .filter(|s| s.id == id && s.ready && !s.ips.is_empty())
             .map(|s| s.ips.clone())
-            .or_else(|| sandbox_ips(id).filter(|ips| !ips.is_empty()))
+    };
+    let newest_ready = out
+        .sandboxes
+        .first()
+        .filter(|s| s.ready)
+        .map(|s| s.id.clone());
+    if let Some(made) = made {
+        let unknown_sandbox = newest_ready
+            .as_deref()
+            .is_some_and(|id| previous_ips(id).is_none() && made.sandbox_ips(id).is_none());
+        let unknown_created = containers
+            .iter()
+            .any(|c| created(c) && !known_as_listed(c) && made.made_container(&c.id).is_none());
+        if unknown_sandbox || unknown_created {
+            made.wait_made(uid, MADE_WAIT).await;
+        }
+    }
+    let known_ips = |id: &str| {
+        previous_ips(id).or_else(|| {
+            made.and_then(|m| m.sandbox_ips(id))
+                .filter(|ips| !ips.is_empty())
+        })
     };
     if let Some(newest) = out.sandboxes.first_mut().filter(|s| s.ready) {
         if let Some(ips) = known_ips(&newest.id) {
@@ -102,20 +156,30 @@ pub async fn pod_status_from(
             }
         }
     }
-    // What the cache holds as listed needs no status call.
-    let (known, to_read): (Vec<api::Container>, Vec<api::Container>) =
-        containers.into_iter().partition(|c| {
-            let listed = ContainerState::from(c.state);
-            previous
-                .and_then(|p| p.containers.iter().find(|k| k.id == c.id))
-                .is_some_and(|k| {
-                    k.state == Some(listed)
-                        && (listed != ContainerState::Exited || !k.reason.is_empty())
-                })
-        });
-    for c in known {
-        if let Some(k) = previous.and_then(|p| p.containers.iter().find(|k| k.id == c.id)) {
-            out.containers.push(k.clone());
+    let mut to_read = Vec::new();
+    for c in containers {
+        if known_as_listed(&c) {
+            if let Some(k) = previous_of(&c.id) {
+                out.containers.push(k.clone());
+            }
+            continue;
+        }
+        match made
+            .and_then(|m| m.made_container(&c.id))
+            .filter(|_| created(&c))
+        {
+            // What ContainerStatus says of a container not yet started, but for the image
+            // reference and log path, which its worker recorded.
+            Some(m) => {
+                let st = api::ContainerStatus {
+                    state: c.state,
+                    image_ref: m.image_ref,
+                    log_path: m.log_path,
+                    ..Default::default()
+                };
+                out.containers.push(runtime_container(c, st));
+            }
+            None => to_read.push(c),
         }
     }
     // A container removed between the list and its status call is simply gone.
@@ -130,46 +194,8 @@ pub async fn pod_status_from(
         }
     }
     for (c, st) in kept {
-        let st = st.unwrap_or_default();
-        out.containers.push(RuntimeContainer {
-            sandbox_id: c.pod_sandbox_id,
-            name: c
-                .labels
-                .get(labels::CONTAINER_NAME)
-                .cloned()
-                .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
-                .unwrap_or_default(),
-            attempt: c.metadata.as_ref().map_or(0, |m| m.attempt),
-            state: Some(ContainerState::from(st.state)),
-            hash: c
-                .annotations
-                .get(labels::CONTAINER_HASH)
-                .cloned()
-                .unwrap_or_default(),
-            is_init: c.annotations.contains_key(labels::CONTAINER_IS_INIT),
-            created_at: c.created_at,
-            started_at: st.started_at,
-            finished_at: st.finished_at,
-            exit_code: st.exit_code,
-            message: if st.message.is_empty()
-                && ContainerState::from(st.state) == ContainerState::Exited
-            {
-                super::termination_message::read(&st).unwrap_or_default()
-            } else {
-                st.message.clone()
-            },
-            reason: st.reason,
-            image: c.image.map(|i| i.image).unwrap_or_default(),
-            // The status call's image reference: for containerd the repository digest
-            // (`docker.io/library/busybox@sha256:…`), what kubelet shows as `imageID`; the
-            // listing's image ID when the status has none.
-            image_ref: if st.image_ref.is_empty() {
-                c.image_ref
-            } else {
-                st.image_ref
-            },
-            id: c.id,
-        });
+        out.containers
+            .push(runtime_container(c, st.unwrap_or_default()));
     }
     out.containers.sort_by(|a, b| {
         b.created_at
@@ -177,6 +203,51 @@ pub async fn pod_status_from(
             .then(b.attempt.cmp(&a.attempt))
     });
     Ok(out)
+}
+
+/// One container's entry from its listing and its status (ContainerStatus, or what stands for
+/// it).
+fn runtime_container(c: api::Container, st: api::ContainerStatus) -> RuntimeContainer {
+    RuntimeContainer {
+        sandbox_id: c.pod_sandbox_id,
+        name: c
+            .labels
+            .get(labels::CONTAINER_NAME)
+            .cloned()
+            .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
+            .unwrap_or_default(),
+        attempt: c.metadata.as_ref().map_or(0, |m| m.attempt),
+        state: Some(ContainerState::from(st.state)),
+        hash: c
+            .annotations
+            .get(labels::CONTAINER_HASH)
+            .cloned()
+            .unwrap_or_default(),
+        is_init: c.annotations.contains_key(labels::CONTAINER_IS_INIT),
+        created_at: c.created_at,
+        started_at: st.started_at,
+        finished_at: st.finished_at,
+        exit_code: st.exit_code,
+        message: if st.message.is_empty()
+            && ContainerState::from(st.state) == ContainerState::Exited
+        {
+            super::termination_message::read(&st).unwrap_or_default()
+        } else {
+            st.message.clone()
+        },
+        reason: st.reason,
+        image: c.image.map(|i| i.image).unwrap_or_default(),
+        // The status call's image reference: for containerd the repository digest
+        // (`docker.io/library/busybox@sha256:…`), what kubelet shows as `imageID`; the
+        // listing's image ID when the status has none.
+        image_ref: if st.image_ref.is_empty() {
+            c.image_ref
+        } else {
+            st.image_ref
+        },
+        log_path: st.log_path,
+        id: c.id,
+    }
 }
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
@@ -296,7 +367,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// last sync time.
     pub(super) async fn fresh_status(&self, uid: &str) -> Result<RuntimePodStatus, CriError> {
         let at = self.clock.now();
-        let st = get_pod_status(&self.cri, uid).await?;
+        let previous = self.cache.latest(uid);
+        let st = read_pod_status(&self.cri, uid, previous.as_deref(), Some(&self.cache)).await?;
         self.cache.set(uid, st.clone(), at);
         self.last_sync
             .lock()

@@ -245,6 +245,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 .annotations
                 .insert(super::labels::POD_START_TIME.into(), started.to_string());
         }
+        // A relist that lists the sandbox before its IPs are recorded waits for them.
+        let making = self.cache.making(uid);
         let created = match (
             sandbox::kernel_hostname(&self.settings, pod),
             std::fs::create_dir_all(&config.log_directory),
@@ -296,6 +298,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         };
         // The PLEG takes them from here rather than asking the runtime again.
         self.cache.remember_sandbox_ips(uid, &id, &ips);
+        drop(making);
         Ok(SandboxInfo { id, config, ips })
     }
 
@@ -356,7 +359,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 ),
             ));
         }
-        let image_ref = match image::ensure_image(&self.cri, c, &sb.config).await {
+        let image = match image::ensure_image(&self.cri, c, &sb.config).await {
             Ok(r) => r,
             Err(e) => {
                 if matches!(e, image::ImageError::Pull { .. }) {
@@ -366,7 +369,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             }
         };
         if super::security_context::run_as_non_root(pod, c) {
-            let image = self.cri.image_status(&image_ref).await.ok().flatten();
+            let image = self.cri.image_status(&image.id).await.ok().flatten();
             let user = c
                 .security_context
                 .as_ref()
@@ -383,7 +386,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
         let inputs = container::ContainerInputs {
             restart_count: start.restart_count,
-            image_ref: &image_ref,
+            image_ref: &image.id,
             pod_ips,
             is_init,
             env_sources: container::EnvSources {
@@ -438,11 +441,26 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 format!("cannot create log directory {}: {e}", log_dir.display()),
             )
         })?;
+        let log_path = PathBuf::from(&sb.config.log_directory).join(&config.log_path);
+        // A relist that lists the container before it is recorded waits for the record.
+        let making = self.cache.making(uid);
         let id = self
             .cri
             .create_container(&sb.id, config, sb.config.clone())
             .await
             .map_err(|e| fail("CreateContainerError", e.message))?;
+        if let Some(image_ref) = image.status_ref {
+            self.cache.remember_container(
+                uid,
+                &id,
+                crate::container::cache::MadeContainer {
+                    name: c.name.clone(),
+                    image_ref,
+                    log_path: log_path.to_string_lossy().into_owned(),
+                },
+            );
+        }
+        drop(making);
         self.cri
             .start_container(&id)
             .await

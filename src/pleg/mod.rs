@@ -372,9 +372,14 @@ impl<R: RuntimeService> Pleg<R> {
                 let _permit = sem.acquire().await;
                 (
                     uid,
-                    pod_status_from(&self.cri, sbs, cs, previous.as_deref(), &|id| {
-                        self.cache.sandbox_ips(id)
-                    })
+                    pod_status_from(
+                        &self.cri,
+                        uid,
+                        sbs,
+                        cs,
+                        previous.as_deref(),
+                        Some(&self.cache),
+                    )
                     .await,
                 )
             }

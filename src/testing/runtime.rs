@@ -36,6 +36,9 @@ struct State {
     containers: BTreeMap<String, FakeContainer>,
     images: HashSet<String>,
     failures: HashMap<&'static str, VecDeque<String>>,
+    /// Calls that, once done, wait for a permit before they return (see
+    /// [`FakeRuntime::hold_after`]).
+    holds: HashMap<&'static str, Arc<tokio::sync::Semaphore>>,
     next: u64,
 }
 
@@ -198,6 +201,27 @@ impl FakeRuntime {
             .unwrap_or_default()
     }
 
+    /// From now on, each `operation` (`run_podsandbox`, `create_container`) takes effect and
+    /// then waits for a permit of the returned semaphore before it returns: a test can look at
+    /// the runtime between a call's effect and its caller learning the result, as a relist can
+    /// on the real runtime.
+    pub fn hold_after(&self, operation: &'static str) -> Arc<tokio::sync::Semaphore> {
+        self.lock()
+            .holds
+            .entry(operation)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(0)))
+            .clone()
+    }
+
+    async fn held(&self, operation: &'static str) {
+        let hold = self.lock().holds.get(operation).cloned();
+        if let Some(h) = hold {
+            if let Ok(p) = h.acquire().await {
+                p.forget();
+            }
+        }
+    }
+
     fn enter(&self, operation: &'static str, call: String) -> CriResult<()> {
         // Every call moves time a little, so creation times order like the runtime's.
         self.clock.advance(Duration::from_micros(1));
@@ -278,23 +302,27 @@ impl RuntimeService for FakeRuntime {
             .and_then(|s| s.namespace_options.as_ref())
             .is_some_and(|n| n.network == api::NamespaceMode::Node as i32);
         let now = self.clock.epoch_ns();
-        let mut st = self.lock();
-        st.next += 1;
-        let id = format!("sb{}", st.next);
-        let ip = if host_network {
-            String::new()
-        } else {
-            format!("10.88.0.{}", st.next)
+        let id = {
+            let mut st = self.lock();
+            st.next += 1;
+            let id = format!("sb{}", st.next);
+            let ip = if host_network {
+                String::new()
+            } else {
+                format!("10.88.0.{}", st.next)
+            };
+            st.sandboxes.insert(
+                id.clone(),
+                FakeSandbox {
+                    config,
+                    ready: true,
+                    created_at: now,
+                    ip,
+                },
+            );
+            id
         };
-        st.sandboxes.insert(
-            id.clone(),
-            FakeSandbox {
-                config,
-                ready: true,
-                created_at: now,
-                ip,
-            },
-        );
+        self.held("run_podsandbox").await;
         Ok(id)
     }
 
@@ -374,29 +402,33 @@ impl RuntimeService for FakeRuntime {
         let name = config.metadata.as_ref().map_or("", |m| m.name.as_str());
         self.enter("create_container", format!("CreateContainer {name}"))?;
         let now = self.clock.epoch_ns();
-        let mut st = self.lock();
-        if !st.sandboxes.get(sandbox_id).is_some_and(|s| s.ready) {
-            return Err(CriError {
-                operation: "create_container",
-                code: tonic::Code::FailedPrecondition,
-                message: format!("sandbox {sandbox_id} is not ready"),
-            });
-        }
-        st.next += 1;
-        let id = format!("c{}", st.next);
-        st.containers.insert(
-            id.clone(),
-            FakeContainer {
-                sandbox_id: sandbox_id.into(),
-                config,
-                state: api::ContainerState::ContainerCreated,
-                created_at: now,
-                started_at: 0,
-                finished_at: 0,
-                exit_code: 0,
-                reason: String::new(),
-            },
-        );
+        let id = {
+            let mut st = self.lock();
+            if !st.sandboxes.get(sandbox_id).is_some_and(|s| s.ready) {
+                return Err(CriError {
+                    operation: "create_container",
+                    code: tonic::Code::FailedPrecondition,
+                    message: format!("sandbox {sandbox_id} is not ready"),
+                });
+            }
+            st.next += 1;
+            let id = format!("c{}", st.next);
+            st.containers.insert(
+                id.clone(),
+                FakeContainer {
+                    sandbox_id: sandbox_id.into(),
+                    config,
+                    state: api::ContainerState::ContainerCreated,
+                    created_at: now,
+                    started_at: 0,
+                    finished_at: 0,
+                    exit_code: 0,
+                    reason: String::new(),
+                },
+            );
+            id
+        };
+        self.held("create_container").await;
         Ok(id)
     }
 
