@@ -9,7 +9,8 @@
 //!
 //! The event-driven part ([`events`]) follows containerd's own task events (start, exit, OOM,
 //! delete) and triggers a relist at once (relists are coalesced: at most one per
-//! [`MIN_RELIST_INTERVAL`]), so a container death reaches the sync loop within milliseconds
+//! [`MIN_RELIST_INTERVAL`], one per up to [`BURST_RELIST_INTERVAL`] while a burst lasts), so a
+//! container death reaches the sync loop within milliseconds
 //! instead of up to a relist period. While that stream is healthy the relist runs
 //! every [`RELIST_PERIOD_WITH_EVENTS`] as a safety net; when it breaks, every [`RELIST_PERIOD`]
 //! until it is back.
@@ -45,6 +46,12 @@ pub const MIN_RELIST_INTERVAL: Duration = Duration::from_millis(100);
 /// After a relist that events asked for, one more this much later: containerd publishes a task
 /// event before its CRI plugin has applied it, so the first relist may still see the old state.
 pub const FOLLOW_UP: Duration = Duration::from_millis(100);
+/// Longest spacing of relists in a burst: while relists keep finding changes and each was already
+/// asked for before its spacing had passed, the spacing doubles from [`MIN_RELIST_INTERVAL`] up
+/// to this; a relist that finds nothing, or is asked for after a quiet spell, brings it back. A
+/// burst of 110 pod starts then costs about three relists a second instead of ten (kubelet's
+/// generic PLEG relists once a second); a single change is still seen within milliseconds.
+pub const BURST_RELIST_INTERVAL: Duration = Duration::from_millis(400);
 /// Most status calls in flight during one relist.
 pub const STATUS_CONCURRENCY: usize = 8;
 
@@ -182,7 +189,7 @@ impl<R: RuntimeService> Pleg<R> {
 
     /// The runtime's pods as the last successful relist listed them (this node's and other
     /// agents' sandboxes); `None` before the first. Housekeeping reads this instead of listing:
-    /// containerd's events bring a relist within [`MIN_RELIST_INTERVAL`] of every change, and
+    /// containerd's events bring a relist within [`BURST_RELIST_INTERVAL`] of every change, and
     /// the periodic relist covers a broken stream.
     pub fn runtime_pods(&self) -> Option<Arc<RuntimePods>> {
         let mut listed = self.runtime_pods.lock().unwrap_or_else(|e| e.into_inner());
@@ -420,22 +427,32 @@ impl<R: RuntimeService> Pleg<R> {
     }
 
     /// Relists every [`Pleg::period`], and when triggered: at once after a quiet spell, else
-    /// [`MIN_RELIST_INTERVAL`] after the previous relist started (every trigger until then is
-    /// served by that one relist), then once more [`FOLLOW_UP`] later. Runs until the task is
-    /// dropped.
+    /// one spacing after the previous relist started (every trigger until then is served by that
+    /// one relist), then once more [`FOLLOW_UP`] later. The spacing is [`MIN_RELIST_INTERVAL`],
+    /// growing in a burst up to [`BURST_RELIST_INTERVAL`] (see [`next_relist_interval`]). Runs
+    /// until the task is dropped.
     pub async fn run(self: Arc<Self>) {
         let mut last_start: Option<tokio::time::Instant> = None;
         let mut follow_up: Option<tokio::time::Instant> = None;
         let mut triggered = false;
+        let mut interval = MIN_RELIST_INTERVAL;
         loop {
+            // Asked for again before the spacing had passed: the relists are back to back.
+            let back_to_back =
+                last_start.is_some_and(|t| tokio::time::Instant::now() < t + interval);
             if let Some(t) = last_start {
-                tokio::time::sleep_until(t + MIN_RELIST_INTERVAL).await;
+                tokio::time::sleep_until(t + interval).await;
             }
             let start = tokio::time::Instant::now();
             last_start = Some(start);
-            if let Err(e) = self.relist().await {
-                warn!(error = %e, "PLEG relist failed");
-            }
+            let changed = match self.relist().await {
+                Ok(events) => !events.is_empty(),
+                Err(e) => {
+                    warn!(error = %e, "PLEG relist failed");
+                    false
+                }
+            };
+            interval = next_relist_interval(interval, back_to_back, changed);
             follow_up = match (triggered, follow_up) {
                 (true, _) => Some(start + FOLLOW_UP),
                 (false, Some(t)) if t > start => Some(t),
@@ -452,10 +469,93 @@ impl<R: RuntimeService> Pleg<R> {
     }
 }
 
+/// The spacing before the next relist, after one that came `back_to_back` (asked for before the
+/// `current` spacing had passed) and found pods `changed`: doubled, up to
+/// [`BURST_RELIST_INTERVAL`], while both hold; else [`MIN_RELIST_INTERVAL`].
+pub fn next_relist_interval(current: Duration, back_to_back: bool, changed: bool) -> Duration {
+    if back_to_back && changed {
+        (current * 2).min(BURST_RELIST_INTERVAL)
+    } else {
+        MIN_RELIST_INTERVAL
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use PodLifecycleEventType::*;
+
+    #[test]
+    fn the_relist_spacing_grows_in_a_burst_and_falls_back_after_it() {
+        let ms = Duration::from_millis;
+        let mut i = MIN_RELIST_INTERVAL;
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            i = next_relist_interval(i, true, true);
+            seen.push(i);
+        }
+        assert_eq!(seen, [ms(200), ms(400), ms(400), ms(400)]);
+        assert_eq!(next_relist_interval(i, true, false), MIN_RELIST_INTERVAL);
+        assert_eq!(next_relist_interval(i, false, true), MIN_RELIST_INTERVAL);
+    }
+
+    /// With the run loop on paused time: changes that keep coming cost about three relists a
+    /// second, and once they stop, a single change is relisted at once again.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_is_relisted_at_the_burst_spacing() {
+        use crate::testing::runtime::FakeRuntime;
+        let rt = FakeRuntime::new(crate::clock::FakeClock::new(1));
+        let (tx, _rx) = crossbeam_channel::bounded(10_000);
+        let p = Pleg::new(
+            rt.clone(),
+            "n".into(),
+            PodCache::default(),
+            tx,
+            Metrics::new(),
+        );
+        let new_sandbox = |i: usize| {
+            let rt = rt.clone();
+            async move {
+                let labels: HashMap<String, String> = [
+                    (labels::POD_UID.to_string(), format!("u{i}")),
+                    (labels::NODE_NAME.to_string(), "n".to_string()),
+                ]
+                .into();
+                rt.run_pod_sandbox(
+                    api::PodSandboxConfig {
+                        labels,
+                        ..Default::default()
+                    },
+                    "",
+                )
+                .await
+                .unwrap();
+            }
+        };
+        let relists = || rt.calls_of("ListPodSandbox").len();
+        let runner = tokio::spawn(p.clone().run());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let first = relists();
+        // A new sandbox every 20 ms for 4 s, each announced as containerd's event would.
+        for i in 0..200 {
+            new_sandbox(i).await;
+            p.trigger();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let burst = relists() - first;
+        assert!(
+            (10..=14).contains(&burst),
+            "{burst} relists in 4 s (at the minimum spacing it would be 40)"
+        );
+        // Quiet: a relist finds nothing and the spacing falls back; one change is seen at once.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let before = relists();
+        new_sandbox(1000).await;
+        p.trigger();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(relists(), before + 1, "relisted at once");
+        runner.abort();
+    }
 
     fn snap(entries: &[(&str, &str, State)]) -> Snapshot {
         entries
