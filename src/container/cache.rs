@@ -46,8 +46,9 @@ pub struct MadeContainer {
     /// Container name in the pod spec.
     pub name: String,
     /// Image reference as containerd's ContainerStatus gives it: the image's first repository
-    /// digest (`docker.io/library/busybox@sha256:…`), else its ID.
-    pub image_ref: String,
+    /// digest (`docker.io/library/busybox@sha256:…`), else its ID; `None` when the worker did
+    /// not read the image's status (it pulled the image), and ContainerStatus must be asked.
+    pub image_ref: Option<String>,
     /// Absolute path of the container's CRI log (`<pod log dir>/<name>/<restart>.log`).
     pub log_path: String,
 }
@@ -446,7 +447,7 @@ mod tests {
         let c = PodCache::default();
         let made = |name: &str, log: &str| MadeContainer {
             name: name.into(),
-            image_ref: "sha256:1".into(),
+            image_ref: Some("sha256:1".into()),
             log_path: log.into(),
         };
         c.remember_container("u1", "c1", made("a", "/l/a/0.log"));

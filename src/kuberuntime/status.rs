@@ -69,8 +69,8 @@ pub const MADE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 ///   the pod worker that made it;
 /// - a container in `previous` in the same state as listed (an exited one only with the
 ///   runtime's reason, which the task-exit fast path does not know);
-/// - a container listed in state Created that its pod worker recorded in `made` (its image
-///   reference and log path are all ContainerStatus would add).
+/// - a container listed in state Created that its pod worker recorded in `made` with its image
+///   reference (that and the log path are all ContainerStatus would add).
 ///
 /// When the listing holds such a sandbox or container that nothing records yet while the pod's
 /// worker is making one, the read first waits for the worker (at most [`MADE_WAIT`]): the
@@ -164,17 +164,18 @@ pub async fn pod_status_from(
             }
             continue;
         }
-        match made
+        let recorded = made
             .and_then(|m| m.made_container(&c.id))
             .filter(|_| created(&c))
-        {
+            .and_then(|m| Some((m.image_ref?, m.log_path)));
+        match recorded {
             // What ContainerStatus says of a container not yet started, but for the image
             // reference and log path, which its worker recorded.
-            Some(m) => {
+            Some((image_ref, log_path)) => {
                 let st = api::ContainerStatus {
                     state: c.state,
-                    image_ref: m.image_ref,
-                    log_path: m.log_path,
+                    image_ref,
+                    log_path,
                     ..Default::default()
                 };
                 out.containers.push(runtime_container(c, st));

@@ -449,17 +449,15 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .create_container(&sb.id, config, sb.config.clone())
             .await
             .map_err(|e| fail("CreateContainerError", e.message))?;
-        if let Some(image_ref) = image.status_ref {
-            self.cache.remember_container(
-                uid,
-                &id,
-                crate::container::cache::MadeContainer {
-                    name: c.name.clone(),
-                    image_ref,
-                    log_path: log_path.to_string_lossy().into_owned(),
-                },
-            );
-        }
+        self.cache.remember_container(
+            uid,
+            &id,
+            crate::container::cache::MadeContainer {
+                name: c.name.clone(),
+                image_ref: image.status_ref,
+                log_path: log_path.to_string_lossy().into_owned(),
+            },
+        );
         drop(making);
         self.cri
             .start_container(&id)
