@@ -485,6 +485,20 @@ mod tests {
     use super::*;
     use PodLifecycleEventType::*;
 
+    /// A PLEG of node `n` on the fake runtime, its events dropped.
+    fn pleg_on(
+        rt: &crate::testing::runtime::FakeRuntime,
+    ) -> Arc<Pleg<crate::testing::runtime::FakeRuntime>> {
+        let (tx, _rx) = crossbeam_channel::bounded(10_000);
+        Pleg::new(
+            rt.clone(),
+            "n".into(),
+            PodCache::default(),
+            tx,
+            Metrics::new(),
+        )
+    }
+
     #[test]
     fn the_relist_spacing_grows_in_a_burst_and_falls_back_after_it() {
         let ms = Duration::from_millis;
@@ -505,14 +519,7 @@ mod tests {
     async fn a_burst_is_relisted_at_the_burst_spacing() {
         use crate::testing::runtime::FakeRuntime;
         let rt = FakeRuntime::new(crate::clock::FakeClock::new(1));
-        let (tx, _rx) = crossbeam_channel::bounded(10_000);
-        let p = Pleg::new(
-            rt.clone(),
-            "n".into(),
-            PodCache::default(),
-            tx,
-            Metrics::new(),
-        );
+        let p = pleg_on(&rt);
         let new_sandbox = |i: usize| {
             let rt = rt.clone();
             async move {
@@ -668,14 +675,7 @@ mod tests {
         };
         rt.run_pod_sandbox(sandbox("u1", "n"), "").await.unwrap();
         rt.run_pod_sandbox(sandbox("other", "m"), "").await.unwrap();
-        let (tx, _rx) = crossbeam_channel::bounded(10);
-        let p = Pleg::new(
-            rt.clone(),
-            "n".into(),
-            PodCache::default(),
-            tx,
-            Metrics::new(),
-        );
+        let p = pleg_on(&rt);
         assert!(p.runtime_pods().is_none(), "nothing listed yet");
         p.relist().await.unwrap();
         let first = p.runtime_pods().unwrap();

@@ -506,6 +506,17 @@ async fn a_sidecar_starts_in_its_turn_holds_the_next_until_started_restarts_and_
     assert!(stops[1].starts_with("StopContainer side"), "{stops:?}");
 }
 
+/// What a one-container pod's start asks of CRI besides the relists' listings: the five calls
+/// that make the pod, and one ContainerStatus for the PLEG to see it running.
+const POD_START_CALLS: [&str; 6] = [
+    "RunPodSandbox web-node1",
+    "PodSandboxStatus sb1",
+    "ImageStatus busybox:1.36",
+    "CreateContainer a",
+    "StartContainer a",
+    "ContainerStatus c2",
+];
+
 /// The CRI cost of a pod start with the PLEG in the loop (issue 14's count): the five calls
 /// that make the pod, and one ContainerStatus for the PLEG to see it running; nothing else but
 /// the relists' two listings. A count, so it cannot creep back.
@@ -540,17 +551,7 @@ async fn a_pod_start_costs_six_cri_calls_besides_the_relists() {
     let calls: Vec<String> = h.rt.calls();
     let (lists, others): (Vec<String>, Vec<String>) =
         calls.into_iter().partition(|c| c.starts_with("List"));
-    assert_eq!(
-        others,
-        [
-            "RunPodSandbox web-node1",
-            "PodSandboxStatus sb1",
-            "ImageStatus busybox:1.36",
-            "CreateContainer a",
-            "StartContainer a",
-            "ContainerStatus c2",
-        ]
-    );
+    assert_eq!(others, POD_START_CALLS);
     assert_eq!(lists, ["ListPodSandbox", "ListContainers"], "one relist");
 }
 
@@ -615,17 +616,7 @@ async fn a_relist_during_the_workers_create_calls_waits_for_its_record() {
             .into_iter()
             .filter(|c| !c.starts_with("List"))
             .collect();
-    assert_eq!(
-        others,
-        [
-            "RunPodSandbox web-node1",
-            "PodSandboxStatus sb1",
-            "ImageStatus busybox:1.36",
-            "CreateContainer a",
-            "StartContainer a",
-            "ContainerStatus c2",
-        ]
-    );
+    assert_eq!(others, POD_START_CALLS);
 }
 
 /// A worker that never records what it made holds a relist back for at most `MADE_WAIT`;
