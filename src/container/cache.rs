@@ -249,20 +249,28 @@ impl PodCache {
     /// Records the IPs of sandbox `id` of pod `uid`, read when it was made (the pod's older
     /// sandboxes are forgotten: only the newest one's IPs are ever asked for).
     pub fn remember_sandbox_ips(&self, uid: &str, id: &str, ips: &[String]) {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        g.sandbox_ips.retain(|_, (u, _)| u != uid);
-        g.sandbox_ips
-            .insert(id.to_owned(), (uid.to_owned(), ips.to_vec()));
+        {
+            let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            g.sandbox_ips.retain(|_, (u, _)| u != uid);
+            g.sandbox_ips
+                .insert(id.to_owned(), (uid.to_owned(), ips.to_vec()));
+        }
+        // A relist may be waiting for it.
+        self.1.changed.notify_waiters();
     }
 
     /// Records what the worker of pod `uid` knows of container `id`, which it just created
     /// (an earlier container of the same name in the pod is forgotten).
     pub fn remember_container(&self, uid: &str, id: &str, made: MadeContainer) {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        g.made_containers
-            .retain(|_, (u, m)| u != uid || m.name != made.name);
-        g.made_containers
-            .insert(id.to_owned(), (uid.to_owned(), made));
+        {
+            let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            g.made_containers
+                .retain(|_, (u, m)| u != uid || m.name != made.name);
+            g.made_containers
+                .insert(id.to_owned(), (uid.to_owned(), made));
+        }
+        // A relist may be waiting for it.
+        self.1.changed.notify_waiters();
     }
 
     /// What a pod worker recorded of container `id` when it created it.
@@ -284,8 +292,8 @@ impl PodCache {
     }
 
     /// Marks pod `uid` as having a sandbox or container in the making until the guard is
-    /// dropped: a relist that lists it meanwhile waits for the worker's record (at most
-    /// [`PodCache::wait_made`]'s bound) instead of asking the runtime what the worker is about
+    /// dropped: a relist that lists what it made before it is recorded waits for the record
+    /// ([`PodCache::wait_made`], bounded) instead of asking the runtime what the worker is about
     /// to record (issue 14: PodSandboxStatus and ContainerStatus once per pod start).
     pub fn making(&self, uid: &str) -> Making {
         *self
@@ -301,21 +309,27 @@ impl PodCache {
         }
     }
 
-    /// Waits until no worker of pod `uid` is making a sandbox or a container, at most
-    /// `max_wait`. Returns at once when none is.
-    pub async fn wait_made(&self, uid: &str, max_wait: std::time::Duration) {
+    /// Waits until `recorded` holds (what the caller needs has been recorded) or no worker of
+    /// pod `uid` is making a sandbox or a container, at most `max_wait`. Returns at once when
+    /// either holds already. `recorded` may call this cache's methods.
+    pub async fn wait_made(
+        &self,
+        uid: &str,
+        max_wait: std::time::Duration,
+        recorded: impl Fn(&PodCache) -> bool,
+    ) {
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
             let changed = self.1.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if !self
+            let making = self
                 .0
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .making
-                .contains_key(uid)
-            {
+                .contains_key(uid);
+            if !making || recorded(self) {
                 return;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -489,7 +503,7 @@ mod tests {
         let (a, b) = (c.making("u1"), c.making("u1"));
         drop(a);
         let t0 = tokio::time::Instant::now();
-        let waited = c.wait_made("u1", Duration::from_secs(5));
+        let waited = c.wait_made("u1", Duration::from_secs(5), |_| false);
         let released = async {
             tokio::time::sleep(Duration::from_millis(30)).await;
             drop(b);
@@ -501,8 +515,19 @@ mod tests {
             "woken by the last drop"
         );
         let t1 = tokio::time::Instant::now();
-        c.wait_made("u1", Duration::from_secs(5)).await;
-        c.wait_made("u2", Duration::from_secs(5)).await;
+        c.wait_made("u1", Duration::from_secs(5), |_| false).await;
+        c.wait_made("u2", Duration::from_secs(5), |_| false).await;
         assert_eq!(t1.elapsed(), Duration::ZERO, "nothing in the making");
+        // A worker that goes on making something else: the wait ends with the record it needs.
+        let _still = c.making("u1");
+        let waited = c.wait_made("u1", Duration::from_secs(5), |c| {
+            c.sandbox_ips("s1").is_some()
+        });
+        let recorded = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            c.remember_sandbox_ips("u1", "s1", &[]);
+        };
+        tokio::join!(waited, recorded);
+        assert_eq!(t1.elapsed(), Duration::from_millis(10));
     }
 }

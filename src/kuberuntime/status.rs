@@ -59,8 +59,10 @@ pub async fn read_pod_status(
 }
 
 /// Longest a status read waits for a pod worker that is making a sandbox or container of the
-/// pod to record what it learned ([`PodCache::making`]); past it, the runtime is asked.
-pub const MADE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// pod to record what it learned ([`PodCache::making`]); past it, the runtime is asked. The
+/// window it covers is short (the CRI call's answer on its way back to the worker), but the
+/// read holds one of the relist's [`crate::pleg::STATUS_CONCURRENCY`] slots meanwhile.
+pub const MADE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Pod `uid`'s status from listings of its sandboxes and containers (the PLEG's relist has
 /// them for every pod): PodSandboxStatus for the newest ready sandbox and ContainerStatus for
@@ -125,16 +127,17 @@ pub async fn pod_status_from(
         .first()
         .filter(|s| s.ready)
         .map(|s| s.id.clone());
-    if let Some(made) = made {
-        let unknown_sandbox = newest_ready
+    // Listed, and nothing records it yet: what a worker may be about to record.
+    let unrecorded = |made: &PodCache| {
+        newest_ready
             .as_deref()
-            .is_some_and(|id| previous_ips(id).is_none() && made.sandbox_ips(id).is_none());
-        let unknown_created = containers
-            .iter()
-            .any(|c| created(c) && !known_as_listed(c) && made.made_container(&c.id).is_none());
-        if unknown_sandbox || unknown_created {
-            made.wait_made(uid, MADE_WAIT).await;
-        }
+            .is_some_and(|id| previous_ips(id).is_none() && made.sandbox_ips(id).is_none())
+            || containers
+                .iter()
+                .any(|c| created(c) && !known_as_listed(c) && made.made_container(&c.id).is_none())
+    };
+    if let Some(made) = made.filter(|m| unrecorded(m)) {
+        made.wait_made(uid, MADE_WAIT, |m| !unrecorded(m)).await;
     }
     let known_ips = |id: &str| {
         previous_ips(id).or_else(|| {

@@ -377,31 +377,29 @@ impl<R: RuntimeService> Pleg<R> {
             let previous = self.cache.latest(uid);
             async move {
                 let _permit = sem.acquire().await;
-                (
+                let st = pod_status_from(
+                    &self.cri,
                     uid,
-                    pod_status_from(
-                        &self.cri,
-                        uid,
-                        sbs,
-                        cs,
-                        previous.as_deref(),
-                        Some(&self.cache),
-                    )
-                    .await,
+                    sbs,
+                    cs,
+                    previous.as_deref(),
+                    Some(&self.cache),
                 )
-            }
-        });
-        for (uid, st) in futures::future::join_all(reads).await {
-            match st {
-                Ok(st) => self.cache.set(uid, st, start),
-                Err(e) => {
-                    warn!(uid = %uid, error = %e, "PLEG: cannot read pod status");
-                    // Its entry shows what it was before this change: no sync may take it as
-                    // current as of this relist.
-                    self.cache.mark_unverified(uid);
+                .await;
+                // Written as soon as it is read: a worker waiting for this pod need not wait
+                // for the other pods' reads.
+                match st {
+                    Ok(st) => self.cache.set(uid, st, start),
+                    Err(e) => {
+                        warn!(uid = %uid, error = %e, "PLEG: cannot read pod status");
+                        // Its entry shows what it was before this change: no sync may take it
+                        // as current as of this relist.
+                        self.cache.mark_unverified(uid);
+                    }
                 }
             }
-        }
+        });
+        futures::future::join_all(reads).await;
         self.cache.update_time(start);
         *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = new;
         drop(listed);

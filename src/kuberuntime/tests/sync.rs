@@ -600,8 +600,13 @@ async fn a_relist_during_the_workers_create_calls_waits_for_its_record() {
             relisted.unwrap();
         }
     };
+    let t0 = tokio::time::Instant::now();
     let (synced, ()) = tokio::join!(h.sync(&p), relists);
     synced.unwrap();
+    assert!(
+        t0.elapsed() < crate::kuberuntime::status::MADE_WAIT,
+        "the relists were woken by the records, not by the bound"
+    );
     // The second relist saw the container Created: its entry came from the worker's record.
     let cached = h.mgr.cache.latest("u1").unwrap();
     let c = &cached.containers[0];
