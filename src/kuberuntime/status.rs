@@ -74,9 +74,10 @@ pub const MADE_WAIT: std::time::Duration = std::time::Duration::from_millis(500)
 /// - a container listed in state Created that its pod worker recorded in `made` with its image
 ///   reference (that and the log path are all ContainerStatus would add).
 ///
-/// When the listing holds such a sandbox or container that nothing records yet while the pod's
-/// worker is making one, the read first waits for the worker (at most [`MADE_WAIT`]): the
-/// listing can show the sandbox or container before the call that made it has returned.
+/// When the listing holds a ready sandbox or a Created container that nothing records yet while
+/// the pod's worker is making one, the read first waits until they are recorded (at most
+/// [`MADE_WAIT`]; at once when the worker is making nothing): the listing can show them before
+/// the call that made them has returned to the worker.
 pub async fn pod_status_from(
     cri: &impl RuntimeService,
     uid: &str,
