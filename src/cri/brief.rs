@@ -201,6 +201,16 @@ pub trait BriefList: Sized + Send + Sync + 'static {
     const PATH: &'static str;
     /// kubelet's operation name for it (`kubelet_runtime_operations_total{operation_type}`).
     const OPERATION: &'static str;
+    /// The method's request message.
+    type Request: Message + Send + 'static;
+    /// One entry of the answer.
+    type Item;
+
+    /// The request for the entries whose labels match all of `labels` (CRI's label selector).
+    fn request(labels: HashMap<String, String>) -> Self::Request;
+
+    /// The entries.
+    fn into_items(self) -> Vec<Self::Item>;
 
     /// Decodes the whole answer (a `ListPodSandboxResponse` or a `ListContainersResponse`).
     ///
@@ -219,6 +229,21 @@ impl BriefList for Sandboxes {
     const METHOD: &'static str = "ListPodSandbox";
     const PATH: &'static str = "/runtime.v1.RuntimeService/ListPodSandbox";
     const OPERATION: &'static str = "list_podsandbox";
+    type Request = api::ListPodSandboxRequest;
+    type Item = api::PodSandbox;
+
+    fn request(labels: HashMap<String, String>) -> Self::Request {
+        api::ListPodSandboxRequest {
+            filter: Some(api::PodSandboxFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn into_items(self) -> Vec<api::PodSandbox> {
+        self.0
+    }
 
     fn decode(bytes: &[u8], keep: &BriefKeys) -> Result<Self, Status> {
         list(bytes, keep, sandbox).map(Sandboxes)
@@ -229,6 +254,21 @@ impl BriefList for Containers {
     const METHOD: &'static str = "ListContainers";
     const PATH: &'static str = "/runtime.v1.RuntimeService/ListContainers";
     const OPERATION: &'static str = "list_containers";
+    type Request = api::ListContainersRequest;
+    type Item = api::Container;
+
+    fn request(labels: HashMap<String, String>) -> Self::Request {
+        api::ListContainersRequest {
+            filter: Some(api::ContainerFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn into_items(self) -> Vec<api::Container> {
+        self.0
+    }
 
     fn decode(bytes: &[u8], keep: &BriefKeys) -> Result<Self, Status> {
         list(bytes, keep, container).map(Containers)

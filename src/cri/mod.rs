@@ -246,16 +246,18 @@ impl Cri {
         r
     }
 
-    /// One brief list call (the method `Resp` answers), decoded by [`brief::BriefCodec`] (the
-    /// generated client has no way to take another codec), counted as kubelet's operation.
-    async fn brief_list<Req, Resp>(&self, req: Req, keep: &'static BriefKeys) -> CriResult<Resp>
-    where
-        Req: prost::Message + Send + 'static,
-        Resp: brief::BriefList,
-    {
+    /// One brief list call (the method `Resp` answers) for the entries with `labels`, decoded by
+    /// [`brief::BriefCodec`] (the generated client has no way to take another codec), counted as
+    /// kubelet's operation.
+    async fn brief_list<Resp: brief::BriefList>(
+        &self,
+        labels: HashMap<String, String>,
+        keep: &'static BriefKeys,
+    ) -> CriResult<Vec<Resp::Item>> {
         let started = std::time::Instant::now();
-        let r = self.brief_call(req, keep).await;
+        let r = self.brief_call(Resp::request(labels), keep).await;
         self.record(started, Resp::OPERATION, r)
+            .map(Resp::into_items)
     }
 
     async fn brief_call<Req, Resp>(
@@ -491,15 +493,7 @@ impl RuntimeService for Cri {
         labels: HashMap<String, String>,
         keep: &'static BriefKeys,
     ) -> CriResult<Vec<cri::PodSandbox>> {
-        let req = cri::ListPodSandboxRequest {
-            filter: Some(cri::PodSandboxFilter {
-                label_selector: labels,
-                ..Default::default()
-            }),
-        };
-        self.brief_list::<_, brief::Sandboxes>(req, keep)
-            .await
-            .map(|r| r.0)
+        self.brief_list::<brief::Sandboxes>(labels, keep).await
     }
 
     async fn list_containers_brief(
@@ -507,15 +501,7 @@ impl RuntimeService for Cri {
         labels: HashMap<String, String>,
         keep: &'static BriefKeys,
     ) -> CriResult<Vec<cri::Container>> {
-        let req = cri::ListContainersRequest {
-            filter: Some(cri::ContainerFilter {
-                label_selector: labels,
-                ..Default::default()
-            }),
-        };
-        self.brief_list::<_, brief::Containers>(req, keep)
-            .await
-            .map(|r| r.0)
+        self.brief_list::<brief::Containers>(labels, keep).await
     }
 
     async fn list_container_stats(
