@@ -113,6 +113,15 @@ fn host_network_pod_runs_with_the_nodes_identity_refuses_a_port_conflict_and_sur
         "{hosts}"
     );
 
+    // Each sandbox's status was read once, by the worker that made it: its empty answer (no
+    // IPs of its own on the host network) is as final as a pod network's address, so the
+    // relists that saw the containers start did not ask again (issue 14).
+    n.wait_for_housekeeping(1);
+    assert_eq!(
+        n.metric("kubelet_runtime_operations_total{operation_type=\"podsandbox_status\"}"),
+        2.0
+    );
+
     // A second pod that wants port 4534 is refused with kubelet's reason and message; the first
     // keeps running.
     n.write_manifest(

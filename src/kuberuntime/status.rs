@@ -68,7 +68,7 @@ pub const MADE_WAIT: std::time::Duration = std::time::Duration::from_millis(500)
 /// them for every pod): PodSandboxStatus for the newest ready sandbox and ContainerStatus for
 /// each container, except what is already known:
 /// - the IPs of the same ready sandbox in `previous` (the pod cache) or recorded in `made` by
-///   the pod worker that made it;
+///   the pod worker that made it (none, for a host-network pod: known as well);
 /// - a container in `previous` in the same state as listed (an exited one only with the
 ///   runtime's reason, which the task-exit fast path does not know);
 /// - a container listed in state Created that its pod worker recorded in `made` with its image
@@ -117,10 +117,12 @@ pub async fn pod_status_from(
         })
     };
     let created = |c: &api::Container| ContainerState::from(c.state) == ContainerState::Created;
+    // A ready sandbox's IPs, once read, are final (containerd lists a sandbox ready only after
+    // its network is set up); none at all is the answer for a host-network pod.
     let previous_ips = |id: &str| {
         previous
             .and_then(|p| p.sandboxes.first())
-            .filter(|s| s.id == id && s.ready && !s.ips.is_empty())
+            .filter(|s| s.id == id && s.ready)
             .map(|s| s.ips.clone())
     };
     let newest_ready = out
@@ -140,12 +142,7 @@ pub async fn pod_status_from(
     if let Some(made) = made.filter(|m| unrecorded(m)) {
         made.wait_made(uid, MADE_WAIT, |m| !unrecorded(m)).await;
     }
-    let known_ips = |id: &str| {
-        previous_ips(id).or_else(|| {
-            made.and_then(|m| m.sandbox_ips(id))
-                .filter(|ips| !ips.is_empty())
-        })
-    };
+    let known_ips = |id: &str| previous_ips(id).or_else(|| made.and_then(|m| m.sandbox_ips(id)));
     if let Some(newest) = out.sandboxes.first_mut().filter(|s| s.ready) {
         if let Some(ips) = known_ips(&newest.id) {
             newest.ips = ips;

@@ -555,6 +555,38 @@ async fn a_pod_start_costs_six_cri_calls_besides_the_relists() {
     assert_eq!(lists, ["ListPodSandbox", "ListContainers"], "one relist");
 }
 
+/// A host-network pod's sandbox has no IPs of its own: the empty answer of the worker's
+/// PodSandboxStatus is as final as a pod network's address, and no relist asks again, however
+/// often the pod's containers change.
+#[tokio::test]
+async fn a_host_network_sandbox_is_read_once_however_often_its_pod_changes() {
+    let h = harness();
+    let (tx, _rx) = crossbeam_channel::bounded(100);
+    let pleg = crate::pleg::Pleg::new(
+        h.rt.clone(),
+        "node1".into(),
+        h.mgr.cache.clone(),
+        tx,
+        crate::metrics::Metrics::new(),
+    );
+    pleg.relist().await.unwrap();
+    h.rt.clear_calls();
+    let p = pod(&format!(
+        "{{nodeName: node1, hostNetwork: true, containers: [{}]}}",
+        apps(&["a", "b"])
+    ));
+    h.sync(&p).await.unwrap();
+    pleg.relist().await.unwrap();
+    h.rt.exit("a", 1);
+    pleg.relist().await.unwrap();
+    h.rt.exit("b", 1);
+    pleg.relist().await.unwrap();
+    let cached = h.mgr.cache.latest("u1").unwrap();
+    assert!(cached.sandboxes[0].ready && cached.sandboxes[0].ips.is_empty());
+    assert_eq!(cached.containers.len(), 2);
+    assert_eq!(h.rt.calls_of("PodSandboxStatus"), ["PodSandboxStatus sb1"]);
+}
+
 fn pleg_of(h: &Harness) -> Arc<crate::pleg::Pleg<FakeRuntime>> {
     let (tx, _rx) = crossbeam_channel::bounded(100);
     crate::pleg::Pleg::new(
