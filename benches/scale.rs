@@ -160,6 +160,22 @@ struct AgentRun {
     relists_per_s: f64,
     rss_mib: f64,
     idle_cpu_pct: f64,
+    /// Memory cgroups in the kernel when the burst began, live and dying (`/proc/cgroups`).
+    memcgs: u64,
+}
+
+/// Memory cgroups in the kernel (`num_cgroups` of `memory` in `/proc/cgroups`): live ones and
+/// "dying" ones, removed but kept by page cache still charged to them. Creating a memory
+/// cgroup costs more the more there are (see benches/README.md); 0 when unknown.
+fn memory_cgroups() -> u64 {
+    std::fs::read_to_string("/proc/cgroups")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.first() == Some(&"memory")).then(|| f.get(2)?.parse().ok())?
+        })
+        .unwrap_or(0)
 }
 
 /// Polls `f` every 20 ms until it holds; panics naming `what` after `limit`.
@@ -196,6 +212,7 @@ fn agent_rep(
         )
         .unwrap();
     }
+    let memcgs = memory_cgroups();
     let m0 = machine_cpu();
     let t0 = Instant::now();
     for i in 0..pods {
@@ -240,6 +257,7 @@ fn agent_rep(
         relists_per_s: (relists1 - relists0) / start,
         rss_mib: rss,
         idle_cpu_pct,
+        memcgs,
     }
 }
 
@@ -347,7 +365,13 @@ fn raw_rep(
             .await
     });
     let teardown = t1.elapsed().as_secs_f64();
-    let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &cgroup_root);
+    // Removed as nodelet removes a pod cgroup, its page cache reclaimed first, so that the
+    // baseline leaves no more dying memory cgroups behind than nodelet (they would slow the
+    // later repetitions of every side). Not timed.
+    {
+        use nodelet::cm::cgroupfs::{CgroupManager, Cgroupfs, Hierarchies};
+        let _ = Cgroupfs::new(Hierarchies::current()).destroy(&cgroup_root);
+    }
     RawRun {
         start,
         machine_cpu,
@@ -890,6 +914,11 @@ fn main() {
         "  of which in the kernel (system time)",
         "—".into(),
         &|rs| format!("{} ms", list(rs.iter().map(|a| a.sys_per_pod_ms), 1)),
+    );
+    row(
+        "memory cgroups in the kernel when the burst began (live and dying)",
+        "—".into(),
+        &|rs| list(rs.iter().map(|a| a.memcgs as f64), 0),
     );
     row(
         "CRI calls during the start, per pod (last repetition)",

@@ -242,3 +242,44 @@ fn quantities_that_do_not_parse_refuse_the_pod_and_name_the_field() {
     );
     assert_eq!(n.pods().len(), 1);
 }
+
+/// A removed pod leaves no page cache charged to its memory cgroups (cgroup v1): the pages its
+/// container wrote to a hostPath file are reclaimed before the pod cgroup is removed, so the
+/// kernel can free the container's and the pod's cgroups instead of keeping them as dying
+/// cgroups under kubepods, where their pages still count.
+#[test]
+fn a_removed_pods_page_cache_is_reclaimed_with_its_memory_cgroup() {
+    let mut n = Nodelet::new("pagecache");
+    n.start();
+    let host = n.dir.path().join("host");
+    n.write_manifest(
+        "writer.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: writer}}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes: [{{name: host, hostPath: {{path: {}, type: DirectoryOrCreate}}}}]\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, 'dd if=/dev/zero of=/host/f bs=1M count=16 && sync && touch /host/done && sleep 3600']\n    volumeMounts: [{{name: host, mountPath: /host}}]\n",
+            host.display()
+        ),
+    );
+    let uid = n.uid("writer");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    wait_until(Duration::from_secs(30), "the file written", || {
+        host.join("done").exists()
+    });
+    let kubepods = format!("{}/kubepods", n.cgroup_root);
+    let usage = || -> u64 {
+        read("memory", &kubepods, "memory.usage_in_bytes")
+            .parse()
+            .unwrap()
+    };
+    assert!(usage() >= 16 << 20, "the file's pages count in kubepods");
+    std::fs::remove_file(n.manifests().join("writer.yaml")).unwrap();
+    wait_until(Duration::from_secs(30), "the pod cgroup removed", || {
+        common::pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty()
+    });
+    let left = usage();
+    assert!(
+        left < 4 << 20,
+        "{left} bytes still charged under kubepods after the pod is gone"
+    );
+    // The file is the host's and stays.
+    assert_eq!(std::fs::metadata(host.join("f")).unwrap().len(), 16 << 20);
+}
