@@ -165,8 +165,7 @@ struct AgentRun {
 }
 
 /// Memory cgroups in the kernel (`num_cgroups` of `memory` in `/proc/cgroups`): live ones and
-/// "dying" ones, removed but kept by page cache still charged to them. Creating a memory
-/// cgroup costs more the more there are (see benches/README.md); 0 when unknown.
+/// "dying" ones, removed but kept by page cache still charged to them; 0 when unknown.
 fn memory_cgroups() -> u64 {
     std::fs::read_to_string("/proc/cgroups")
         .unwrap_or_default()
@@ -366,8 +365,7 @@ fn raw_rep(
     });
     let teardown = t1.elapsed().as_secs_f64();
     // Removed as nodelet removes a pod cgroup, its page cache reclaimed first, so that the
-    // baseline leaves no more dying memory cgroups behind than nodelet (they would slow the
-    // later repetitions of every side). Not timed.
+    // baseline leaves no more dying memory cgroups behind than nodelet. Not timed.
     {
         use nodelet::cm::cgroupfs::{CgroupManager, Cgroupfs, Hierarchies};
         let _ = Cgroupfs::new(Hierarchies::current()).destroy(&cgroup_root);

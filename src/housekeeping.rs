@@ -134,9 +134,26 @@ pub async fn pass<R: CriRuntime>(
         Instant::now(),
     );
     if due {
-        manager.cm().cleanup_orphans(desired, &in_use);
-        for uid in crate::gc::remove_orphaned_pod_dirs(&manager.settings().root_dir, &in_use) {
-            info!(uid, "removed orphaned pod directory");
+        // On a blocking thread: removing a pod cgroup has the kernel reclaim its page cache
+        // first, which waits for dirty pages to be written back.
+        let (cm, root, desired, in_use) = (
+            manager.cm().clone(),
+            manager.settings().root_dir.clone(),
+            desired.clone(),
+            in_use.clone(),
+        );
+        let swept = tokio::task::spawn_blocking(move || {
+            cm.cleanup_orphans(&desired, &in_use);
+            crate::gc::remove_orphaned_pod_dirs(&root, &in_use)
+        })
+        .await;
+        match swept {
+            Ok(uids) => {
+                for uid in uids {
+                    info!(uid, "removed orphaned pod directory");
+                }
+            }
+            Err(e) => warn!(error = %e, "removing orphaned pod cgroups and directories failed"),
         }
     }
     for pod in &listed.ours {

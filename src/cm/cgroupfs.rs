@@ -302,17 +302,22 @@ impl Cgroupfs {
     /// process is left in any of them. Without it, every file page a container read or wrote
     /// (a hostPath file, the image's files it was first to read) keeps the container's and the
     /// pod's memory cgroups alive in the kernel after `rmdir` ("dying" cgroups, counted in
-    /// `/proc/cgroups` but in no directory) until memory pressure reclaims the pages. They pile
-    /// up with every pod that comes and goes (about two per pod here), and make creating memory
-    /// cgroups slower for everyone: on this machine nodelet's kernel time per pod start went
-    /// from 2.5 ms to 4.5–6.5 ms over four bursts of 110 pods with 3,900 of them.
+    /// `/proc/cgroups` but in no directory), each holding kernel memory, until memory pressure
+    /// reclaims the pages. They pile up with every pod that comes and goes: here 300 more after
+    /// each burst of 110 pods without it, 5 with it.
     ///
     /// kubelet removes pod cgroups without it (`podContainerManagerImpl.Destroy`); its design
     /// of pod cgroup removal (kubernetes#29927) called for reclaiming the pages first, as the
     /// kernel's cgroup-v1 memory documentation advises before `rmdir`. cgroups-rs has no call
-    /// for the knob, so it is written with `std::fs`. v2 (no `memory.force_empty`) is left as
-    /// it is. A failure (the kernel refused, a process appeared) is logged and the removal goes
-    /// on: the pages then stay charged, as they would under kubelet.
+    /// for the knob, so it is written with `std::fs`. v2 has no `memory.force_empty`
+    /// (`memory.reclaim` is not used) and is left as it is.
+    ///
+    /// The kernel reclaims for as long as it makes progress, waiting for dirty pages to be
+    /// written back: this blocks the caller's thread for as long as that takes (callers run it
+    /// on a blocking thread). It reclaims whatever the cgroup holds, a process's pages too,
+    /// which is why a cgroup with a process is skipped; pages it cannot reclaim (tmpfs without
+    /// swap) stay charged, and the write still succeeds. A refused write is logged and the
+    /// removal goes on: the pages then stay charged, as they would under kubelet.
     fn release_page_cache(&self, r: &str) {
         let Some(mount) = self.h.v1_mount("memory") else {
             return;
@@ -337,7 +342,10 @@ impl Cgroupfs {
             .open(dir.join("memory.force_empty"))
             .and_then(|mut f| f.write_all(b"0"));
         match written {
-            Ok(()) => tracing::debug!(cgroup = r, "page cache of the memory cgroup reclaimed"),
+            Ok(()) => tracing::debug!(
+                cgroup = r,
+                "memory cgroup's page cache reclaimed before removal"
+            ),
             Err(e) => {
                 tracing::info!(cgroup = r, error = %e, "cannot reclaim the page cache of the memory cgroup before removing it")
             }

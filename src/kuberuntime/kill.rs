@@ -135,7 +135,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             self.cri.remove_pod_sandbox(&s.id).await?;
         }
         self.probes.remove_pod(&uid);
-        self.remove_pod_leftovers(pod, &uid);
+        self.remove_pod_leftovers(pod, &uid).await;
         let failure = opts.failure.or_else(|| self.failed.failure(pod));
         match &failure {
             Some(f) => self.status.set(pod.clone(), f.status(pod)),
@@ -164,24 +164,40 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Removes the pod's log directory, pod directory and cgroups. Names come from validated
     /// manifests or from sandbox labels; nothing is removed that is not a direct child of
     /// podLogsDir, nor anything named by an unsafe UID.
-    fn remove_pod_leftovers(&self, pod: &Pod, uid: &str) {
+    ///
+    /// On a blocking thread: removing the pod cgroup first has the kernel reclaim its page
+    /// cache, which waits for dirty pages to be written back
+    /// ([`crate::cm::cgroupfs::CgroupManager::destroy`]).
+    async fn remove_pod_leftovers(&self, pod: &Pod, uid: &str) {
         let logs = pod_logs_dir(&self.settings, pod);
         let safe = is_safe_uid(uid) && logs.parent() == Some(self.settings.pod_logs_dir.as_path());
         if !safe {
             warn!(pod = %pod_ref(pod), uid, "pod identity is not safe for paths; leaving its directories and cgroups alone");
             return;
         }
-        // The pod's containers are gone: its volumes can go (tmpfs unmounted) before its
-        // directory.
-        crate::volume::tear_down_pod(&pod_dir(&self.settings.root_dir, uid));
-        for dir in [logs, pod_dir(&self.settings.root_dir, uid)] {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    warn!(pod = %pod_ref(pod), uid, path = %dir.display(), error = %e, "cannot remove pod directory");
+        let (dir, cm, uid, pod) = (
+            pod_dir(&self.settings.root_dir, uid),
+            self.cm.clone(),
+            uid.to_owned(),
+            pod_ref(pod),
+        );
+        let removed = tokio::task::spawn_blocking(move || {
+            // The pod's containers are gone: its volumes can go (tmpfs unmounted) before its
+            // directory.
+            crate::volume::tear_down_pod(&dir);
+            for dir in [logs, dir] {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        warn!(pod = %pod, uid = %uid, path = %dir.display(), error = %e, "cannot remove pod directory");
+                    }
                 }
             }
+            cm.remove_pod(&uid);
+        })
+        .await;
+        if let Err(e) = removed {
+            warn!(error = %e, "removing a pod's directories and cgroup failed");
         }
-        self.cm.remove_pod(uid);
     }
 
     /// Forgets what the manager kept about a pod that is gone.

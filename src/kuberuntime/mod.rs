@@ -237,7 +237,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     }
 
     /// The container manager.
-    pub fn cm(&self) -> &ContainerManager {
+    pub fn cm(&self) -> &Arc<ContainerManager> {
         &self.cm
     }
 
