@@ -304,7 +304,7 @@ impl Cgroupfs {
     /// pod's memory cgroups alive in the kernel after `rmdir` ("dying" cgroups, counted in
     /// `/proc/cgroups` but in no directory), each holding kernel memory, until memory pressure
     /// reclaims the pages. They pile up with every pod that comes and goes: here 300 more after
-    /// each burst of 110 pods without it, 5 with it.
+    /// each burst of 110 pods without it, 6 to 12 with it.
     ///
     /// kubelet removes pod cgroups without it (`podContainerManagerImpl.Destroy`); its design
     /// of pod cgroup removal (kubernetes#29927) called for reclaiming the pages first, as the

@@ -561,14 +561,7 @@ async fn a_pod_start_costs_six_cri_calls_besides_the_relists() {
 #[tokio::test]
 async fn a_host_network_sandbox_is_read_once_however_often_its_pod_changes() {
     let h = harness();
-    let (tx, _rx) = crossbeam_channel::bounded(100);
-    let pleg = crate::pleg::Pleg::new(
-        h.rt.clone(),
-        "node1".into(),
-        h.mgr.cache.clone(),
-        tx,
-        crate::metrics::Metrics::new(),
-    );
+    let pleg = pleg_of(&h);
     pleg.relist().await.unwrap();
     h.rt.clear_calls();
     let p = pod(&format!(
