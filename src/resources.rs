@@ -81,13 +81,14 @@ fn amount(c: &Container, limits: bool, name: &str, milli: bool) -> Result<i64, R
     let Some(q) = map.and_then(|m| m.get(name)) else {
         return Ok(0);
     };
-    let field = format!(
-        "resources.{}.{name}",
-        if limits { "limits" } else { "requests" }
-    );
+    // The field's name is spelt out only for an error: admission sums every admitted pod's
+    // amounts for each new pod.
     let err = |message: String| ResourceError {
         container: c.name.clone(),
-        field: field.clone(),
+        field: format!(
+            "resources.{}.{name}",
+            if limits { "limits" } else { "requests" }
+        ),
         message,
     };
     let v = if milli {

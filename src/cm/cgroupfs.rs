@@ -25,6 +25,9 @@
 //! a file, so each write checks the knob first. Unit tests lay out a temporary directory like a
 //! cgroupfs with every knob pre-created, so a misspelt knob fails them.
 //!
+//! Before a cgroup is removed, the page cache charged to its v1 memory cgroup is reclaimed
+//! (`memory.force_empty`, see `Cgroupfs::release_page_cache`), so that the kernel frees it.
+//!
 //! Removing a cgroup (`rmdir` of it and its children, deepest first) and listing pod cgroups are
 //! directory operations done with `std::fs` ([`super::remove_cgroup_everywhere`]): cgroups-rs's
 //! `Cgroup::delete` sleeps and retries for up to 150 ms per hierarchy when a cgroup is busy, on
