@@ -390,7 +390,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
                 held.get(uid).is_some()
                     || listed
                         .runtime_pods()
-                        .is_none_or(|p| p.ours.iter().any(|pod| crate::pod::pod_uid(pod) == uid))
+                        .is_none_or(|p| p.ours.iter().any(|pod| pod.uid == uid))
             }),
         ));
     }
@@ -401,12 +401,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     // Pods already running are adopted as their manifests arrive, not admitted again.
     let adopted: HashSet<String> = rt
         .block_on(manager.runtime_pods())
-        .map(|pods| {
-            pods.ours
-                .iter()
-                .map(|p| crate::pod::pod_uid(p).to_owned())
-                .collect()
-        })
+        .map(|pods| pods.ours.iter().map(|p| p.uid.clone()).collect())
         .unwrap_or_default();
     let listed_by_pleg = pleg.clone();
     let housekeeper = crate::housekeeping::housekeeper(

@@ -25,7 +25,6 @@ use crate::cri::CriRuntime;
 use crate::kuberuntime::status::{RuntimePods, RuntimePodsView};
 use crate::kuberuntime::KubeRuntimeManager;
 use crate::metrics::Metrics;
-use crate::pod::pod_uid;
 use crate::podworkers::{KillPodOptions, PodWorkers, UpdateType};
 use crate::syncloop::Housekeeper;
 
@@ -125,7 +124,7 @@ pub async fn pass<R: CriRuntime>(
     // Pod cgroups and directories that no desired, running or terminating pod owns, nor a
     // sandbox of another agent.
     let mut in_use: HashSet<String> = workers.known_uids();
-    in_use.extend(listed.ours.iter().map(|p| pod_uid(p).to_owned()));
+    in_use.extend(listed.ours.iter().map(|p| p.uid.clone()));
     in_use.extend(listed.foreign.iter().cloned());
     in_use.extend(desired.iter().cloned());
     let due = scan.lock().unwrap_or_else(|e| e.into_inner()).due(
@@ -157,16 +156,15 @@ pub async fn pass<R: CriRuntime>(
         }
     }
     for pod in &listed.ours {
-        let uid = pod_uid(pod).to_owned();
-        if !desired.contains(&uid) && !workers.is_known(&uid) {
+        if !desired.contains(&pod.uid) && !workers.is_known(&pod.uid) {
             info!(
-                pod = pod.metadata.name.as_deref().unwrap_or(""),
-                namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
-                uid,
+                pod = pod.name.as_deref().unwrap_or(""),
+                namespace = pod.namespace.as_deref().unwrap_or(""),
+                uid = pod.uid,
                 "killing pod that no source wants"
             );
             workers.update_pod(
-                Arc::new(pod.clone()),
+                Arc::new(pod.to_pod()),
                 UpdateType::Kill(KillPodOptions::removed()),
             );
         }

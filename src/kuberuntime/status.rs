@@ -23,12 +23,42 @@ pub const STATUS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// The runtime's pods as housekeeping sees them.
 #[derive(Debug, Clone, Default)]
 pub struct RuntimePods {
-    /// Pods of this node (`nodelet.io/node-name` is ours), as minimal pods.
-    pub ours: Vec<Pod>,
+    /// Pods of this node (`nodelet.io/node-name` is ours).
+    pub ours: Vec<RuntimePod>,
     /// UIDs of sandboxes of other agents: never touched.
     pub foreign: std::collections::HashSet<String>,
     /// IDs of the running containers of this node's pods (log rotation's work list).
     pub running_containers: Vec<String>,
+}
+
+/// A pod of this node as the runtime's listings tell it (its sandboxes' and containers'
+/// labels; kubelet's running `kubecontainer.Pod`): what housekeeping needs to kill it when no
+/// source wants it, without holding a whole `Pod` object per pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimePod {
+    /// The pod's UID.
+    pub uid: String,
+    /// Its full name as the sandbox's label gives it (a static pod's `<name>-<node>`).
+    pub name: Option<String>,
+    /// Its namespace, from the sandbox's label.
+    pub namespace: Option<String>,
+    /// Its `terminationGracePeriodSeconds`, seconds, from its containers' annotation.
+    pub grace_seconds: Option<i64>,
+}
+
+impl RuntimePod {
+    /// The minimal pod a pod worker kills it by: UID, name, namespace, grace period.
+    pub fn to_pod(&self) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(self.uid.clone());
+        p.metadata.name = self.name.clone();
+        p.metadata.namespace = self.namespace.clone();
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            termination_grace_period_seconds: self.grace_seconds,
+            ..Default::default()
+        });
+        p
+    }
 }
 
 /// The runtime's pods as last listed elsewhere (the PLEG's relist), or `None` before the first
@@ -86,7 +116,12 @@ pub async fn pod_status_from(
     previous: Option<&RuntimePodStatus>,
     made: Option<&PodCache>,
 ) -> CriResult<RuntimePodStatus> {
-    let mut out = RuntimePodStatus::default();
+    // Sized to the listings: a status is kept per pod, and a vector grown by pushes keeps room
+    // for four containers.
+    let mut out = RuntimePodStatus {
+        sandboxes: Vec::with_capacity(sandboxes.len()),
+        containers: Vec::with_capacity(containers.len()),
+    };
     for s in sandboxes {
         out.sandboxes.push(SandboxStatus {
             attempt: s.metadata.as_ref().map_or(0, |m| m.attempt),
@@ -401,7 +436,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
 
 impl RuntimePods {
     /// From unfiltered listings: every pod with a sandbox of `node_name` (label
-    /// `nodelet.io/node-name`) as a minimal pod (name, namespace, UID, and the grace period
+    /// `nodelet.io/node-name`) as a [`RuntimePod`] (name, namespace, UID, and the grace period
     /// its containers were created with), and the UIDs of sandboxes that belong to other agents
     /// (another node name, or none); housekeeping compares the first with the desired pods and
     /// leaves the second alone. A UID of this node is ours even if another agent also has a
@@ -423,7 +458,7 @@ impl RuntimePods {
                 ))
             })
             .collect();
-        let mut pods: HashMap<String, Pod> = HashMap::new();
+        let mut pods: HashMap<String, RuntimePod> = HashMap::new();
         let mut foreign = std::collections::HashSet::new();
         let mut ours: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for s in sandboxes {
@@ -435,17 +470,11 @@ impl RuntimePods {
                 continue;
             }
             ours.insert(s.id.as_str());
-            pods.entry(uid.clone()).or_insert_with(|| {
-                let mut p = Pod::default();
-                p.metadata.name = s.labels.get(labels::POD_NAME).cloned();
-                p.metadata.namespace = s.labels.get(labels::POD_NAMESPACE).cloned();
-                let g = grace.get(uid.as_str()).copied();
-                p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-                    termination_grace_period_seconds: g,
-                    ..Default::default()
-                });
-                p.metadata.uid = Some(uid.clone());
-                p
+            pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
+                uid: uid.clone(),
+                name: s.labels.get(labels::POD_NAME).cloned(),
+                namespace: s.labels.get(labels::POD_NAMESPACE).cloned(),
+                grace_seconds: grace.get(uid.as_str()).copied(),
             });
         }
         foreign.retain(|u| !pods.contains_key(u));

@@ -677,7 +677,7 @@ mod tests {
         assert!(p.runtime_pods().is_none(), "nothing listed yet");
         p.relist().await.unwrap();
         let first = p.runtime_pods().unwrap();
-        let names: Vec<_> = first.ours.iter().map(|p| p.metadata.name.clone()).collect();
+        let names: Vec<_> = first.ours.iter().map(|p| p.name.clone()).collect();
         assert_eq!(names, [Some("p-u1".to_string())]);
         assert!(
             Arc::ptr_eq(&first, &p.runtime_pods().unwrap()),

@@ -30,9 +30,14 @@ use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 /// The source's name.
 pub const SOURCE: &str = crate::pod::API_SOURCE;
 
-/// The pod as the merge sees it: source and hash annotations added; for one being deleted, its
-/// deletion grace period as its grace period.
+/// The pod as the merge sees it: source and hash annotations added, a `kubernetes.io/config.seen`
+/// it carries dropped (the merge stamps its own); for one being deleted, its deletion grace
+/// period as its grace period.
 pub fn prepare(mut pod: Pod) -> Pod {
+    // nodelet's own record of when it first saw the pod; the API object's value is not taken.
+    if let Some(a) = pod.metadata.annotations.as_mut() {
+        a.remove(crate::pod::CONFIG_SEEN_ANNOTATION);
+    }
     if let Some(grace) = pod.metadata.deletion_grace_period_seconds {
         if let Some(spec) = pod.spec.as_mut() {
             spec.termination_grace_period_seconds = Some(grace);
@@ -214,17 +219,21 @@ pub async fn run(
                     && !deleting.contains_key(crate::pod::pod_uid(p))
             })
             .collect();
-        let running: Vec<Pod> = pods
+        let running: Vec<Arc<Pod>> = pods
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .map(|p| prepare((*p).clone()))
+            .map(|p| Arc::new(prepare((*p).clone())))
             .collect();
         let mut c = config.lock().unwrap_or_else(|e| e.into_inner());
         if !newly_deleting.is_empty() {
             // Once with the deletion grace (an UPDATE), then out (a REMOVE that stops the pod
             // with that grace).
             let mut with = running.clone();
-            with.extend(newly_deleting.iter().map(|p| prepare((*p).clone())));
+            with.extend(
+                newly_deleting
+                    .iter()
+                    .map(|p| Arc::new(prepare((*p).clone()))),
+            );
             c.set(SOURCE, with);
             for p in newly_deleting {
                 info!(
@@ -317,6 +326,25 @@ async fn final_deletes(
 mod tests {
     use super::*;
     use kube::runtime::utils::Backoff;
+
+    #[test]
+    fn an_api_pods_config_seen_is_not_taken() {
+        let mut p = Pod::default();
+        p.metadata.annotations = Some(
+            [
+                (
+                    crate::pod::CONFIG_SEEN_ANNOTATION.to_string(),
+                    "2000-01-01T00:00:00Z".to_string(),
+                ),
+                ("keep".to_string(), "yes".to_string()),
+            ]
+            .into(),
+        );
+        let ann = prepare(p).metadata.annotations.unwrap();
+        assert!(!ann.contains_key(crate::pod::CONFIG_SEEN_ANNOTATION));
+        assert_eq!(ann["keep"], "yes");
+        assert_eq!(ann[CONFIG_SOURCE_ANNOTATION], SOURCE);
+    }
 
     #[test]
     fn the_watch_backs_off_doubling_to_its_cap_with_jitter_and_resets() {

@@ -54,9 +54,39 @@ struct FileEntry {
     /// themselves are not kept.
     content: Result<u64, String>,
     /// What this file defined the last time it decoded (kept while the file is broken).
-    good: Option<Manifest>,
+    good: Option<Defined>,
     /// The error of the current content, if it is broken.
     error: Option<ManifestError>,
+}
+
+/// What one file defines: its ConfigMaps and Secrets, and its pod, shared with the snapshots
+/// it is listed in so that listing the directory again copies no pod. The pod is stamped with
+/// the time it was first listed ([`super::record_first_seen`]) when it is: a duplicate that
+/// becomes its name's owner later is stamped then.
+struct Defined {
+    pod: Option<Arc<Pod>>,
+    objects: Vec<(crate::objects::ObjectRef, crate::objects::Data)>,
+}
+
+impl Defined {
+    /// `m`, keeping `prev`'s pod (and the time it was first listed) when the new decode is the
+    /// same pod: same `config.hash`, namespace and name (an edit of a comment or of a ConfigMap
+    /// beside it, or a broken file fixed back).
+    fn new(m: Manifest, prev: Option<Defined>) -> Self {
+        let same = |a: &Pod, b: &Pod| {
+            crate::pod::config_hash(a) == crate::pod::config_hash(b)
+                && a.metadata.namespace == b.metadata.namespace
+                && a.metadata.name == b.metadata.name
+        };
+        let pod = match (m.pod, prev.and_then(|p| p.pod)) {
+            (Some(new), Some(prev)) if same(&new, &prev) => Some(prev),
+            (new, _) => new.map(Arc::new),
+        };
+        Self {
+            pod,
+            objects: m.objects,
+        }
+    }
 }
 
 /// A file written for longer than this without being closed is read anyway (its writer may have
@@ -137,7 +167,7 @@ impl FileSource {
                     path,
                     FileEntry {
                         content: restored,
-                        good: Some(m),
+                        good: Some(Defined::new(m, None)),
                         error: None,
                     },
                 );
@@ -268,18 +298,18 @@ impl FileSource {
     /// Lists the directory and returns the pods it defines now, reporting new errors. A file
     /// still being written is neither read nor reported: its last state stands until it is
     /// complete (see [`FileSource::take_unsettled`]).
-    pub fn list(&mut self) -> Vec<Pod> {
+    pub fn list(&mut self) -> Vec<Arc<Pod>> {
         self.relist(true).unwrap_or_default()
     }
 
     /// [`FileSource::list`], or `None` when no file was added, removed or changed since the
     /// last listing: the periodic listing of an unchanged directory then costs a read of each
     /// file and no decoding, merging or comparing of pods.
-    pub fn list_if_changed(&mut self) -> Option<Vec<Pod>> {
+    pub fn list_if_changed(&mut self) -> Option<Vec<Arc<Pod>>> {
         self.relist(false)
     }
 
-    fn relist(&mut self, always: bool) -> Option<Vec<Pod>> {
+    fn relist(&mut self, always: bool) -> Option<Vec<Arc<Pod>>> {
         let mut present: Vec<(PathBuf, Result<Vec<u8>, String>)> = Vec::new();
         let mut unread: Vec<PathBuf> = Vec::new();
         let candidates = self.candidates().unwrap_or_default();
@@ -336,7 +366,7 @@ impl FileSource {
                     }
                     FileEntry {
                         content: digest,
-                        good: Some(m),
+                        good: Some(Defined::new(m, prev_good)),
                         error: None,
                     }
                 }
@@ -403,7 +433,7 @@ impl FileSource {
     }
 
     /// Pods from the current files, the first owner of each namespace/name winning.
-    fn collect_pods(&mut self) -> Vec<Pod> {
+    fn collect_pods(&mut self) -> Vec<Arc<Pod>> {
         let key = |p: &Pod| {
             (
                 p.metadata.namespace.clone().unwrap_or_default(),
@@ -428,6 +458,7 @@ impl FileSource {
         let mut pods = Vec::new();
         let mut duplicates = Vec::new();
         let mut uids: HashMap<String, PathBuf> = HashMap::new();
+        let mut seen = None;
         for path in order {
             let Some(entry) = self.files.get(&path) else {
                 continue;
@@ -458,7 +489,20 @@ impl FileSource {
                 None => {
                     self.owners.insert(k, path.clone());
                     uids.insert(uid, path.clone());
-                    pods.push(pod.clone());
+                    let listed = self
+                        .files
+                        .get_mut(&path)
+                        .and_then(|e| e.good.as_mut())
+                        .and_then(|m| m.pod.as_mut());
+                    if let Some(pod) = listed {
+                        // Listed for the first time: only this source holds it yet, so the
+                        // stamp copies nothing.
+                        if super::first_seen(pod).is_none() {
+                            let at = seen.get_or_insert_with(crate::pod::now_rfc3339);
+                            super::record_first_seen(Arc::make_mut(pod), at);
+                        }
+                        pods.push(pod.clone());
+                    }
                 }
             }
         }
@@ -711,7 +755,13 @@ mod tests {
         std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
         assert_eq!(s.list_if_changed().map(|p| p.len()), Some(1), "a file came");
         assert!(s.list_if_changed().is_none());
-        assert_eq!(s.list().len(), 1, "list() always answers");
+        let (first, again) = (s.list(), s.list());
+        assert_eq!(again.len(), 1, "list() always answers");
+        assert!(
+            Arc::ptr_eq(&first[0], &again[0]),
+            "a listing shares the decoded pod, it does not copy it"
+        );
+        assert!(super::super::first_seen(&again[0]).is_some_and(|t| t.ends_with('Z')));
         std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
         assert_eq!(s.list_if_changed().map(|p| p.len()), Some(0), "a file went");
     }
@@ -749,6 +799,34 @@ mod tests {
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].reason, "DuplicatePod");
         assert!(ev[0].message.contains("a.yaml") && ev[0].message.contains("b.yaml"));
+        // The duplicate is stamped as first seen only once it is listed, when b.yaml goes.
+        let stored = |s: &FileSource, f: &str| {
+            s.files[&dir.path().join(f)]
+                .good
+                .as_ref()
+                .and_then(|m| m.pod.clone())
+                .unwrap()
+        };
+        assert!(super::super::first_seen(&stored(&s, "a.yaml")).is_none());
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        let pods = s.list();
+        assert!(Arc::ptr_eq(&pods[0], &stored(&s, "a.yaml")));
+        assert!(super::super::first_seen(&pods[0]).is_some());
+    }
+
+    #[test]
+    fn an_edit_that_leaves_the_pod_as_it_was_keeps_the_listed_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, POD.replace("NAME", "a")).unwrap();
+        let mut s = source(dir.path());
+        let first = s.list();
+        std::fs::write(&file, format!("# a comment\n{}", POD.replace("NAME", "a"))).unwrap();
+        let again = s.list();
+        assert!(Arc::ptr_eq(&first[0], &again[0]), "the same pod, held once");
+        std::fs::write(&file, POD.replace("NAME", "a").replace("busybox", "nginx")).unwrap();
+        let edited = s.list();
+        assert!(!Arc::ptr_eq(&first[0], &edited[0]), "a new spec, a new pod");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Follows kubelet's `pkg/kubelet/config/common.go` (`applyDefaults`, `tryDecodeSinglePod`): the
 //! pod is named `<metadata.name>-<nodeName>`, its namespace defaults to `default`, `spec.nodeName`
 //! is this node, and it carries the annotations `kubernetes.io/config.source=file` and
-//! `kubernetes.io/config.hash`.
+//! `kubernetes.io/config.hash`. A `kubernetes.io/config.seen` the manifest carries is dropped:
+//! the config stamps it when it first sees the pod (see [`super::record_first_seen`]).
 //!
 //! One deliberate difference: kubelet derives a file pod's UID from a hash of the whole manifest,
 //! so any edit gives the pod a new UID and restarts every container. nodelet derives the UID from
@@ -21,7 +22,9 @@ use super::ManifestError;
 use crate::objects::{
     config_map_data, is_valid_key, secret_data, Data, ObjectKind, ObjectRef, MAX_OBJECT_BYTES,
 };
-use crate::pod::{is_dns1123_subdomain, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
+use crate::pod::{
+    is_dns1123_subdomain, CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION,
+};
 
 /// Namespace UUID under which file pod UIDs are derived (a fixed random v4 UUID of nodelet's).
 const UID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6e0d_e1e7_5a1c_4f0e_9b52_7c1d_0f3a_9e41);
@@ -356,6 +359,8 @@ fn apply_file_pod_defaults(
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), content_hash.into());
+    // nodelet's own record of when it first saw the pod; a manifest's value is not taken.
+    annotations.remove(CONFIG_SEEN_ANNOTATION);
 
     let Some(spec) = pod.spec.as_mut() else {
         return Ok(());
@@ -423,6 +428,18 @@ mod tests {
     use super::*;
 
     const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
+
+    #[test]
+    fn a_config_seen_the_manifest_carries_is_not_taken() {
+        let text = GOOD.replace(
+            "  name: web\n",
+            "  name: web\n  annotations: {kubernetes.io/config.seen: '2000-01-01T00:00:00Z', keep: 'yes'}\n",
+        );
+        let pod = decode_static_pod(Path::new("/etc/m/web.yaml"), text.as_bytes(), "n").unwrap();
+        let ann = pod.metadata.annotations.unwrap();
+        assert!(!ann.contains_key(CONFIG_SEEN_ANNOTATION), "{ann:?}");
+        assert_eq!(ann["keep"], "yes");
+    }
 
     #[test]
     fn file_pods_get_kubelets_name_namespace_and_annotations() {

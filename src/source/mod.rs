@@ -2,8 +2,11 @@
 //! changes become ADD / UPDATE / REMOVE operations for the sync loop.
 //!
 //! Each source reports the complete set of pods it wants (a snapshot); [`PodConfig`] diffs each
-//! snapshot against the previous one of the same source and emits [`PodUpdate`]s, stamping
-//! `kubernetes.io/config.seen` on added and updated pods as kubelet does.
+//! snapshot against the previous one of the same source and emits [`PodUpdate`]s. Added and
+//! updated pods carry `kubernetes.io/config.seen`, the time the config first saw them
+//! ([`record_first_seen`]): the file source stamps its pods when it first lists them (it keeps
+//! them between snapshots, which then share them), [`PodConfig`] stamps the others. kubelet keeps
+//! the first time across an update of the same UID; nodelet stamps the update's time.
 
 pub mod api;
 pub mod checkpoint;
@@ -163,11 +166,18 @@ impl PodConfig {
 
     /// Takes the complete set of pods `source` wants now and sends ADD, UPDATE and REMOVE batches
     /// for the differences from its previous snapshot. Returns the operations sent.
-    pub fn set(&mut self, source: &'static str, snapshot: Vec<Pod>) -> Vec<PodUpdate> {
+    ///
+    /// A pod new to the snapshot, or changed, is stamped with the time it was first seen
+    /// ([`record_first_seen`]) unless its source stamped it already: a source that keeps its
+    /// pods between snapshots (the file source) stamps them when it first lists them, so that
+    /// the snapshot shares the source's pod instead of copying it. The sources drop a stamp a
+    /// manifest or API object carries. An unchanged pod keeps the object of the previous
+    /// snapshot.
+    pub fn set(&mut self, source: &'static str, snapshot: Vec<Arc<Pod>>) -> Vec<PodUpdate> {
         let old = self.pods.remove(source).unwrap_or_default();
         let mut new = HashMap::with_capacity(snapshot.len());
         let (mut adds, mut updates) = (Vec::new(), Vec::new());
-        let seen = now_rfc3339();
+        let mut seen = None;
         for mut pod in snapshot {
             let uid = pod_uid(&pod).to_owned();
             match old.get(&uid) {
@@ -178,11 +188,10 @@ impl PodConfig {
                     new.insert(uid, prev.clone());
                 }
                 prev => {
-                    pod.metadata
-                        .annotations
-                        .get_or_insert_with(Default::default)
-                        .insert(CONFIG_SEEN_ANNOTATION.into(), seen.clone());
-                    let pod = Arc::new(pod);
+                    if first_seen(&pod).is_none() {
+                        let at = seen.get_or_insert_with(now_rfc3339);
+                        record_first_seen(Arc::make_mut(&mut pod), at);
+                    }
                     if prev.is_some() {
                         updates.push(pod.clone())
                     } else {
@@ -263,6 +272,25 @@ impl PodConfig {
     }
 }
 
+/// The time the config first saw `pod` (its `kubernetes.io/config.seen` annotation, RFC 3339),
+/// if it was stamped.
+pub fn first_seen(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(CONFIG_SEEN_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Stamps `pod` with `at` (RFC 3339) as the time the config first saw it
+/// (`kubernetes.io/config.seen`, kubelet's `recordFirstSeenTime`).
+pub fn record_first_seen(pod: &mut Pod, at: &str) {
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(CONFIG_SEEN_ANNOTATION.into(), at.to_owned());
+}
+
 /// Whether every registered source has delivered its first snapshot; housekeeping only kills
 /// unwanted pods after that (kubelet's `sourcesReady.AllReady`).
 #[derive(Clone, Default)]
@@ -279,7 +307,7 @@ impl SourcesReady {
 mod tests {
     use super::*;
 
-    fn pod(uid: &str, hash: &str) -> Pod {
+    fn pod(uid: &str, hash: &str) -> Arc<Pod> {
         let mut p = Pod::default();
         p.metadata.uid = Some(uid.into());
         p.metadata.name = Some(format!("p-{uid}"));
@@ -290,7 +318,7 @@ mod tests {
             )]
             .into(),
         );
-        p
+        Arc::new(p)
     }
 
     #[test]
@@ -312,6 +340,21 @@ mod tests {
         assert_eq!(ops[0].pods.len(), 2);
         assert!(cfg.set("file", vec![pod("b", "2")]).is_empty());
         assert_eq!(rx.try_iter().count(), 4);
+    }
+
+    #[test]
+    fn a_pod_its_source_stamped_is_shared_not_copied() {
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let mut cfg = PodConfig::new(tx);
+        let mut stamped = pod("a", "1");
+        record_first_seen(Arc::make_mut(&mut stamped), "2026-12-02T00:00:00Z");
+        let ops = cfg.set("file", vec![stamped.clone(), pod("b", "1")]);
+        let added = &ops[0].pods;
+        let a = added.iter().find(|p| pod_uid(p) == "a").unwrap();
+        assert!(Arc::ptr_eq(a, &stamped), "the source's own pod, not a copy");
+        assert_eq!(first_seen(a), Some("2026-12-02T00:00:00Z"));
+        let b = added.iter().find(|p| pod_uid(p) == "b").unwrap();
+        assert!(first_seen(b).is_some_and(|t| t.ends_with('Z') && t != "2026-12-02T00:00:00Z"));
     }
 
     #[test]

@@ -273,7 +273,7 @@ pub async fn run(
                     config
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .set(SOURCE, pods);
+                        .set(SOURCE, pods.into_iter().map(Arc::new).collect());
                 }
             }
             Err((message, reason)) => {

@@ -118,20 +118,154 @@ impl Runtime {
             .and_then(|p| p.parse().ok())
     }
 
-    /// Removes every sandbox created for `node` (test cleanup).
+    /// Removes every sandbox created for `node` (test cleanup), listing again until none is
+    /// left (at most 10 s): a call the agent had in flight when it was killed can still be
+    /// completing in the runtime. What is left then is reported, and the next test binary's
+    /// sweep removes it ([`Runtime::remove_stale_test_pods`]).
     pub fn remove_node_pods(&self, node: &str) {
-        let sandboxes = self
-            .rt
-            .block_on(
-                self.cri
-                    .list_pod_sandbox(Self::sel(labels::NODE_NAME, node)),
-            )
-            .unwrap_or_default();
-        for s in sandboxes {
-            let _ = self.rt.block_on(self.cri.stop_pod_sandbox(&s.id));
-            let _ = self.rt.block_on(self.cri.remove_pod_sandbox(&s.id));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let sandboxes = self
+                .rt
+                .block_on(
+                    self.cri
+                        .list_pod_sandbox(Self::sel(labels::NODE_NAME, node)),
+                )
+                .unwrap_or_default();
+            if sandboxes.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let left: Vec<&str> = sandboxes.iter().map(|s| s.id.as_str()).collect();
+                eprintln!("cleanup of {node}: sandboxes left: {left:?}");
+                return;
+            }
+            let mut failed = false;
+            for s in sandboxes {
+                let stopped = self.rt.block_on(self.cri.stop_pod_sandbox(&s.id));
+                let removed = self.rt.block_on(self.cri.remove_pod_sandbox(&s.id));
+                failed |= stopped.and(removed).is_err();
+            }
+            if failed {
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
+
+    /// Removes what test processes no longer alive left behind: their nodelet agents (killed),
+    /// sandboxes (with their containers) and cgroup roots. An interrupted `cargo test` leaves
+    /// all three; a finished test can leave a sandbox whose creation the runtime completed after
+    /// the test's cleanup had listed the node's pods. Test nodes are named `t<pid>-…`
+    /// ([`Nodelet::with_config`]); a node whose test process is not in this PID namespace's
+    /// `/proc` is stale (so tests sharing one containerd must share a PID namespace). Temporary
+    /// directories are left to the system's cleaning of /tmp. Also removes containers whose
+    /// sandbox is gone, which no agent keeps.
+    pub fn remove_stale_test_pods(&self) -> Swept {
+        let stale = |node: &str| {
+            node.strip_prefix('t')
+                .and_then(|rest| rest.split_once('-'))
+                .and_then(|(pid, _)| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        };
+        let mut swept = Swept::default();
+        // Agents first, or they would make their pods again.
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let node = args
+                .windows(2)
+                .find(|w| w[0] == b"--hostname-override")
+                .map(|w| String::from_utf8_lossy(w[1]).into_owned());
+            let ours = args
+                .first()
+                .is_some_and(|a| a.ends_with(env!("CARGO_BIN_EXE_nodelet").as_bytes()));
+            if ours && node.is_some_and(|n| stale(&n)) {
+                let pid = e.file_name().to_string_lossy().into_owned();
+                if Command::new("kill")
+                    .args(["-9", &pid])
+                    .status()
+                    .is_ok_and(|s| s.success())
+                {
+                    swept.agents += 1;
+                }
+            }
+        }
+        for s in self
+            .rt
+            .block_on(self.cri.list_pod_sandbox(HashMap::new()))
+            .unwrap_or_default()
+        {
+            if s.labels.get(labels::NODE_NAME).is_some_and(|n| stale(n)) {
+                let _ = self.rt.block_on(self.cri.stop_pod_sandbox(&s.id));
+                if self.rt.block_on(self.cri.remove_pod_sandbox(&s.id)).is_ok() {
+                    swept.sandboxes += 1;
+                }
+            }
+        }
+        // Containers whose sandbox is gone: made by a call still in flight when their
+        // sandbox was removed. No agent keeps such a container. Containers are listed first: a
+        // sandbox made after them cannot be theirs.
+        let containers = self
+            .rt
+            .block_on(self.cri.list_containers(HashMap::new()))
+            .unwrap_or_default();
+        let sandbox_ids: std::collections::HashSet<String> = self
+            .rt
+            .block_on(self.cri.list_pod_sandbox(HashMap::new()))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        for c in containers {
+            if !sandbox_ids.contains(&c.pod_sandbox_id)
+                && self.rt.block_on(self.cri.remove_container(&c.id)).is_ok()
+            {
+                swept.containers += 1;
+            }
+        }
+        let mounts = nodelet::cm::cgroup_mounts();
+        let mut roots = std::collections::BTreeSet::new();
+        for m in &mounts {
+            for e in std::fs::read_dir(m).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.strip_prefix("nodelet-test-").is_some_and(stale) {
+                    roots.insert(name);
+                }
+            }
+        }
+        swept.cgroup_roots = roots
+            .iter()
+            .filter(|r| nodelet::cm::remove_cgroup_everywhere(&mounts, r).is_ok())
+            .count();
+        swept
+    }
+}
+
+/// What [`Runtime::remove_stale_test_pods`] removed.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// nodelet processes of dead test processes, killed.
+    pub agents: usize,
+    /// Their sandboxes, with their containers.
+    pub sandboxes: usize,
+    /// Containers whose sandbox was gone.
+    pub containers: usize,
+    /// Their cgroup roots (`/nodelet-test-t<pid>-…`).
+    pub cgroup_roots: usize,
+}
+
+/// Sweeps what earlier test processes left behind, once per test binary (see
+/// [`Runtime::remove_stale_test_pods`]).
+fn sweep_stale_once() {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| {
+        let s = Runtime::new().remove_stale_test_pods();
+        if s.agents + s.sandboxes + s.containers + s.cgroup_roots > 0 {
+            eprintln!("removed what earlier test runs left: {s:?}");
+        }
+    });
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -167,6 +301,7 @@ impl Nodelet {
 
     /// Like [`Nodelet::new`] with extra KubeletConfiguration lines appended.
     pub fn with_config(test: &str, extra: &str) -> Self {
+        sweep_stale_once();
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let node = format!("t{}-{}-{n}", std::process::id(), test.replace('_', "-"));
         let node: String = node

@@ -89,3 +89,58 @@ async fn a_failed_pod_is_not_started_until_its_manifest_changes() {
     h.sync(&edited).await.unwrap();
     assert_eq!(h.rt.running(), vec!["c"]);
 }
+
+/// Housekeeping kills a pod no source wants from what the listings tell of it: its name,
+/// namespace and the grace period its containers were created with.
+#[test]
+fn a_runtime_pod_carries_what_killing_it_takes() {
+    use crate::cri::api;
+    use crate::kuberuntime::labels;
+    use crate::kuberuntime::status::{RuntimePod, RuntimePods};
+    let labelled = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let ours = api::PodSandbox {
+        id: "sb1".into(),
+        labels: labelled(&[
+            (labels::POD_UID, "u1"),
+            (labels::NODE_NAME, "n"),
+            (labels::POD_NAME, "web"),
+            (labels::POD_NAMESPACE, "ns"),
+        ]),
+        ..Default::default()
+    };
+    let foreign = api::PodSandbox {
+        id: "sb2".into(),
+        labels: labelled(&[(labels::POD_UID, "u2"), (labels::NODE_NAME, "m")]),
+        ..Default::default()
+    };
+    let c = api::Container {
+        id: "c1".into(),
+        pod_sandbox_id: "sb1".into(),
+        state: api::ContainerState::ContainerRunning as i32,
+        labels: labelled(&[(labels::POD_UID, "u1")]),
+        annotations: labelled(&[(labels::POD_TERMINATION_GRACE_PERIOD, "7")]),
+        ..Default::default()
+    };
+    let pods = RuntimePods::from_listings(&[ours, foreign], &[c], "n");
+    let web = RuntimePod {
+        uid: "u1".into(),
+        name: Some("web".into()),
+        namespace: Some("ns".into()),
+        grace_seconds: Some(7),
+    };
+    assert_eq!(pods.ours, [web]);
+    assert!(pods.foreign.contains("u2") && pods.foreign.len() == 1);
+    assert_eq!(pods.running_containers, ["c1"]);
+    let p = pods.ours[0].to_pod();
+    assert_eq!(crate::pod::pod_uid(&p), "u1");
+    assert_eq!(
+        (p.metadata.name.as_deref(), p.metadata.namespace.as_deref()),
+        (Some("web"), Some("ns"))
+    );
+    assert_eq!(p.spec.unwrap().termination_grace_period_seconds, Some(7));
+}
