@@ -245,6 +245,14 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 .annotations
                 .insert(super::labels::POD_START_TIME.into(), started.to_string());
         }
+        // A pod on the pod network waits its turn (CNI is what makes a burst CPU-bound); a
+        // host-network pod needs no network set up, and is often the CNI agent itself. The
+        // semaphore is never closed, so a permit always comes.
+        let permit = if sandbox::is_host_network(pod) {
+            None
+        } else {
+            self.sandbox_starts.acquire().await.ok()
+        };
         // A relist that lists the sandbox before its IPs are recorded waits for them.
         let making = self.cache.making(uid);
         let created = match (
@@ -270,6 +278,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 ),
             }),
         };
+        drop(permit);
         let id = match created {
             Ok(id) => id,
             Err(e) => {

@@ -687,3 +687,68 @@ async fn a_relist_waits_for_a_worker_record_at_most_made_wait() {
     assert_eq!(t1.elapsed(), std::time::Duration::ZERO);
     assert!(h.rt.calls().contains(&format!("PodSandboxStatus {again}")));
 }
+
+/// A burst asks the runtime for at most [`SANDBOX_STARTS_IN_FLIGHT`] pod-network sandboxes at
+/// once; the other pods' workers wait for a call to return, a host-network pod does not, and
+/// every pod gets its sandbox.
+#[tokio::test]
+async fn a_burst_has_at_most_sixteen_sandbox_starts_in_flight() {
+    use crate::kuberuntime::SANDBOX_STARTS_IN_FLIGHT;
+    let h = harness();
+    let made = h.rt.hold_after("run_podsandbox");
+    h.rt.clear_calls();
+    let n = SANDBOX_STARTS_IN_FLIGHT + 4;
+    let mut pods: Vec<Arc<Pod>> = (0..n)
+        .map(|i| {
+            let mut p = (*pod(&format!("{{containers: [{}]}}", apps(&["a"])))).clone();
+            p.metadata.uid = Some(format!("u{i}"));
+            p.metadata.name = Some(format!("web{i}-node1"));
+            Arc::new(p)
+        })
+        .collect();
+    // Last in the burst, on the host's network.
+    let mut host = (*pod(&format!(
+        "{{hostNetwork: true, containers: [{}]}}",
+        apps(&["a"])
+    )))
+    .clone();
+    host.metadata.uid = Some("host".into());
+    host.metadata.name = Some("cni-agent-node1".into());
+    pods.push(Arc::new(host));
+    let in_flight = || {
+        h.rt.calls()
+            .iter()
+            .filter(|c| c.starts_with("RunPodSandbox"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let watch = async {
+        while in_flight().len() < SANDBOX_STARTS_IN_FLIGHT + 1 {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let most = in_flight();
+        made.add_permits(n + 1);
+        most
+    };
+    let syncs = futures::future::join_all(pods.iter().map(|p| h.sync(p)));
+    let (synced, most) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(syncs, watch)
+    })
+    .await
+    .expect("16 pod-network sandboxes and the host-network one are asked for");
+    assert_eq!(
+        most.len(),
+        SANDBOX_STARTS_IN_FLIGHT + 1,
+        "the others wait for a permit: {most:?}"
+    );
+    assert!(
+        most.iter().any(|c| c.contains("cni-agent")),
+        "the host-network pod did not wait: {most:?}"
+    );
+    assert!(synced.iter().all(Result::is_ok), "{synced:?}");
+    assert_eq!(in_flight().len(), n + 1);
+    assert_eq!(h.rt.sandboxes().len(), n + 1, "every pod has its sandbox");
+}
