@@ -140,15 +140,13 @@ impl Runtime {
                 eprintln!("cleanup of {node}: sandboxes left: {left:?}");
                 return;
             }
-            let mut failed = false;
             for s in sandboxes {
-                let stopped = self.rt.block_on(self.cri.stop_pod_sandbox(&s.id));
-                let removed = self.rt.block_on(self.cri.remove_pod_sandbox(&s.id));
-                failed |= stopped.and(removed).is_err();
+                let _ = self.rt.block_on(self.cri.stop_pod_sandbox(&s.id));
+                let _ = self.rt.block_on(self.cri.remove_pod_sandbox(&s.id));
             }
-            if failed {
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            // Listed again after a pause, whether a call failed or a sandbox came back (an
+            // agent's call still completing).
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -159,7 +157,8 @@ impl Runtime {
     /// ([`Nodelet::with_config`]); a node whose test process is not in this PID namespace's
     /// `/proc` is stale (so tests sharing one containerd must share a PID namespace). Temporary
     /// directories are left to the system's cleaning of /tmp. Also removes containers whose
-    /// sandbox is gone, which no agent keeps.
+    /// sandbox is gone, whoever made them (no agent keeps such a container; kubelet's garbage
+    /// collection removes them too), when both listings answer.
     pub fn remove_stale_test_pods(&self) -> Swept {
         let stale = |node: &str| {
             node.strip_prefix('t')
@@ -178,9 +177,11 @@ impl Runtime {
                 .windows(2)
                 .find(|w| w[0] == b"--hostname-override")
                 .map(|w| String::from_utf8_lossy(w[1]).into_owned());
+            // Any nodelet binary (another checkout's or profile's too): the node name is what
+            // ties it to a dead test process.
             let ours = args
                 .first()
-                .is_some_and(|a| a.ends_with(env!("CARGO_BIN_EXE_nodelet").as_bytes()));
+                .is_some_and(|a| a == b"nodelet" || a.ends_with(b"/nodelet"));
             if ours && node.is_some_and(|n| stale(&n)) {
                 let pid = e.file_name().to_string_lossy().into_owned();
                 if Command::new("kill")
@@ -207,17 +208,18 @@ impl Runtime {
         // Containers whose sandbox is gone: made by a call still in flight when their
         // sandbox was removed. No agent keeps such a container. Containers are listed first: a
         // sandbox made after them cannot be theirs.
-        let containers = self
-            .rt
-            .block_on(self.cri.list_containers(HashMap::new()))
-            .unwrap_or_default();
-        let sandbox_ids: std::collections::HashSet<String> = self
-            .rt
-            .block_on(self.cri.list_pod_sandbox(HashMap::new()))
-            .unwrap_or_default()
-            .into_iter()
-            .map(|s| s.id)
-            .collect();
+        // Both listings must answer: an empty sandbox list from a failed call would make
+        // every container look orphaned.
+        let containers = self.rt.block_on(self.cri.list_containers(HashMap::new()));
+        let sandboxes = containers
+            .is_ok()
+            .then(|| self.rt.block_on(self.cri.list_pod_sandbox(HashMap::new())));
+        let (Ok(containers), Some(Ok(sandboxes))) = (containers, sandboxes) else {
+            eprintln!("sweep: the runtime did not list its containers and sandboxes; skipped");
+            return swept;
+        };
+        let sandbox_ids: std::collections::HashSet<String> =
+            sandboxes.into_iter().map(|s| s.id).collect();
         for c in containers {
             if !sandbox_ids.contains(&c.pod_sandbox_id)
                 && self.rt.block_on(self.cri.remove_container(&c.id)).is_ok()
