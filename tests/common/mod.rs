@@ -214,18 +214,19 @@ impl Runtime {
         let sandboxes = containers
             .is_ok()
             .then(|| self.rt.block_on(self.cri.list_pod_sandbox(HashMap::new())));
-        let (Ok(containers), Some(Ok(sandboxes))) = (containers, sandboxes) else {
-            eprintln!("sweep: the runtime did not list its containers and sandboxes; skipped");
-            return swept;
-        };
-        let sandbox_ids: std::collections::HashSet<String> =
-            sandboxes.into_iter().map(|s| s.id).collect();
-        for c in containers {
-            if !sandbox_ids.contains(&c.pod_sandbox_id)
-                && self.rt.block_on(self.cri.remove_container(&c.id)).is_ok()
-            {
-                swept.containers += 1;
+        match (containers, sandboxes) {
+            (Ok(containers), Some(Ok(sandboxes))) => {
+                let sandbox_ids: std::collections::HashSet<String> =
+                    sandboxes.into_iter().map(|s| s.id).collect();
+                for c in containers {
+                    if !sandbox_ids.contains(&c.pod_sandbox_id)
+                        && self.rt.block_on(self.cri.remove_container(&c.id)).is_ok()
+                    {
+                        swept.containers += 1;
+                    }
+                }
             }
+            _ => eprintln!("sweep: the runtime did not list its containers and sandboxes"),
         }
         let mounts = nodelet::cm::cgroup_mounts();
         let mut roots = std::collections::BTreeSet::new();
