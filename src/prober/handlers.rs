@@ -93,14 +93,26 @@ pub struct Target<'a> {
 pub struct Outcome {
     /// Success.
     pub success: bool,
+    /// A success with a warning (kubelet's `probe.Warning`: an HTTP probe whose last answer was
+    /// a redirect it did not follow); the prober records a `ProbeWarning` event with the output.
+    pub warning: bool,
     /// What it said.
     pub output: String,
 }
 
 impl Outcome {
+    fn ok(output: impl Into<String>) -> Self {
+        Self {
+            success: true,
+            warning: false,
+            output: output.into(),
+        }
+    }
+
     fn fail(output: impl Into<String>) -> Self {
         Self {
             success: false,
+            warning: false,
             output: output.into(),
         }
     }
@@ -161,10 +173,7 @@ pub async fn run(
                 (Err(e), _) | (_, Err(e)) => return Outcome::fail(e),
             };
             match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
-                Ok(Ok(_)) => Outcome {
-                    success: true,
-                    output: String::new(),
-                },
+                Ok(Ok(_)) => Outcome::ok(""),
                 Ok(Err(e)) => Outcome::fail(format!("dial tcp {addr}: {e}")),
                 Err(_) => Outcome::fail(format!("dial tcp {addr}: i/o timeout")),
             }
@@ -172,10 +181,7 @@ pub async fn run(
         Handler::Grpc { port, service } => grpc(t, *port, service, timeout).await,
         Handler::Sleep(d) => {
             tokio::time::sleep(*d).await;
-            Outcome {
-                success: true,
-                output: String::new(),
-            }
+            Outcome::ok("")
         }
     }
 }
@@ -191,6 +197,7 @@ async fn exec(ctx: &HandlerContext, t: &Target<'_>, cmd: &[String], timeout: Dur
             }
             Outcome {
                 success: r.exit_code == 0,
+                warning: false,
                 output: truncate(out),
             }
         }
@@ -208,10 +215,7 @@ async fn exec(ctx: &HandlerContext, t: &Target<'_>, cmd: &[String], timeout: Dur
 pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -> Outcome {
     match handler {
         Handler::Http(h) => match http_get(ctx, t, h, None).await {
-            Ok(_) => Outcome {
-                success: true,
-                output: String::new(),
-            },
+            Ok(_) => Outcome::ok(""),
             Err(e) => Outcome::fail(e),
         },
         Handler::Exec(cmd) => exec(ctx, t, cmd, Duration::ZERO).await,
@@ -221,22 +225,28 @@ pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -
 
 async fn http(ctx: &HandlerContext, t: &Target<'_>, h: &HttpGet, timeout: Duration) -> Outcome {
     match http_get(ctx, t, h, Some(timeout)).await {
-        Ok((code, body)) if (200..400).contains(&code) => Outcome {
+        // A body cut short by an error (the timeout among them) fails the probe.
+        Ok((_, Err(e))) => Outcome::fail(e),
+        Ok((code, Ok(body))) if (200..300).contains(&code) => Outcome::ok(body),
+        // A redirect that was not followed (to another host): a success with a warning.
+        Ok((code, Ok(body))) if (300..400).contains(&code) => Outcome {
             success: true,
-            output: truncate(body),
+            warning: true,
+            output: format!("Probe terminated redirects, Response body: {body}"),
         },
         Ok((code, _)) => Outcome::fail(format!("HTTP probe failed with statuscode: {code}")),
         Err(e) => Outcome::fail(e),
     }
 }
 
-/// One GET: the status code and body, or the request's error (`Get "<url>": <cause>`).
+/// One GET: the status code and the first [`MAX_OUTPUT`] bytes of the body (or the error that
+/// cut the body short), or the request's error (`Get "<url>": <cause>`).
 async fn http_get(
     ctx: &HandlerContext,
     t: &Target<'_>,
     h: &HttpGet,
     timeout: Option<Duration>,
-) -> Result<(u16, String), String> {
+) -> Result<(u16, Result<String, String>), String> {
     let (ip, port) = match (address(t, h.host.as_deref()), h.port.resolve(t.container)) {
         (Ok(ip), Ok(p)) => (ip, p),
         (Err(e), _) | (_, Err(e)) => return Err(e),
@@ -254,22 +264,37 @@ async fn http_get(
         req = req.header(k.as_str(), v.as_str());
     }
     match req.send().await {
-        Ok(resp) => {
+        Ok(mut resp) => {
             let code = resp.status().as_u16();
-            let body = resp.text().await.unwrap_or_default();
-            Ok((code, body))
-        }
-        Err(e) => {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg.push_str(": ");
-                msg.push_str(&s.to_string());
-                src = s.source();
+            // At most MAX_OUTPUT bytes of the body are read (kubelet's `ReadAtMost`): an endless
+            // or huge body costs no more than that; the rest is dropped with the connection.
+            let mut body = Vec::new();
+            while body.len() < MAX_OUTPUT {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => {
+                        let room = MAX_OUTPUT - body.len();
+                        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Ok((code, Err(format!("Get {url:?}: {}", chain(&e))))),
+                }
             }
-            Err(format!("Get {url:?}: {msg}"))
+            Ok((code, Ok(String::from_utf8_lossy(&body).into_owned())))
         }
+        Err(e) => Err(format!("Get {url:?}: {}", chain(&e))),
     }
+}
+
+/// An error and its sources, `: `-separated (Go's wrapped error text).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
 }
 
 async fn grpc(t: &Target<'_>, port: i32, service: &str, timeout: Duration) -> Outcome {
@@ -303,10 +328,7 @@ async fn grpc(t: &Target<'_>, port: i32, service: &str, timeout: Duration) -> Ou
         Ok(r) => {
             let status = r.into_inner().status;
             if status == ServingStatus::Serving as i32 {
-                Outcome {
-                    success: true,
-                    output: String::new(),
-                }
+                Outcome::ok("")
             } else {
                 let name = ServingStatus::try_from(status).map_or("UNKNOWN", |s| s.as_str_name());
                 Outcome::fail(format!("service unhealthy (responded with {name:?})"))
@@ -346,7 +368,8 @@ mod tests {
 
     /// A one-shot-per-connection HTTP server on 127.0.0.1: answers each request by path
     /// (`/redirect-here` → 302 to `/ok`, `/redirect-away` → 302 to another host, `/ok` → 200
-    /// echoing the `x-probe` header, anything else → 500).
+    /// echoing the `x-probe` header, `/endless` → 200 with a body that never ends, `/stall` → 200
+    /// with a body that never comes, anything else → 500).
     async fn http_server() -> u16 {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
@@ -368,6 +391,18 @@ mod tests {
                         .find(|l| l.to_ascii_lowercase().starts_with("user-agent:"))
                         .map(|l| l[11..].trim().to_owned())
                         .unwrap_or_default();
+                    if path == "/endless" || path == "/stall" {
+                        // A body that never ends (a chunk of 64 KiB after another), or headers
+                        // and then nothing.
+                        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+                        if s.write_all(head.as_bytes()).await.is_err() || path == "/stall" {
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                            return;
+                        }
+                        let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                        while s.write_all(chunk.as_bytes()).await.is_ok() {}
+                        return;
+                    }
                     let resp = match path.as_str() {
                         "/redirect-here" => "HTTP/1.1 302 Found\r\nLocation: /ok\r\nContent-Length: 0\r\n\r\n".to_owned(),
                         "/redirect-away" => "HTTP/1.1 302 Found\r\nLocation: http://192.0.2.1/x\r\nContent-Length: 0\r\n\r\n".to_owned(),
@@ -402,29 +437,51 @@ mod tests {
         let t = target(&c, &ips);
         let d = Duration::from_secs(2);
         let ok = run(&ctx(), &http(port, "/ok"), &t, d).await;
-        assert_eq!(
-            ok,
-            Outcome {
-                success: true,
-                output: format!("hello {USER_AGENT}")
-            }
-        );
+        assert_eq!(ok, Outcome::ok(format!("hello {USER_AGENT}")));
         assert!(
             run(&ctx(), &http(port, "/redirect-here"), &t, d)
                 .await
                 .success
         );
-        // A redirect to another host is not followed: the 302 itself counts (success), and
-        // nothing is sent to the other host.
-        assert!(
-            run(&ctx(), &http(port, "/redirect-away"), &t, d)
-                .await
-                .success
-        );
+        // A redirect to another host is not followed: the 302 itself counts (a success with a
+        // warning, kubelet's `probe.Warning`), and nothing is sent to the other host.
+        let away = run(&ctx(), &http(port, "/redirect-away"), &t, d).await;
+        assert!(away.success && away.warning, "{away:?}");
+        assert_eq!(away.output, "Probe terminated redirects, Response body: ");
+        assert!(!ok.warning);
         let bad = run(&ctx(), &http(port, "/boom"), &t, d).await;
         assert_eq!(bad, Outcome::fail("HTTP probe failed with statuscode: 500"));
         // A hook does not look at the status code.
         assert!(run_hook(&ctx(), &http(port, "/boom"), &t).await.success);
+    }
+
+    #[tokio::test]
+    async fn an_endless_body_is_read_to_10_kib_and_a_stalled_one_fails_at_the_timeout() {
+        let port = http_server().await;
+        let c = container();
+        let ips = ["127.0.0.1".to_owned()];
+        let t = target(&c, &ips);
+        // Without the cap the read would go on to the 30 s timeout, holding all it read.
+        let endless = run(&ctx(), &http(port, "/endless"), &t, Duration::from_secs(30)).await;
+        assert!(endless.success, "{endless:?}");
+        assert_eq!(endless.output.len(), MAX_OUTPUT);
+        assert!(endless.output.bytes().all(|b| b == b'x'));
+        // A hook reads no more either, and does not wait for the end.
+        assert!(run_hook(&ctx(), &http(port, "/endless"), &t).await.success);
+        let stalled = run(
+            &ctx(),
+            &http(port, "/stall"),
+            &t,
+            Duration::from_millis(300),
+        )
+        .await;
+        assert!(!stalled.success, "{stalled:?}");
+        assert!(
+            stalled
+                .output
+                .starts_with(&format!("Get \"http://127.0.0.1:{port}/stall\"")),
+            "{stalled:?}"
+        );
     }
 
     #[tokio::test]

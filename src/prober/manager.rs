@@ -292,6 +292,13 @@ async fn run_worker(
                 "Unhealthy",
                 format!("{} probe failed: {}", kind.as_str(), outcome.output),
             );
+        } else if outcome.warning {
+            // kubelet's `ContainerProbeWarning`: a success, reported.
+            inner.recorder.warning(
+                crate::events::Involved::pod(&pod),
+                "ProbeWarning",
+                format!("{} probe warning: {}", kind.as_str(), outcome.output),
+            );
         }
         if let Some(v) = w.after(outcome.success) {
             inner.publish(&pod, &container.name, &view.id, kind, Publish::Set(v));
