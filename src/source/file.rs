@@ -19,7 +19,7 @@
 //! the same explicit `metadata.uid`): the file that defined it first keeps it, the other is
 //! reported as a duplicate.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -313,7 +313,11 @@ impl FileSource {
         let mut present: Vec<(PathBuf, Result<Vec<u8>, String>)> = Vec::new();
         let mut unread: Vec<PathBuf> = Vec::new();
         let candidates = self.candidates().unwrap_or_default();
-        self.writes.retain(|p, _| candidates.contains(p));
+        // Sets, not scans: with a thousand files a scan per file would cost a million path
+        // comparisons per listing.
+        let listed: HashSet<&Path> = candidates.iter().map(PathBuf::as_path).collect();
+        self.writes.retain(|p, _| listed.contains(p.as_path()));
+        drop(listed);
         for path in candidates {
             if self.being_written(&path) {
                 // Its last state stands.
@@ -327,12 +331,18 @@ impl FileSource {
                 Err(msg) => present.push((path, Err(msg))),
             }
         }
+        let kept: HashSet<&Path> = present
+            .iter()
+            .map(|(p, _)| p.as_path())
+            .chain(unread.iter().map(PathBuf::as_path))
+            .collect();
         let gone: Vec<PathBuf> = self
             .files
             .keys()
-            .filter(|p| !present.iter().any(|(q, _)| q == *p) && !unread.contains(p))
+            .filter(|p| !kept.contains(p.as_path()))
             .cloned()
             .collect();
+        drop(kept);
         let mut changed = !gone.is_empty() || !self.listed;
         for p in gone {
             self.files.remove(&p);
@@ -451,7 +461,8 @@ impl FileSource {
         // Existing owners first, then new files in name order.
         let mut order: Vec<&PathBuf> = self.owners.values().collect();
         order.sort();
-        let mut rest: Vec<&PathBuf> = self.files.keys().filter(|p| !order.contains(p)).collect();
+        let owning: HashSet<&PathBuf> = order.iter().copied().collect();
+        let mut rest: Vec<&PathBuf> = self.files.keys().filter(|p| !owning.contains(p)).collect();
         order.append(&mut rest);
         let order: Vec<PathBuf> = order.into_iter().cloned().collect();
 
