@@ -13,10 +13,14 @@ use super::Rejection;
 use crate::pod::APPARMOR_ANNOTATION_PREFIX as ANNOTATION_PREFIX;
 
 /// True when the kernel has AppArmor enabled (`/sys/module/apparmor/parameters/enabled` is
-/// `Y`, as kubelet's `IsEnabled` reads it).
+/// `Y`, as kubelet's `IsEnabled` reads it). Read once per process, as kubelet's validator checks
+/// the host once when it is built (a module parameter does not change while the node runs).
 pub fn host_enabled() -> bool {
-    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-        .is_ok_and(|s| s.trim_start().starts_with('Y'))
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+            .is_ok_and(|s| s.trim_start().starts_with('Y'))
+    })
 }
 
 /// kubelet's `isRequired`: some profile other than Unconfined is asked for.
