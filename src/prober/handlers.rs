@@ -227,12 +227,12 @@ async fn http(ctx: &HandlerContext, t: &Target<'_>, h: &HttpGet, timeout: Durati
     match http_get(ctx, t, h, Some(timeout)).await {
         // A body cut short by an error (the timeout among them) fails the probe.
         Ok((_, Err(e))) => Outcome::fail(e),
-        Ok((code, Ok(body))) if (200..300).contains(&code) => Outcome::ok(body),
+        Ok((code, Ok(body))) if (200..300).contains(&code) => Outcome::ok(truncate(body)),
         // A redirect that was not followed (to another host): a success with a warning.
         Ok((code, Ok(body))) if (300..400).contains(&code) => Outcome {
             success: true,
             warning: true,
-            output: format!("Probe terminated redirects, Response body: {body}"),
+            output: truncate(format!("Probe terminated redirects, Response body: {body}")),
         },
         Ok((code, _)) => Outcome::fail(format!("HTTP probe failed with statuscode: {code}")),
         Err(e) => Outcome::fail(e),
