@@ -115,6 +115,9 @@ pub struct Metrics {
     pub started_pods: Counter,
     /// Containers started (`kubelet_started_containers_total`).
     pub started_containers: Counter,
+    /// HTTPS lifecycle hooks sent again over HTTP with success
+    /// (`kubelet_lifecycle_handler_http_fallbacks_total`).
+    pub lifecycle_http_fallbacks: Counter,
     /// Pod first seen → all containers running, seconds (`kubelet_pod_start_duration_seconds`).
     pub pod_start_duration: Histogram,
     /// Pod worker sync/kill durations, seconds (`kubelet_pod_worker_duration_seconds`).
@@ -206,6 +209,7 @@ impl Metrics {
             ),
             started_pods: reg(&mut r, "kubelet_started_pods", "Cumulative number of pods started", Counter::default()),
             started_containers: reg(&mut r, "kubelet_started_containers", "Cumulative number of containers started", Counter::default()),
+            lifecycle_http_fallbacks: reg(&mut r, "kubelet_lifecycle_handler_http_fallbacks", "The number of times lifecycle handlers successfully fell back to http from https.", Counter::default()),
             pod_start_duration: reg(
                 &mut r,
                 "kubelet_pod_start_duration_seconds",

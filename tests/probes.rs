@@ -1,6 +1,7 @@
 //! Probes and lifecycle hooks on the real containerd: the docs' exec liveness example, an
 //! httpGet readiness probe on busybox httpd with a TCP liveness probe, a startup probe that holds
-//! liveness back, and preStop hooks whose time comes out of the grace period.
+//! liveness back, preStop hooks whose time comes out of the grace period, and an HTTPS preStop
+//! hook that falls back to HTTP.
 
 mod common;
 
@@ -237,4 +238,39 @@ fn a_pre_stop_hook_runs_before_sigterm_and_its_time_comes_out_of_the_grace_perio
         took >= Duration::from_millis(2500) && took < Duration::from_secs(7),
         "killed at the grace period: {took:?}"
     );
+}
+
+#[test]
+fn an_https_pre_stop_hook_on_a_plain_http_server_falls_back_to_http() {
+    let mut n = Nodelet::new("fallback");
+    n.start();
+    n.write_manifest(
+        "web.yaml",
+        &manifest(
+            "web",
+            "  terminationGracePeriodSeconds: 5\n  containers:\n  - name: httpd\n    image: busybox:1.36\n    command: [sh, -c, 'mkdir -p /www && echo hi > /www/index.html && exec httpd -f -p 8080 -h /www']\n    lifecycle:\n      preStop: {httpGet: {path: /index.html, port: 8080, scheme: HTTPS, httpHeaders: [{name: Authorization, value: secret}]}}\n",
+        ),
+    );
+    let uid = n.uid("web");
+    n.wait_running(&uid, &["httpd"], Duration::from_secs(30));
+    assert_eq!(
+        n.metric("kubelet_lifecycle_handler_http_fallbacks_total"),
+        0.0
+    );
+    std::fs::remove_file(n.manifests().join("web.yaml")).unwrap();
+    wait_until(Duration::from_secs(30), "web removed", || {
+        n.runtime.sandboxes(&uid).is_empty()
+    });
+    // httpd speaks plain HTTP: the HTTPS request fails, the same request over HTTP succeeds.
+    assert_eq!(
+        n.metric("kubelet_lifecycle_handler_http_fallbacks_total"),
+        1.0
+    );
+    let events = n.get("/events").unwrap();
+    assert!(
+        events.contains("LifecycleHTTPFallback")
+            && events.contains("got HTTP response, retry with HTTP succeeded"),
+        "{events}"
+    );
+    assert!(!events.contains("FailedPreStopHook"), "{events}");
 }

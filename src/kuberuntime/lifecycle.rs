@@ -77,6 +77,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         };
         let out = handlers::run_hook(self.probes.handler_context(), &h, &t).await;
         if out.success {
+            self.report_http_fallback(pod, &out);
             return Ok(());
         }
         let msg = failure_message(&h, c, pod, &out.output);
@@ -119,7 +120,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 self.recorder
                     .warning(crate::events::Involved::pod(pod), "FailedPreStopHook", msg);
             }
-            Ok(_) => {}
+            Ok(out) => self.report_http_fallback(pod, &out),
             Err(_) => {
                 warn!(pod = %pod_ref(pod), container = %c.name, grace, "preStop hook did not finish within the grace period");
             }
@@ -128,6 +129,22 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let left = grace_after_pre_stop(grace, elapsed);
         info!(pod = %pod_ref(pod), container = %c.name, elapsed, grace = left, "preStop hook ran");
         left
+    }
+
+    /// A hook that succeeded over HTTP after its HTTPS request got a plain HTTP answer: a
+    /// `Warning LifecycleHTTPFallback` event and `kubelet_lifecycle_handler_http_fallbacks_total`,
+    /// as kubelet reports it.
+    fn report_http_fallback(&self, pod: &Pod, out: &handlers::Outcome) {
+        if !out.warning {
+            return;
+        }
+        warn!(pod = %pod_ref(pod), "{}", out.output);
+        self.metrics.lifecycle_http_fallbacks.inc();
+        self.recorder.warning(
+            crate::events::Involved::pod(pod),
+            "LifecycleHTTPFallback",
+            out.output.clone(),
+        );
     }
 }
 

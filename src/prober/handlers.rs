@@ -212,10 +212,38 @@ async fn exec(ctx: &HandlerContext, t: &Target<'_>, cmd: &[String], timeout: Dur
 /// Runs a lifecycle hook's handler (kubelet's `handlerRunner.Run`): exec without a timeout of
 /// its own (a non-zero exit fails), httpGet (only a failed request fails: kubelet does not look
 /// at the status code of a hook's response), sleep.
+///
+/// An HTTPS hook whose server answered in plain HTTP is sent again over HTTP without its
+/// `Authorization` header (kubelet's fallback in `runHTTPHandler`); when that succeeds the
+/// outcome is a success with `warning` set and the output kubelet gives its
+/// `LifecycleHTTPFallback` event. When it fails, the first error stands.
 pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -> Outcome {
     match handler {
         Handler::Http(h) => match http_get(ctx, t, h, None).await {
             Ok(_) => Outcome::ok(""),
+            Err(e) if h.scheme == "https" && is_plain_http_answer(&e) => {
+                let mut plain = h.clone();
+                plain.scheme = "http".into();
+                plain
+                    .headers
+                    .retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
+                match http_get(ctx, t, &plain, None).await {
+                    Ok(_) => {
+                        let at = match (address(t, h.host.as_deref()), h.port.resolve(t.container))
+                        {
+                            (Ok(IpAddr::V6(ip)), Ok(port)) => format!("[{ip}]:{port}"),
+                            (Ok(ip), Ok(port)) => format!("{ip}:{port}"),
+                            _ => String::new(),
+                        };
+                        Outcome {
+                            success: true,
+                            warning: true,
+                            output: format!("request to HTTPS lifecycle hook {at} got HTTP response, retry with HTTP succeeded"),
+                        }
+                    }
+                    Err(_) => Outcome::fail(e),
+                }
+            }
             Err(e) => Outcome::fail(e),
         },
         Handler::Exec(cmd) => exec(ctx, t, cmd, Duration::ZERO).await,
@@ -283,6 +311,13 @@ async fn http_get(
         }
         Err(e) => Err(format!("Get {url:?}: {}", chain(&e))),
     }
+}
+
+/// True when an HTTPS request failed because the server answered in plain HTTP (Go's "server
+/// gave HTTP response to HTTPS client"): rustls then reads the answer's first bytes, `HTTP/`, as
+/// a TLS record of an invalid content type.
+fn is_plain_http_answer(error: &str) -> bool {
+    error.contains("InvalidContentType")
 }
 
 /// An error and its sources, `: `-separated (Go's wrapped error text).
@@ -453,6 +488,54 @@ mod tests {
         assert_eq!(bad, Outcome::fail("HTTP probe failed with statuscode: 500"));
         // A hook does not look at the status code.
         assert!(run_hook(&ctx(), &http(port, "/boom"), &t).await.success);
+    }
+
+    #[tokio::test]
+    async fn an_https_hook_answered_in_plain_http_is_sent_again_over_http() {
+        let port = http_server().await;
+        let c = container();
+        let ips = ["127.0.0.1".to_owned()];
+        let t = target(&c, &ips);
+        let https = |path: &str| match http(port, path) {
+            Handler::Http(mut h) => {
+                h.scheme = "https".into();
+                Handler::Http(h)
+            }
+            _ => unreachable!(),
+        };
+        let out = run_hook(&ctx(), &https("/ok"), &t).await;
+        assert_eq!(
+            out,
+            Outcome {
+                success: true,
+                warning: true,
+                output: format!("request to HTTPS lifecycle hook 127.0.0.1:{port} got HTTP response, retry with HTTP succeeded"),
+            }
+        );
+        // A probe gets no fallback: kubelet's probes fail on it.
+        let probe = run(&ctx(), &https("/ok"), &t, Duration::from_secs(2)).await;
+        assert!(
+            !probe.success && probe.output.contains("InvalidContentType"),
+            "{probe:?}"
+        );
+        // Nothing listening: the first error stands, no retry is reported.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead = closed.local_addr().unwrap().port();
+        drop(closed);
+        let refused = run_hook(
+            &ctx(),
+            &{
+                let Handler::Http(mut h) = https("/ok") else {
+                    unreachable!()
+                };
+                h.port = PortRef::Number(i32::from(dead));
+                Handler::Http(h)
+            },
+            &t,
+        )
+        .await;
+        assert!(!refused.success && !refused.warning, "{refused:?}");
+        assert!(refused.output.starts_with("Get \"https://"), "{refused:?}");
     }
 
     #[tokio::test]
