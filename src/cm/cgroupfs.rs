@@ -370,13 +370,13 @@ impl CgroupManager for Cgroupfs {
     fn create(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
         let Some(r) = rel(cgroup) else { return Ok(()) };
         // Controllers that share a directory (every one of the unified hierarchy, co-mounted v1
-        // ones such as cpu,cpuacct) make it once; cpuset always runs its create, which on v1
+        // ones such as cpu,cpuacct) make it once; a v1 cpuset always runs its create, which
         // also copies the parent's cpus and mems.
         let mut made = std::collections::HashSet::new();
         for cg in self.everywhere(r) {
             for s in cg.subsystems() {
                 let c = s.to_controller();
-                let cpuset = matches!(s, cgroups_rs::fs::Subsystem::CpuSet(_));
+                let cpuset = matches!(s, cgroups_rs::fs::Subsystem::CpuSet(_)) && !c.v2();
                 if !made.insert(c.path().to_owned()) && !cpuset {
                     continue;
                 }

@@ -93,8 +93,10 @@ pub struct Target<'a> {
 pub struct Outcome {
     /// Success.
     pub success: bool,
-    /// A success with a warning (kubelet's `probe.Warning`: an HTTP probe whose last answer was
-    /// a redirect it did not follow); the prober records a `ProbeWarning` event with the output.
+    /// A success with a warning: an HTTP probe whose last answer was a 3xx (kubelet's
+    /// `probe.Warning`: a redirect it did not follow, to another host, or a 3xx with nothing to
+    /// follow), for which the prober records a `ProbeWarning` event with the output; or an HTTPS
+    /// hook that succeeded over HTTP ([`run_hook`]).
     pub warning: bool,
     /// What it said.
     pub output: String,
@@ -219,7 +221,7 @@ async fn exec(ctx: &HandlerContext, t: &Target<'_>, cmd: &[String], timeout: Dur
 /// `LifecycleHTTPFallback` event. When it fails, the first error stands.
 pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -> Outcome {
     match handler {
-        Handler::Http(h) => match http_get(ctx, t, h, None).await {
+        Handler::Http(h) => match http_get(ctx, t, h, None, false).await {
             Ok(_) => Outcome::ok(""),
             Err(e) if h.scheme == "https" && is_plain_http_answer(&e) => {
                 let mut plain = h.clone();
@@ -227,7 +229,7 @@ pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -
                 plain
                     .headers
                     .retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
-                match http_get(ctx, t, &plain, None).await {
+                match http_get(ctx, t, &plain, None, false).await {
                     Ok(_) => {
                         let at = match (address(t, h.host.as_deref()), h.port.resolve(t.container))
                         {
@@ -252,28 +254,35 @@ pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -
 }
 
 async fn http(ctx: &HandlerContext, t: &Target<'_>, h: &HttpGet, timeout: Duration) -> Outcome {
-    match http_get(ctx, t, h, Some(timeout)).await {
+    match http_get(ctx, t, h, Some(timeout), true).await {
         // A body cut short by an error (the timeout among them) fails the probe.
         Ok((_, Err(e))) => Outcome::fail(e),
         Ok((code, Ok(body))) if (200..300).contains(&code) => Outcome::ok(truncate(body)),
-        // A redirect that was not followed (to another host): a success with a warning.
+        // A 3xx that was not followed (a redirect to another host, a 304): a success with a
+        // warning.
         Ok((code, Ok(body))) if (300..400).contains(&code) => Outcome {
             success: true,
             warning: true,
-            output: truncate(format!("Probe terminated redirects, Response body: {body}")),
+            output: format!(
+                "Probe terminated redirects, Response body: {}",
+                truncate(body)
+            ),
         },
         Ok((code, _)) => Outcome::fail(format!("HTTP probe failed with statuscode: {code}")),
         Err(e) => Outcome::fail(e),
     }
 }
 
-/// One GET: the status code and the first [`MAX_OUTPUT`] bytes of the body (or the error that
-/// cut the body short), or the request's error (`Get "<url>": <cause>`).
+/// One GET: the status code and, with `read_body`, the first [`MAX_OUTPUT`] bytes of the body
+/// (or the error that cut the body short); or the request's error (`Get "<url>": <cause>`).
+/// Without `read_body` (hooks, which look at no body) the answer ends with its headers: a body
+/// that never comes cannot hold the caller.
 async fn http_get(
     ctx: &HandlerContext,
     t: &Target<'_>,
     h: &HttpGet,
     timeout: Option<Duration>,
+    read_body: bool,
 ) -> Result<(u16, Result<String, String>), String> {
     let (ip, port) = match (address(t, h.host.as_deref()), h.port.resolve(t.container)) {
         (Ok(ip), Ok(p)) => (ip, p),
@@ -294,8 +303,20 @@ async fn http_get(
     match req.send().await {
         Ok(mut resp) => {
             let code = resp.status().as_u16();
-            // At most MAX_OUTPUT bytes of the body are read (kubelet's `ReadAtMost`): an endless
-            // or huge body costs no more than that; the rest is dropped with the connection.
+            if !read_body {
+                return Ok((code, Ok(String::new())));
+            }
+            // A body that ends when the connection closes: over TLS, a close without
+            // close_notify ends it as Go's TLS takes it, not as an error.
+            let close_delimited = resp.content_length().is_none()
+                && !resp
+                    .headers()
+                    .get(reqwest::header::TRANSFER_ENCODING)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+            // At most MAX_OUTPUT bytes of the body are kept (kubelet's `ReadAtMost`), and reading
+            // stops there: an endless or huge body costs a bounded read (what the last socket
+            // read brought); the rest is dropped with the connection.
             let mut body = Vec::new();
             while body.len() < MAX_OUTPUT {
                 match resp.chunk().await {
@@ -304,6 +325,7 @@ async fn http_get(
                         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
                     }
                     Ok(None) => break,
+                    Err(e) if close_delimited && is_unexpected_eof(&e) => break,
                     Err(e) => return Ok((code, Err(format!("Get {url:?}: {}", chain(&e))))),
                 }
             }
@@ -318,6 +340,21 @@ async fn http_get(
 /// a TLS record of an invalid content type.
 fn is_plain_http_answer(error: &str) -> bool {
     error.contains("InvalidContentType")
+}
+
+/// True when an I/O error of kind `UnexpectedEof` is in `e`'s chain (rustls: the peer closed
+/// without close_notify).
+fn is_unexpected_eof(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut src = Some(e);
+    while let Some(s) = src {
+        if s.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
+        {
+            return true;
+        }
+        src = s.source();
+    }
+    false
 }
 
 /// An error and its sources, `: `-separated (Go's wrapped error text).
@@ -404,7 +441,8 @@ mod tests {
     /// A one-shot-per-connection HTTP server on 127.0.0.1: answers each request by path
     /// (`/redirect-here` → 302 to `/ok`, `/redirect-away` → 302 to another host, `/ok` → 200
     /// echoing the `x-probe` header, `/endless` → 200 with a body that never ends, `/stall` → 200
-    /// with a body that never comes, anything else → 500).
+    /// with a body that never comes, `/close` → 200 with a body ended by the close, `/short` →
+    /// 200 with a body shorter than its Content-Length, anything else → 500).
     async fn http_server() -> u16 {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
@@ -439,6 +477,8 @@ mod tests {
                         return;
                     }
                     let resp = match path.as_str() {
+                        "/close" => "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nclosed".to_owned(),
+                        "/short" => "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort".to_owned(),
                         "/redirect-here" => "HTTP/1.1 302 Found\r\nLocation: /ok\r\nContent-Length: 0\r\n\r\n".to_owned(),
                         "/redirect-away" => "HTTP/1.1 302 Found\r\nLocation: http://192.0.2.1/x\r\nContent-Length: 0\r\n\r\n".to_owned(),
                         "/ok" => {
@@ -549,8 +589,12 @@ mod tests {
         assert!(endless.success, "{endless:?}");
         assert_eq!(endless.output.len(), MAX_OUTPUT);
         assert!(endless.output.bytes().all(|b| b == b'x'));
-        // A hook reads no more either, and does not wait for the end.
-        assert!(run_hook(&ctx(), &http(port, "/endless"), &t).await.success);
+        // A hook reads no body at all: neither an endless nor a stalled one holds it.
+        for path in ["/endless", "/stall"] {
+            let (ctx, handler) = (ctx(), http(port, path));
+            let hook = tokio::time::timeout(Duration::from_secs(10), run_hook(&ctx, &handler, &t));
+            assert!(hook.await.expect(path).success, "{path}");
+        }
         let stalled = run(
             &ctx(),
             &http(port, "/stall"),
@@ -559,6 +603,14 @@ mod tests {
         )
         .await;
         assert!(!stalled.success, "{stalled:?}");
+        // A body ended by the close is whole; one shorter than its length is cut short.
+        let d = Duration::from_secs(2);
+        assert_eq!(
+            run(&ctx(), &http(port, "/close"), &t, d).await,
+            Outcome::ok("closed")
+        );
+        let short = run(&ctx(), &http(port, "/short"), &t, d).await;
+        assert!(!short.success, "{short:?}");
         assert!(
             stalled
                 .output
