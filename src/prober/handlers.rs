@@ -223,7 +223,7 @@ pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -
     match handler {
         Handler::Http(h) => match http_get(ctx, t, h, None, false).await {
             Ok(_) => Outcome::ok(""),
-            Err(e) if h.scheme == "https" && is_plain_http_answer(&e) => {
+            Err(e) if h.scheme == "https" && e.plain_http_answer => {
                 let mut plain = h.clone();
                 plain.scheme = "http".into();
                 plain
@@ -243,10 +243,10 @@ pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -
                             output: format!("request to HTTPS lifecycle hook {at} got HTTP response, retry with HTTP succeeded"),
                         }
                     }
-                    Err(_) => Outcome::fail(e),
+                    Err(_) => Outcome::fail(e.message),
                 }
             }
-            Err(e) => Outcome::fail(e),
+            Err(e) => Outcome::fail(e.message),
         },
         Handler::Exec(cmd) => exec(ctx, t, cmd, Duration::ZERO).await,
         other => run(ctx, other, t, Duration::from_secs(1)).await,
@@ -269,8 +269,18 @@ async fn http(ctx: &HandlerContext, t: &Target<'_>, h: &HttpGet, timeout: Durati
             ),
         },
         Ok((code, _)) => Outcome::fail(format!("HTTP probe failed with statuscode: {code}")),
-        Err(e) => Outcome::fail(e),
+        Err(e) => Outcome::fail(e.message),
     }
+}
+
+/// Why a GET got no answer.
+struct GetError {
+    /// `Get "<url>": <cause>`.
+    message: String,
+    /// The server answered an HTTPS request in plain HTTP (Go's "server gave HTTP response to
+    /// HTTPS client"): rustls read the answer's first bytes, `HTTP/`, as a TLS record of an
+    /// invalid content type.
+    plain_http_answer: bool,
 }
 
 /// One GET: the status code and, with `read_body`, the first [`MAX_OUTPUT`] bytes of the body
@@ -283,10 +293,15 @@ async fn http_get(
     h: &HttpGet,
     timeout: Option<Duration>,
     read_body: bool,
-) -> Result<(u16, Result<String, String>), String> {
+) -> Result<(u16, Result<String, String>), GetError> {
     let (ip, port) = match (address(t, h.host.as_deref()), h.port.resolve(t.container)) {
         (Ok(ip), Ok(p)) => (ip, p),
-        (Err(e), _) | (_, Err(e)) => return Err(e),
+        (Err(e), _) | (_, Err(e)) => {
+            return Err(GetError {
+                message: e,
+                plain_http_answer: false,
+            })
+        }
     };
     let host = match ip {
         IpAddr::V6(v6) => format!("[{v6}]"),
@@ -331,15 +346,14 @@ async fn http_get(
             }
             Ok((code, Ok(String::from_utf8_lossy(&body).into_owned())))
         }
-        Err(e) => Err(format!("Get {url:?}: {}", chain(&e))),
+        Err(e) => {
+            let cause = chain(&e);
+            Err(GetError {
+                plain_http_answer: cause.contains("InvalidContentType"),
+                message: format!("Get {url:?}: {cause}"),
+            })
+        }
     }
-}
-
-/// True when an HTTPS request failed because the server answered in plain HTTP (Go's "server
-/// gave HTTP response to HTTPS client"): rustls then reads the answer's first bytes, `HTTP/`, as
-/// a TLS record of an invalid content type.
-fn is_plain_http_answer(error: &str) -> bool {
-    error.contains("InvalidContentType")
 }
 
 /// True when an I/O error of kind `UnexpectedEof` is in `e`'s chain (rustls: the peer closed
