@@ -231,12 +231,7 @@ pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -
                     .retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
                 match http_get(ctx, t, &plain, None, false).await {
                     Ok(_) => {
-                        let at = match (address(t, h.host.as_deref()), h.port.resolve(t.container))
-                        {
-                            (Ok(IpAddr::V6(ip)), Ok(port)) => format!("[{ip}]:{port}"),
-                            (Ok(ip), Ok(port)) => format!("{ip}:{port}"),
-                            _ => String::new(),
-                        };
+                        let at = authority(t, h).unwrap_or_default();
                         Outcome {
                             success: true,
                             warning: true,
@@ -273,6 +268,16 @@ async fn http(ctx: &HandlerContext, t: &Target<'_>, h: &HttpGet, timeout: Durati
     }
 }
 
+/// `host:port` of an httpGet handler (`[v6]:port` for IPv6): its address ([`address`]) and its
+/// port by number or name.
+///
+/// Errors: the message of [`address`] or of the port's resolution.
+fn authority(t: &Target<'_>, h: &HttpGet) -> Result<String, String> {
+    let ip = address(t, h.host.as_deref())?;
+    let port = h.port.resolve(t.container)?;
+    Ok(std::net::SocketAddr::new(ip, port).to_string())
+}
+
 /// Why a GET got no answer.
 struct GetError {
     /// `Get "<url>": <cause>`.
@@ -294,20 +299,11 @@ async fn http_get(
     timeout: Option<Duration>,
     read_body: bool,
 ) -> Result<(u16, Result<String, String>), GetError> {
-    let (ip, port) = match (address(t, h.host.as_deref()), h.port.resolve(t.container)) {
-        (Ok(ip), Ok(p)) => (ip, p),
-        (Err(e), _) | (_, Err(e)) => {
-            return Err(GetError {
-                message: e,
-                plain_http_answer: false,
-            })
-        }
-    };
-    let host = match ip {
-        IpAddr::V6(v6) => format!("[{v6}]"),
-        IpAddr::V4(v4) => v4.to_string(),
-    };
-    let url = format!("{}://{host}:{port}{}", h.scheme, h.path);
+    let authority = authority(t, h).map_err(|message| GetError {
+        message,
+        plain_http_answer: false,
+    })?;
+    let url = format!("{}://{authority}{}", h.scheme, h.path);
     let mut req = ctx.http.get(&url).header("Accept", "*/*");
     if let Some(t) = timeout {
         req = req.timeout(t);
