@@ -61,10 +61,29 @@ fn amount(c: &Container, limits: bool, resource: &str) -> i128 {
 /// request and no limit: BestEffort. Guaranteed when every container has cpu and memory
 /// limits, the summed requests equal the summed limits for each resource requested, and the
 /// same resources are requested as limited. Burstable otherwise. `spec.overhead` does not count.
+///
+/// A pod with pod-level resources ([`crate::resources::pod_level_resources`]) is classed by
+/// them alone (kubelet's `ComputePodQOS` with PodLevelResources): BestEffort without a non-zero
+/// pod-level request or limit, Guaranteed with cpu and memory limits that equal the requests,
+/// Burstable otherwise.
 pub fn pod_qos_class(pod: &Pod) -> QosClass {
     let Some(spec) = pod.spec.as_ref() else {
         return QosClass::BestEffort;
     };
+    if let Some(pl) = crate::resources::pod_level_resources(pod) {
+        let positive = |v: Option<i64>| v.filter(|v| *v > 0);
+        let requests = [positive(pl.cpu_request), positive(pl.memory_request)];
+        let limits = [positive(pl.cpu_limit), positive(pl.memory_limit)];
+        if requests.iter().chain(&limits).all(Option::is_none) {
+            return QosClass::BestEffort;
+        }
+        let guaranteed = limits.iter().all(Option::is_some) && requests == limits;
+        return if guaranteed {
+            QosClass::Guaranteed
+        } else {
+            QosClass::Burstable
+        };
+    }
     let all = spec
         .init_containers
         .iter()

@@ -206,6 +206,59 @@ pub fn container_amounts(c: &Container) -> Result<ContainerAmounts, ResourceErro
     Ok(a)
 }
 
+/// A pod's own `spec.resources` (kubelet's PodLevelResources, beta and on by default as from
+/// 1.34): cpu in millicores, memory in bytes, after the API server's defaulting (a pod-level
+/// request absent beside a pod-level limit is that limit, `defaultPodRequests`). `None` where
+/// the pod level says nothing of a resource. Where it says something, it replaces the sum of
+/// the containers in the pod's requests and limits ([`pod_amounts`], kubelet's
+/// `PodRequests`/`PodLimits`), decides the QoS class ([`crate::qos::pod_qos_class`]), bounds
+/// the pod cgroup, and bounds each container that has no limit of its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodLevelResources {
+    /// cpu request, millicores.
+    pub cpu_request: Option<i64>,
+    /// cpu limit, millicores.
+    pub cpu_limit: Option<i64>,
+    /// memory request, bytes.
+    pub memory_request: Option<i64>,
+    /// memory limit, bytes.
+    pub memory_limit: Option<i64>,
+}
+
+/// The resources nodelet takes at pod level (the API also takes hugepages there as from 1.34;
+/// nodelet refuses a pod that sets them, rather than run it without that bound).
+pub const POD_LEVEL_RESOURCES: [&str; 2] = ["cpu", "memory"];
+
+/// The pod's [`PodLevelResources`]; `None` when `spec.resources` sets neither cpu nor memory
+/// (kubelet's `IsPodLevelResourcesSet`). Unusable quantities count as absent; validation
+/// refuses them ([`validate_pod_resources`]).
+pub fn pod_level_resources(pod: &Pod) -> Option<PodLevelResources> {
+    let r = pod.spec.as_ref()?.resources.as_ref()?;
+    let get = |limits: bool, name: &str| {
+        let map = if limits {
+            r.limits.as_ref()
+        } else {
+            r.requests.as_ref()
+        }?;
+        let q = map.get(name)?;
+        let v = if name == "cpu" {
+            parse_milli(&q.0)
+        } else {
+            parse_value(&q.0)
+        }
+        .ok()?;
+        i64::try_from(v).ok().filter(|v| *v >= 0)
+    };
+    let (cpu_limit, memory_limit) = (get(true, "cpu"), get(true, "memory"));
+    let pl = PodLevelResources {
+        cpu_request: get(false, "cpu").or(cpu_limit),
+        cpu_limit,
+        memory_request: get(false, "memory").or(memory_limit),
+        memory_limit,
+    };
+    (pl != PodLevelResources::default()).then_some(pl)
+}
+
 /// Checks every container's resources (the admission check of the pod's quantities).
 ///
 /// Errors: the first [`ResourceError`], its field prefixed with the container list path.
@@ -227,6 +280,7 @@ pub fn validate_pod_resources(pod: &Pod) -> Result<(), ResourceError> {
             })?;
         }
     }
+    validate_pod_level(pod)?;
     for (name, q) in spec.overhead.iter().flatten() {
         let err = |message: String| ResourceError {
             container: String::new(),
@@ -244,6 +298,90 @@ pub fn validate_pod_resources(pod: &Pod) -> Result<(), ResourceError> {
                 "{:?} must be 0 or more and fit in 64 bits",
                 q.0
             )));
+        }
+    }
+    Ok(())
+}
+
+/// The API server's checks of `spec.resources` (`validatePodResources`, with what nodelet
+/// supports): only cpu and memory; quantities that parse and are not negative; a request no
+/// larger than its limit; pod-level requests at least the containers' aggregate request, and
+/// no container limit above the pod-level limit.
+///
+/// Errors: a [`ResourceError`] naming the `spec.resources` field.
+fn validate_pod_level(pod: &Pod) -> Result<(), ResourceError> {
+    let Some(r) = pod.spec.as_ref().and_then(|s| s.resources.as_ref()) else {
+        return Ok(());
+    };
+    let err = |field: String, message: String| ResourceError {
+        container: String::new(),
+        field,
+        message,
+    };
+    for (kind, map) in [("requests", &r.requests), ("limits", &r.limits)] {
+        for (name, q) in map.iter().flatten() {
+            let field = format!("spec.resources.{kind}.{name}");
+            if !POD_LEVEL_RESOURCES.contains(&name.as_str()) {
+                return Err(err(
+                    field,
+                    "only cpu and memory may be set at pod level (nodelet does not apply other pod-level resources, and refuses the pod rather than run it without them)".into(),
+                ));
+            }
+            let v = if name == "cpu" {
+                parse_milli(&q.0)
+            } else {
+                parse_value(&q.0)
+            }
+            .map_err(|e| err(field.clone(), e.to_string()))?;
+            if v < 0 || i64::try_from(v).is_err() {
+                return Err(err(
+                    field,
+                    format!("{:?} must be 0 or more and fit in 64 bits", q.0),
+                ));
+            }
+        }
+    }
+    let Some(pl) = pod_level_resources(pod) else {
+        return Ok(());
+    };
+    let containers = pod_amounts_of_containers(pod);
+    for (name, req, lim, aggr_req) in [
+        ("cpu", pl.cpu_request, pl.cpu_limit, containers.cpu_request),
+        (
+            "memory",
+            pl.memory_request,
+            pl.memory_limit,
+            containers.memory_request,
+        ),
+    ] {
+        if let (Some(req), Some(lim)) = (req, lim) {
+            if req > lim {
+                return Err(err(
+                    format!("spec.resources.requests.{name}"),
+                    "must be less than or equal to the pod-level limit".into(),
+                ));
+            }
+        }
+        if req.is_some_and(|req| req < aggr_req) {
+            return Err(err(
+                format!("spec.resources.requests.{name}"),
+                "must be greater than or equal to the aggregate container requests".into(),
+            ));
+        }
+    }
+    let spec = pod.spec.as_ref().map_or(&[][..], |s| &s.containers[..]);
+    for (i, c) in spec.iter().enumerate() {
+        let a = container_amounts(c).unwrap_or_default();
+        for (name, pod_lim, c_lim) in [
+            ("cpu", pl.cpu_limit, a.cpu_limit),
+            ("memory", pl.memory_limit, a.memory_limit),
+        ] {
+            if pod_lim.is_some_and(|p| c_lim > p) {
+                return Err(err(
+                    format!("spec.containers[{i}].resources.limits.{name}"),
+                    "must be less than or equal to the pod-level limit".into(),
+                ));
+            }
         }
     }
     Ok(())
@@ -292,9 +430,32 @@ fn combine(apps: impl Iterator<Item = i64>, inits: &[(i64, bool)]) -> i64 {
     total.max(init_need)
 }
 
-/// Computes [`PodAmounts`]: kubelet's pod requests and limits (see [`combine`]), plus
-/// `overhead`.
+/// Computes [`PodAmounts`]: kubelet's pod requests and limits (see [`combine`]), each amount
+/// that [`PodLevelResources`] sets replaced by it, plus `overhead`.
 pub fn pod_amounts(pod: &Pod) -> PodAmounts {
+    let Some(spec) = pod.spec.as_ref() else {
+        return PodAmounts::default();
+    };
+    let mut sum = pod_amounts_of_containers(pod);
+    if let Some(pl) = pod_level_resources(pod) {
+        for (from, to) in [
+            (pl.cpu_request, &mut sum.cpu_request),
+            (pl.cpu_limit, &mut sum.cpu_limit),
+            (pl.memory_request, &mut sum.memory_request),
+            (pl.memory_limit, &mut sum.memory_limit),
+        ] {
+            if let Some(v) = from {
+                *to = v;
+            }
+        }
+    }
+    add_overhead(spec, &mut sum);
+    sum
+}
+
+/// The containers' aggregate requests and limits ([`combine`]), without pod-level resources
+/// or overhead.
+fn pod_amounts_of_containers(pod: &Pod) -> PodAmounts {
     let Some(spec) = pod.spec.as_ref() else {
         return PodAmounts::default();
     };
@@ -330,6 +491,11 @@ pub fn pod_amounts(pod: &Pod) -> PodAmounts {
         sum.hugepages
             .insert(size, combine(apps.iter().map(of), &init));
     }
+    sum
+}
+
+/// Adds `spec.overhead` to `sum`: to the requests, and to the limits that are set.
+fn add_overhead(spec: &k8s_openapi::api::core::v1::PodSpec, sum: &mut PodAmounts) {
     let overhead = |name: &str, milli: bool| {
         spec.overhead
             .as_ref()
@@ -360,7 +526,6 @@ pub fn pod_amounts(pod: &Pod) -> PodAmounts {
     if sum.memory_limit > 0 {
         sum.memory_limit = sum.memory_limit.saturating_add(memory);
     }
-    sum
 }
 
 #[cfg(test)]
@@ -444,6 +609,50 @@ mod tests {
                 "{res}"
             );
         }
+    }
+
+    #[test]
+    fn pod_level_resources_replace_the_containers_sums_and_decide_the_qos_class() {
+        use crate::qos::{pod_qos_class, QosClass};
+        // Limits only at pod level: the requests default to them; containers without any.
+        let p = pod("{resources: {limits: {cpu: '1', memory: 1Gi}}, containers: [{name: a, image: b}, {name: c, image: b}]}");
+        let a = pod_amounts(&p);
+        assert_eq!(
+            (a.cpu_request, a.cpu_limit, a.memory_request, a.memory_limit),
+            (1000, 1000, 1 << 30, 1 << 30)
+        );
+        assert_eq!(pod_qos_class(&p), QosClass::Guaranteed);
+        // A request below the limit: Burstable; the pod's amounts are the pod level's, not the
+        // containers' sum.
+        let p = pod("{resources: {requests: {cpu: 500m, memory: 512Mi}, limits: {cpu: '1', memory: 1Gi}}, containers: [{name: a, image: b, resources: {requests: {cpu: 100m, memory: 64Mi}}}]}");
+        let a = pod_amounts(&p);
+        assert_eq!((a.cpu_request, a.memory_request), (500, 512 << 20));
+        assert_eq!(pod_qos_class(&p), QosClass::Burstable);
+        // Only memory at pod level: cpu still comes from the containers; no cpu limit at pod
+        // level, so not Guaranteed however the containers are set.
+        let p = pod("{resources: {limits: {memory: 1Gi}}, containers: [{name: a, image: b, resources: {limits: {cpu: 200m, memory: 1Gi}}}]}");
+        let a = pod_amounts(&p);
+        assert_eq!((a.cpu_request, a.memory_limit), (200, 1 << 30));
+        assert_eq!(pod_qos_class(&p), QosClass::Burstable);
+        // Nothing at pod level but an empty map: as without.
+        let p = pod("{resources: {}, containers: [{name: a, image: b}]}");
+        assert!(pod_level_resources(&p).is_none());
+        assert_eq!(pod_qos_class(&p), QosClass::BestEffort);
+    }
+
+    #[test]
+    fn pod_level_resources_are_validated_as_the_api_server_does() {
+        for (spec, field) in [
+            ("{resources: {limits: {hugepages-2Mi: 2Mi}}, containers: [{name: a, image: b}]}", "spec.resources.limits.hugepages-2Mi"),
+            ("{resources: {limits: {ephemeral-storage: 1Gi}}, containers: [{name: a, image: b}]}", "spec.resources.limits.ephemeral-storage"),
+            ("{resources: {requests: {memory: 2Gi}, limits: {memory: 1Gi}}, containers: [{name: a, image: b}]}", "spec.resources.requests.memory"),
+            ("{resources: {requests: {cpu: 100m}}, containers: [{name: a, image: b, resources: {requests: {cpu: 200m}}}]}", "spec.resources.requests.cpu"),
+            ("{resources: {limits: {memory: 1Gi}}, containers: [{name: a, image: b, resources: {requests: {memory: 100Mi}, limits: {memory: 2Gi}}}]}", "spec.containers[0].resources.limits.memory"),
+            ("{resources: {limits: {cpu: lots}}, containers: [{name: a, image: b}]}", "spec.resources.limits.cpu"),
+        ] {
+            assert_eq!(validate_pod_resources(&pod(spec)).unwrap_err().field, field, "{spec}");
+        }
+        assert!(validate_pod_resources(&pod("{resources: {requests: {cpu: 300m}, limits: {cpu: '1', memory: 1Gi}}, containers: [{name: a, image: b, resources: {requests: {cpu: 200m}, limits: {memory: 512Mi}}}]}")).is_ok());
     }
 
     #[test]

@@ -228,3 +228,113 @@ fn disk_pressure_refuses_new_pods_but_not_critical_or_running_ones_and_never_evi
     });
     assert_eq!(n.runtime.container_status(&c.id).state, 1);
 }
+
+fn condition(n: &Nodelet, name: &str, kind: &str) -> serde_json::Value {
+    n.pod(name).unwrap_or_default()["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_evicted_pod_names_its_containers_keeps_their_states_and_each_gets_two_seconds() {
+    // Running first, then a hard nodefs threshold that every node meets: the pod is evicted
+    // for ephemeral storage with the hard eviction's 1 s override.
+    let mut n = Nodelet::with_config(
+        "evictgrace",
+        "evictionHard: {nodefs.available: \"0.001%\"}\nevictionMonitoringPeriod: 500ms\n",
+    );
+    n.start();
+    let out = n.dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // On SIGTERM the container records the host's uptime, then keeps recording it every 0.1 s
+    // until it is SIGKILLed: the last minus the first is how long the stop let it run.
+    n.write_manifest(
+        "victim.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: victim}}\nspec:\n  terminationGracePeriodSeconds: 30\n  volumes: [{{name: out, hostPath: {{path: {}}}}}]\n  containers:\n  - name: app\n    image: busybox:1.36\n    volumeMounts: [{{name: out, mountPath: /out}}]\n    command: [sh, -c, \"echo started; head -c 65536 /dev/zero > /tmp/layer; trap 'cat /proc/uptime > /out/term; while true; do cat /proc/uptime > /out/last; sleep 0.1; done' TERM; while true; do sleep 1 & wait; done\"]\n",
+            out.display()
+        ),
+    );
+    let uid = n.uid("victim");
+    n.wait_running(&uid, &["app"], Duration::from_secs(30));
+    let cfg = std::fs::read_to_string(n.config_path()).unwrap();
+    std::fs::write(n.config_path(), cfg.replace("0.001%", "99.9%")).unwrap();
+    n.kill9();
+    n.start();
+    wait_until(Duration::from_secs(30), "victim evicted", || {
+        phase_reason_message(&n, "victim").1 == "Evicted"
+    });
+    wait_until(Duration::from_secs(20), "victim's sandbox removed", || {
+        n.runtime.sandboxes(&uid).is_empty()
+    });
+    // kubelet's message: the node, the threshold, then each container over its request.
+    let (phase, _, message) = phase_reason_message(&n, "victim");
+    assert_eq!(phase, "Failed");
+    assert!(
+        message
+            .starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: "),
+        "{message}"
+    );
+    assert!(
+        message.contains(", request is 0, has larger consumption of ephemeral-storage. ")
+            && message.contains("Container app was using "),
+        "{message}"
+    );
+    let d = condition(&n, "victim", "DisruptionTarget");
+    assert_eq!(
+        (
+            d["status"].as_str(),
+            d["reason"].as_str(),
+            d["message"].as_str()
+        ),
+        (
+            Some("True"),
+            Some("TerminationByKubelet"),
+            Some(message.as_str())
+        ),
+        "{d}"
+    );
+    assert_eq!(condition(&n, "victim", "Ready")["status"], "False");
+    // The container's last state: SIGKILLed after ignoring SIGTERM.
+    let st = &n.pod("victim").unwrap()["status"];
+    let t = &st["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(
+        (t["exitCode"].as_i64(), t["reason"].as_str()),
+        (Some(137), Some("Error")),
+        "{st}"
+    );
+    // The 1 s override reached the runtime as kubelet's 2 s minimum.
+    let uptime = |f: &str| -> f64 {
+        std::fs::read_to_string(out.join(f))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let ran = uptime("last") - uptime("term");
+    assert!((1.7..4.0).contains(&ran), "ran {ran:.2} s after SIGTERM");
+    // The agent restarted: the runtime no longer holds the container, whose state is then
+    // kubelet's ContainerStatusUnknown.
+    n.kill9();
+    n.start();
+    wait_until(Duration::from_secs(20), "status after restart", || {
+        n.pod("victim").unwrap_or_default()["status"]["containerStatuses"][0]["state"]["terminated"]
+            ["reason"]
+            == "ContainerStatusUnknown"
+    });
+    let st = &n.pod("victim").unwrap()["status"];
+    let t = &st["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 137, "{st}");
+    assert_eq!(
+        t["message"],
+        "The container could not be located when the pod was terminated"
+    );
+    assert_eq!(st["phase"], "Failed");
+    assert_eq!(st["reason"], "Evicted");
+}

@@ -228,3 +228,272 @@ fn a_privileged_container_runs_and_sees_the_hosts_devices() {
     let (_, out) = n.runtime.exec(&cs["u"].id, &["ls", "/dev"]);
     assert!(!out.contains("kmsg"), "unprivileged does not: {out}");
 }
+
+fn condition(st: &serde_json::Value, kind: &str) -> serde_json::Value {
+    st["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A pod stopped at its active deadline keeps its container's last state, as kubelet's status
+/// does (before, `containerStatuses` was null).
+#[test]
+fn a_pod_past_its_deadline_keeps_its_containers_last_states() {
+    let mut n = Nodelet::new("deadline");
+    n.start();
+    n.write_manifest(
+        "d.yaml",
+        &manifest(
+            "deadline",
+            "  activeDeadlineSeconds: 3\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, \"trap 'exit 143' TERM; while true; do sleep 0.2; done\"]}\n",
+        ),
+    );
+    wait_until(Duration::from_secs(40), "deadline Failed", || {
+        status(&n, "deadline")["reason"] == "DeadlineExceeded"
+            && status(&n, "deadline")["containerStatuses"][0]["state"]["terminated"].is_object()
+    });
+    let st = status(&n, "deadline");
+    assert_eq!(st["phase"], "Failed");
+    let t = &st["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(
+        (t["exitCode"].as_i64(), t["reason"].as_str()),
+        (Some(143), Some("Error")),
+        "{st}"
+    );
+    assert_eq!(condition(&st, "Ready")["reason"], "PodFailed", "{st}");
+    assert!(condition(&st, "DisruptionTarget").is_null(), "{st}");
+}
+
+/// A disk-backed emptyDir over its sizeLimit: kubelet's local-storage eviction with its
+/// message, the container's last state kept, no DisruptionTarget (kubelet adds none there).
+#[test]
+fn an_empty_dir_over_its_size_limit_is_evicted_with_kubelets_message() {
+    let mut n = Nodelet::with_config("sizelimit", "evictionMonitoringPeriod: 500ms\n");
+    n.start();
+    n.write_manifest(
+        "s.yaml",
+        &manifest(
+            "sizelimit",
+            "  volumes: [{name: scratch, emptyDir: {sizeLimit: 1Mi}}]\n  containers:\n  - {name: c, image: busybox:1.36, volumeMounts: [{name: scratch, mountPath: /scratch}], command: [sh, -c, 'head -c 10485760 /dev/zero > /scratch/big; sleep 3600']}\n",
+        ),
+    );
+    let uid = n.uid("sizelimit");
+    wait_until(Duration::from_secs(40), "evicted", || {
+        status(&n, "sizelimit")["reason"] == "Evicted"
+    });
+    wait_until(Duration::from_secs(20), "sandbox removed", || {
+        n.runtime.sandboxes(&uid).is_empty()
+    });
+    let st = status(&n, "sizelimit");
+    assert_eq!(st["phase"], "Failed");
+    assert_eq!(
+        st["message"],
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+    );
+    assert!(condition(&st, "DisruptionTarget").is_null(), "{st}");
+    assert!(
+        st["containerStatuses"][0]["state"]["terminated"].is_object(),
+        "{st}"
+    );
+    assert_eq!(
+        n.metric("kubelet_evictions_total{eviction_signal=\"emptydirfs.limit\"}"),
+        1.0
+    );
+}
+
+/// An init container gone from the runtime after an agent restart (clean-up, or removed by
+/// hand) in a pod whose app runs: reported completed, and not run again.
+#[test]
+fn an_init_container_gone_after_a_restart_is_completed_and_not_run_again() {
+    let mut n = Nodelet::new("initgone");
+    n.start();
+    n.write_manifest(
+        "i.yaml",
+        &manifest(
+            "initgone",
+            "  initContainers:\n  - {name: init, image: busybox:1.36, command: ['true']}\n  containers:\n  - {name: app, image: busybox:1.36, command: [sleep, '3600']}\n",
+        ),
+    );
+    let uid = n.uid("initgone");
+    let app = n.wait_running(&uid, &["app"], Duration::from_secs(30))["app"].clone();
+    n.kill9();
+    for c in n.runtime.containers(&uid) {
+        if c.metadata.as_ref().unwrap().name == "init" {
+            n.runtime
+                .rt
+                .block_on(nodelet::cri::RuntimeService::remove_container(
+                    &n.runtime.cri,
+                    &c.id,
+                ))
+                .unwrap();
+        }
+    }
+    n.start();
+    wait_until(Duration::from_secs(20), "init reported completed", || {
+        status(&n, "initgone")["initContainerStatuses"][0]["state"]["terminated"]["reason"]
+            == "Completed"
+    });
+    n.wait_for_housekeeping(2);
+    let st = status(&n, "initgone");
+    let t = &st["initContainerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 0, "{st}");
+    assert_eq!(
+        t["message"],
+        "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally"
+    );
+    assert_eq!(st["phase"], "Running", "{st}");
+    assert_eq!(condition(&st, "Initialized")["status"], "True", "{st}");
+    let names: Vec<String> = n
+        .runtime
+        .containers(&uid)
+        .iter()
+        .map(|c| c.metadata.as_ref().unwrap().name.clone())
+        .collect();
+    assert_eq!(names, vec!["app"], "the init container was not run again");
+    assert_eq!(
+        n.runtime.container_status(&app.id).state,
+        1,
+        "app kept running"
+    );
+}
+
+/// A sidecar waiting in back-off after a crash leaves a running pod Running and initialized;
+/// its readiness counts towards the pod's.
+#[test]
+fn a_crashed_sidecar_in_back_off_keeps_the_pod_running_but_not_ready() {
+    let mut n = Nodelet::new("sidecarbo");
+    n.start();
+    n.write_manifest(
+        "s.yaml",
+        &manifest(
+            "sidecarbo",
+            "  initContainers:\n  - {name: side, image: busybox:1.36, restartPolicy: Always, command: [sh, -c, 'sleep 2; exit 1']}\n  containers:\n  - {name: app, image: busybox:1.36, command: [sleep, '3600']}\n",
+        ),
+    );
+    wait_until(Duration::from_secs(60), "the sidecar in back-off", || {
+        let st = status(&n, "sidecarbo");
+        let side = &st["initContainerStatuses"][0];
+        side["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+            && st["containerStatuses"][0]["state"]["running"].is_object()
+    });
+    let st = status(&n, "sidecarbo");
+    assert_eq!(st["phase"], "Running", "{st}");
+    assert_eq!(condition(&st, "Initialized")["status"], "True", "{st}");
+    let ready = condition(&st, "ContainersReady");
+    assert_eq!(
+        (ready["status"].as_str(), ready["message"].as_str()),
+        (
+            Some("False"),
+            Some("containers with unready status: [side]")
+        ),
+        "{st}"
+    );
+    assert_eq!(condition(&st, "Ready")["status"], "False");
+}
+
+/// Containers start one at a time: the second only once the first has started and its
+/// postStart hook has finished (kubelet's sequential start).
+#[test]
+fn each_container_starts_after_the_one_before_and_its_post_start_hook() {
+    let mut n = Nodelet::new("order");
+    n.start();
+    n.write_manifest(
+        "o.yaml",
+        &manifest(
+            "order",
+            "  containers:\n  - name: proxy\n    image: busybox:1.36\n    command: [sleep, '3600']\n    lifecycle: {postStart: {exec: {command: [sh, -c, 'sleep 2']}}}\n  - {name: app, image: busybox:1.36, command: [sleep, '3600']}\n",
+        ),
+    );
+    let uid = n.uid("order");
+    let cs = n.wait_running(&uid, &["proxy", "app"], Duration::from_secs(60));
+    let started = |c: &str| n.runtime.container_status(&cs[c].id).started_at;
+    let gap = started("app") - started("proxy");
+    assert!(
+        gap >= 1_900_000_000,
+        "app started {:.2} s after proxy (its postStart takes 2 s)",
+        gap as f64 / 1e9
+    );
+}
+
+/// A memory-backed emptyDir without sizeLimit is sized to the pod's memory limit, not the
+/// node's memory (kubelet's `calculateEmptyDirMemorySize`).
+#[test]
+fn a_memory_backed_empty_dir_is_sized_to_the_pods_memory_limit() {
+    let mut n = Nodelet::new("tmpfssize");
+    n.start();
+    n.write_manifest(
+        "t.yaml",
+        &manifest(
+            "tmpfssize",
+            "  volumes: [{name: cache, emptyDir: {medium: Memory}}, {name: small, emptyDir: {medium: Memory, sizeLimit: 16Mi}}]\n  containers:\n  - {name: c, image: busybox:1.36, command: [sleep, '3600'], volumeMounts: [{name: cache, mountPath: /cache}, {name: small, mountPath: /small}], resources: {limits: {cpu: 100m, memory: 64Mi}}}\n",
+        ),
+    );
+    let uid = n.uid("tmpfssize");
+    let c = n.wait_running(&uid, &["c"], Duration::from_secs(30))["c"].clone();
+    let size_kib = |dir: &str| -> i64 {
+        let (code, out) = n.runtime.exec(&c.id, &["df", "-k", dir]);
+        assert_eq!(code, 0, "{out}");
+        out.lines()
+            .nth(1)
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"))
+    };
+    assert_eq!(size_kib("/cache"), 64 * 1024);
+    assert_eq!(size_kib("/small"), 16 * 1024);
+}
+
+/// A subdirectory of staticPodPath is not read into (as kubelet), reported once; a hook sleep
+/// longer than the grace period (the manifests here give 1 s) is refused with the field named.
+#[test]
+fn subdirectories_are_reported_once_and_long_hook_sleeps_are_refused() {
+    let mut n = Nodelet::new("subdir");
+    n.start();
+    let sub = n.manifests().join("nested");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::write(
+        sub.join("hidden.yaml"),
+        manifest(
+            "hidden",
+            "  containers:\n  - {name: c, image: busybox:1.36}\n",
+        ),
+    )
+    .unwrap();
+    n.write_manifest(
+        "sleepy.yaml",
+        &manifest(
+            "sleepy",
+            "  containers:\n  - {name: c, image: busybox:1.36, command: [sleep, '3600'], lifecycle: {preStop: {sleep: {seconds: 40}}}}\n",
+        ),
+    );
+    wait_until(Duration::from_secs(20), "sleepy refused", || {
+        n.get("/events").is_some_and(|e| e.contains("sleepy.yaml"))
+    });
+    // Several listings later the directory has been reported once.
+    n.wait_for_housekeeping(3);
+    let log = n.log();
+    assert_eq!(
+        log.matches("not recursing into manifest path").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        n.metric("nodelet_static_pod_manifest_errors_total{reason=\"Subdirectory\"}"),
+        1.0
+    );
+    assert!(n.pod("hidden").is_none());
+    let events = n.get("/events").unwrap();
+    assert!(
+        events.contains("spec.containers[0].lifecycle.preStop.sleep")
+            && events
+                .contains("must be non-negative and less than terminationGracePeriodSeconds (1)"),
+        "{events}"
+    );
+    assert!(n
+        .pod("sleepy")
+        .is_none_or(|p| p["status"]["phase"] != "Running"));
+}

@@ -274,3 +274,75 @@ fn an_https_pre_stop_hook_on_a_plain_http_server_falls_back_to_http() {
     );
     assert!(!events.contains("FailedPreStopHook"), "{events}");
 }
+
+#[test]
+fn a_probe_that_cannot_run_is_an_error_that_never_kills_and_never_readies() {
+    let mut n = Nodelet::new("probeerr");
+    n.start();
+    // A named port that no container declares (tcpSocket liveness, httpGet readiness) and an
+    // exec of a binary the image lacks (containerd answers ExecSync with an error): none can be
+    // run. kubelet throws such results away: liveness never kills, readiness stays false.
+    n.write_manifest(
+        "probeerr.yaml",
+        &manifest(
+            "probeerr",
+            "  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    image: busybox:1.36\n    command: [sleep, '3600']\n    ports: [{name: web, containerPort: 8080}]\n    livenessProbe: {tcpSocket: {port: admin}, periodSeconds: 1, failureThreshold: 1}\n    readinessProbe: {httpGet: {port: admin, path: /}, periodSeconds: 1}\n  - name: exec\n    image: busybox:1.36\n    command: [sleep, '3600']\n    livenessProbe: {exec: {command: [/no/such/binary]}, periodSeconds: 1, failureThreshold: 1}\n",
+        ),
+    );
+    let uid = n.uid("probeerr");
+    let running = n.wait_running(&uid, &["app", "exec"], Duration::from_secs(30));
+    let unknown = |kind: &str, c: &str| {
+        n.get("/metrics/probes")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "prober_probe_total{{probe_type=\"{kind}\",result=\"unknown\",container=\"{c}\""
+                ))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Five periods of errors each, against a failure threshold of one.
+    wait_until(Duration::from_secs(40), "five errored probes each", || {
+        unknown("Liveness", "app") >= 5.0
+            && unknown("Readiness", "app") >= 5.0
+            && unknown("Liveness", "exec") >= 5.0
+    });
+    let st = status(&n, "probeerr");
+    for (i, c) in ["app", "exec"].iter().enumerate() {
+        let cs = &st["containerStatuses"][i];
+        assert_eq!(cs["name"], *c, "{st}");
+        assert_eq!(cs["restartCount"], 0, "{st}");
+        assert!(cs["state"]["running"].is_object(), "{st}");
+    }
+    assert_eq!(st["containerStatuses"][0]["ready"], false, "{st}");
+    assert_eq!(st["containerStatuses"][1]["ready"], true, "{st}");
+    assert_eq!(condition(&st, "Ready"), "False", "{st}");
+    // The same instances still run in the runtime.
+    let now = common::running_by_name(&n.runtime.containers(&uid));
+    for c in ["app", "exec"] {
+        assert_eq!(now[c].id, running[c].id, "{c} was not replaced");
+    }
+    let events = n.get("/events").unwrap();
+    assert!(
+        events.contains(
+            "Liveness probe errored and resulted in unknown state: couldn't find port \\\"admin\\\" in container \\\"app\\\""
+        ),
+        "{events}"
+    );
+    assert!(
+        events
+            .contains("Readiness probe errored and resulted in unknown state: couldn't find port"),
+        "{events}"
+    );
+    assert!(
+        !events.contains("failed liveness probe"),
+        "nothing was killed: {events}"
+    );
+    let probes = n.get("/metrics/probes").unwrap();
+    assert!(
+        !probes.contains("result=\"failed\",container=\"app\""),
+        "no failure counted: {probes}"
+    );
+}

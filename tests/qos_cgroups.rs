@@ -283,3 +283,46 @@ fn a_removed_pods_page_cache_is_reclaimed_with_its_memory_cgroup() {
     // The file is the host's and stays.
     assert_eq!(std::fs::metadata(host.join("f")).unwrap().len(), 16 << 20);
 }
+
+#[test]
+fn pod_level_resources_set_the_qos_class_the_pod_cgroup_and_bound_containers_without_limits() {
+    let mut n = Nodelet::new("podlevel");
+    n.start();
+    // spec.resources alone: Guaranteed (requests default to the limits); the container has no
+    // limits of its own, so the pod's bound it; a second one keeps its own smaller limit.
+    n.write_manifest(
+        "p.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: podlevel}}\nspec:\n  terminationGracePeriodSeconds: 2\n  resources: {{limits: {{cpu: 500m, memory: 256Mi}}}}\n  containers:\n  - name: free\n    image: busybox:1.36\n    command: {LOOP}\n  - name: own\n    image: busybox:1.36\n    command: {LOOP}\n    resources: {{limits: {{memory: 64Mi}}}}\n"
+        ),
+    );
+    let uid = n.uid("podlevel");
+    let c = n.wait_running(&uid, &["free", "own"], Duration::from_secs(30));
+    wait_until(Duration::from_secs(10), "qosClass", || {
+        n.pod("podlevel")
+            .is_some_and(|p| p["status"]["qosClass"].is_string())
+    });
+    assert_eq!(
+        n.pod("podlevel").unwrap()["status"]["qosClass"],
+        "Guaranteed"
+    );
+    // Guaranteed pods sit directly under kubepods, with the pod-level values.
+    let pod = format!("{}/kubepods/pod{uid}", n.cgroup_root);
+    assert_eq!(
+        read("memory", &pod, "memory.limit_in_bytes"),
+        (256 << 20).to_string()
+    );
+    assert_eq!(read("cpu", &pod, "cpu.cfs_quota_us"), "50000");
+    assert_eq!(read("cpu", &pod, "cpu.shares"), "512");
+    for (name, limit) in [("free", 256i64 << 20), ("own", 64 << 20)] {
+        let pid = n.runtime.container_pid(&c[name].id).expect("pid");
+        let cg = proc_cgroup(pid, "memory");
+        assert_eq!(
+            read("memory", &cg, "memory.limit_in_bytes"),
+            limit.to_string(),
+            "{name}"
+        );
+    }
+    let free = proc_cgroup(n.runtime.container_pid(&c["free"].id).unwrap(), "cpu");
+    assert_eq!(read("cpu", &free, "cpu.cfs_quota_us"), "50000");
+}

@@ -108,7 +108,8 @@ pub fn hugepage_limits(asked: &BTreeMap<u64, i64>, sizes: &[u64]) -> BTreeMap<St
 
 /// The pod cgroup's values (kubelet's `ResourceConfigForPod`): Guaranteed gets shares, quota and
 /// memory limit; Burstable gets shares, and quota or memory limit only when every app container
-/// declares that limit; BestEffort gets shares 2. Without `cpuCFSQuota` the quota is -1.
+/// declares that limit or the pod sets it at pod level; BestEffort gets shares 2. Without
+/// `cpuCFSQuota` the quota is -1.
 pub fn pod_resource_config(pod: &Pod, policy: &CgroupPolicy) -> ResourceConfig {
     let amounts = pod_amounts(pod);
     let containers = pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[]);
@@ -117,8 +118,11 @@ pub fn pod_resource_config(pod: &Pod, policy: &CgroupPolicy) -> ResourceConfig {
             .iter()
             .all(|c| container_amounts(c).is_ok_and(|a| f(&a) > 0))
     };
-    let cpu_limits_declared = all(|a| a.cpu_limit);
-    let memory_limits_declared = all(|a| a.memory_limit);
+    // A pod-level limit declares the pod's limit whatever its containers say (kubelet's
+    // `ResourceConfigForPod` with PodLevelResources).
+    let pod_level = crate::resources::pod_level_resources(pod).unwrap_or_default();
+    let cpu_limits_declared = all(|a| a.cpu_limit) || pod_level.cpu_limit.is_some();
+    let memory_limits_declared = all(|a| a.memory_limit) || pod_level.memory_limit.is_some();
     let shares = milli_cpu_to_shares(amounts.cpu_request);
     let quota = if policy.cpu_cfs_quota {
         milli_cpu_to_quota(amounts.cpu_limit, policy.cpu_cfs_period_us)

@@ -302,11 +302,6 @@ mod tests {
                 "nodefs.available=much",
             ),
             (
-                "evictionMaxPodGracePeriod: -1",
-                "evictionMaxPodGracePeriod",
-                "-1",
-            ),
-            (
                 "evictionMonitoringPeriod: 1ms",
                 "evictionMonitoringPeriod",
                 "1ms",

@@ -92,8 +92,9 @@ pub struct Config {
     pub image_pull_back_off: BackoffPolicy,
     /// The eviction manager's settings: parsed `evictionHard`/`evictionSoft` thresholds with
     /// their grace periods and minimum reclaims, `evictionPressureTransitionPeriod`,
-    /// `evictionMonitoringPeriod` (at least 100ms), `evictionMaxPodGracePeriod` (seconds, not
-    /// negative) and `staticPodsAreCritical` (which admission uses too).
+    /// `evictionMonitoringPeriod` (at least 100ms), `evictionMaxPodGracePeriod` (seconds; any
+    /// value, as kubelet takes it: see [`crate::eviction::manager::Settings::max_pod_grace_seconds`])
+    /// and `staticPodsAreCritical` (which admission uses too).
     pub eviction: EvictionSettings,
     /// `kernelMemcgNotification`: wake the eviction manager from kernel notifications.
     pub kernel_memcg_notification: bool,
@@ -454,13 +455,6 @@ impl KubeletConfiguration {
             &self.eviction_minimum_reclaim,
         )
         .map_err(|e| invalid(e.field, &format!("{}={}", e.signal, e.value), &e.reason))?;
-        if self.eviction_max_pod_grace_period < 0 {
-            return Err(invalid(
-                "evictionMaxPodGracePeriod",
-                &self.eviction_max_pod_grace_period.to_string(),
-                "must not be negative",
-            ));
-        }
         let monitoring_period = at_least(
             "evictionMonitoringPeriod",
             self.eviction_monitoring_period,

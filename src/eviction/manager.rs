@@ -23,6 +23,7 @@ use super::threshold::{Threshold, ThresholdValue};
 use super::{is_critical, EvictionRecord, NodePressure, SignalView, CONDITIONS};
 use crate::clock::SharedClock;
 use crate::metrics::{ConditionLabel, Metrics, SignalLabel};
+use crate::status::failed::Failure;
 
 /// Grace period of a hard eviction, seconds (kubelet ≥ v1.31; older releases passed 0).
 pub const HARD_EVICTION_GRACE_SECONDS: i64 = 1;
@@ -78,8 +79,10 @@ pub trait EvictionNode: Send {
     /// The pod's usage and request of `resource` (bytes, or a count for pids), `None` when it
     /// cannot be measured (the pod is then ranked as using nothing).
     fn pod_usage(&self, pod: &Pod, resource: Resource) -> Option<(i64, i64)>;
-    /// Fails the pod with `message` and kills it through its pod worker with `grace` seconds.
-    fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String);
+    /// Fails the pod with `failure` (reason `Evicted`, the message, a `DisruptionTarget`
+    /// condition for a node-pressure eviction) and kills it through its pod worker with
+    /// `grace` seconds.
+    fn kill(&mut self, pod: Arc<Pod>, grace: i64, failure: Failure);
     /// True once the pod's worker has finished with it.
     fn is_cleaned_up(&self, uid: &str) -> bool;
     /// True while the pod is being killed for another reason (its manifest was removed).
@@ -93,6 +96,89 @@ pub trait EvictionNode: Send {
     fn container_storage(&self, _pod: &Pod) -> Option<Vec<ContainerUsage>> {
         None
     }
+    /// What each of the pod's disk-backed emptyDirs holds (volume name, bytes as `du` counts
+    /// them); default none.
+    fn empty_dir_usage(&self, _pod: &Pod) -> Vec<(String, i64)> {
+        Vec::new()
+    }
+    /// What each of the pod's current containers uses of `resource`, by container name
+    /// (memory: its working set, bytes; ephemeral storage: writable layer plus logs, bytes;
+    /// nothing for inodes and pids, which kubelet does not break down by container); the
+    /// containers that cannot be measured are left out. Default none.
+    fn container_usage(&self, _pod: &Pod, _resource: Resource) -> Vec<(String, i64)> {
+        Vec::new()
+    }
+}
+
+/// kubelet's eviction message (`evictionMessage`, eviction/helpers.go, 1.26 and later):
+/// "The node was low on resource: %v. ", "Threshold quantity: %v, available: %v. ", then, for
+/// each container (init containers first) whose usage of the resource exceeds its request,
+/// "Container %s was using %s, request is %s, has larger consumption of %v. ". Only memory and
+/// ephemeral storage are broken down by container. `usage` is [`EvictionNode::container_usage`];
+/// a request is written as the manifest spells it, `0` when absent. (Releases before 1.26 wrote
+/// "Container %s was using %s, which exceeds its request of %s. ".) A pod with a pod-level
+/// memory request is named as a whole instead, for memory, when `pod_usage` (its working set,
+/// bytes) exceeds that request: "Pod %s was using %s, request is %s, has larger consumption of
+/// %v. " (kubelet 1.34 with PodLevelResources).
+pub fn eviction_message(
+    resource: Resource,
+    threshold: i64,
+    available: i64,
+    pod: &Pod,
+    usage: &[(String, i64)],
+    pod_usage: Option<i64>,
+) -> String {
+    let mut m = format!(
+        "The node was low on resource: {r}. Threshold quantity: {t}, available: {a}. ",
+        r = resource.name(),
+        t = format_amount(resource, threshold),
+        a = format_amount(resource, available),
+    );
+    let key = match resource {
+        Resource::Memory => "memory",
+        Resource::EphemeralStorage => "ephemeral-storage",
+        Resource::Inodes | Resource::Pids => return m,
+    };
+    let pod_request = crate::resources::pod_level_resources(pod).and_then(|p| p.memory_request);
+    if let (Resource::Memory, Some(request)) = (resource, pod_request) {
+        if let Some(used) = pod_usage.filter(|u| *u > request) {
+            m.push_str(&format!(
+                "Pod {} was using {}, request is {}, has larger consumption of memory. ",
+                pod.metadata.name.as_deref().unwrap_or(""),
+                format_binary_si(used),
+                format_binary_si(request),
+            ));
+        }
+        return m;
+    }
+    let containers = pod.spec.iter().flat_map(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .chain(s.containers.iter())
+    });
+    for c in containers {
+        let Some(used) = usage.iter().find(|(n, _)| *n == c.name).map(|u| u.1) else {
+            continue;
+        };
+        let request = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get(key));
+        let request_bytes = request
+            .and_then(|q| crate::quantity::parse_amount(&q.0, crate::quantity::Scale::Whole).ok())
+            .unwrap_or(0);
+        if used > request_bytes {
+            m.push_str(&format!(
+                "Container {} was using {}, request is {}, has larger consumption of {key}. ",
+                c.name,
+                format_binary_si(used),
+                request.map_or("0", |q| q.0.as_str()),
+            ));
+        }
+    }
+    m
 }
 
 /// The manager's settings, from the configuration.
@@ -104,7 +190,13 @@ pub struct Settings {
     pub transition: Duration,
     /// `evictionMonitoringPeriod`.
     pub monitoring_period: Duration,
-    /// `evictionMaxPodGracePeriod`, seconds.
+    /// `evictionMaxPodGracePeriod`, seconds: a soft eviction kills with
+    /// `min(this, the pod's terminationGracePeriodSeconds)` (kubelet ≥ 1.32; 1.31 used this
+    /// value alone), raised to 1 s by the pod kill ([`crate::kuberuntime::kill::grace_seconds`])
+    /// and to 2 s per container ([`crate::kuberuntime::MIN_GRACE_PERIOD_SECONDS`]). kubelet
+    /// accepts any value and gives a negative one no meaning of its own: `min` keeps it
+    /// negative, and the pod is killed as with 0, i.e. like a hard eviction. (Upstream
+    /// proposals to read a negative value as "the pod's own grace period" are not merged.)
     pub max_pod_grace_seconds: i64,
     /// `staticPodsAreCritical`.
     pub static_pods_are_critical: bool,
@@ -326,13 +418,13 @@ impl<N: EvictionNode> Manager<N> {
                 .unwrap_or(crate::pod::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
             self.settings.max_pod_grace_seconds.min(own)
         };
-        let message = format!(
-            "The node was low on resource: {r}. Threshold quantity: {t}, available: {a}. Pod was using {u}, request is {q}. ",
-            r = resource.name(),
-            t = format_amount(resource, threshold.value.amount(obs.capacity)),
-            a = format_amount(resource, obs.available),
-            u = format_amount(resource, victim.usage),
-            q = format_amount(resource, victim.request),
+        let message = eviction_message(
+            resource,
+            threshold.value.amount(obs.capacity),
+            obs.available,
+            &pod,
+            &self.node.container_usage(&pod, resource),
+            Some(victim.usage),
         );
         info!(
             pod = pod.metadata.name.as_deref().unwrap_or(""),
@@ -345,7 +437,10 @@ impl<N: EvictionNode> Manager<N> {
             hard,
             "evicting pod"
         );
-        Some(self.evict(&pod, &threshold.signal, grace, message, notified_at))
+        let failure = Failure::new(super::REASON, message)
+            .of_running_pod()
+            .with_disruption_target();
+        Some(self.evict(&pod, &threshold.signal, grace, failure, notified_at))
     }
 
     /// Evicts every pod over its local storage limits (kubelet's `localStorageEviction`):
@@ -368,7 +463,12 @@ impl<N: EvictionNode> Manager<N> {
             let Some(usage) = self.node.container_storage(pod) else {
                 continue;
             };
-            let Some(v) = local_storage::violation(pod, &usage) else {
+            let volumes = if local_storage::has_disk_empty_dirs(pod) {
+                self.node.empty_dir_usage(pod)
+            } else {
+                Vec::new()
+            };
+            let Some(v) = local_storage::violation(pod, &usage, &volumes) else {
                 continue;
             };
             info!(
@@ -379,29 +479,31 @@ impl<N: EvictionNode> Manager<N> {
                 usage = ?usage,
                 "evicting pod over its local storage limits"
             );
+            // No DisruptionTarget for local storage limits (kubelet passes no condition).
             out.push(self.evict(
                 pod,
                 v.signal,
                 HARD_EVICTION_GRACE_SECONDS,
-                v.message,
+                Failure::new(super::REASON, v.message).of_running_pod(),
                 notified_at,
             ));
         }
         out
     }
 
-    /// Kills `pod` for `signal` with `grace` seconds and `message`, counts it in
+    /// Kills `pod` for `signal` with `grace` seconds and `failure`, counts it in
     /// `kubelet_evictions` and the reaction-time histogram, and records it for `/node`.
     fn evict(
         &mut self,
         pod: &Arc<Pod>,
         signal: &str,
         grace: i64,
-        message: String,
+        failure: Failure,
         notified_at: Option<SystemTime>,
     ) -> Eviction {
         let uid = crate::pod::pod_uid(pod).to_owned();
-        self.node.kill(pod.clone(), grace, message.clone());
+        let message = failure.message.clone();
+        self.node.kill(pod.clone(), grace, failure);
         let issued = SystemTime::UNIX_EPOCH + Duration::from_nanos(self.clock.epoch_ns() as u64);
         let nanos = |t: SystemTime| {
             t.duration_since(SystemTime::UNIX_EPOCH)
@@ -599,9 +701,16 @@ mod tests {
                 .find(|p| p.0.metadata.uid == pod.metadata.uid)
                 .map(|p| (p.1, p.2))
         }
-        fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String) {
+        fn container_usage(&self, pod: &Pod, _: Resource) -> Vec<(String, i64)> {
+            self.pods
+                .iter()
+                .find(|p| p.0.metadata.uid == pod.metadata.uid)
+                .map(|p| vec![("app".to_owned(), p.1)])
+                .unwrap_or_default()
+        }
+        fn kill(&mut self, pod: Arc<Pod>, grace: i64, failure: Failure) {
             self.killed
-                .push((crate::pod::pod_uid(&pod).to_owned(), grace, message));
+                .push((crate::pod::pod_uid(&pod).to_owned(), grace, failure.message));
         }
         fn is_cleaned_up(&self, _: &str) -> bool {
             true
@@ -619,6 +728,10 @@ mod tests {
         p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
             termination_grace_period_seconds: Some(grace),
             priority_class_name: class.map(Into::into),
+            containers: vec![k8s_openapi::api::core::v1::Container {
+                name: "app".into(),
+                ..Default::default()
+            }],
             ..Default::default()
         });
         Arc::new(p)
@@ -669,7 +782,7 @@ mod tests {
         assert_eq!((e.uid.as_str(), e.grace), ("besteffort", 1));
         assert_eq!(
             e.message,
-            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. Pod was using 300Mi, request is 0. "
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. Container app was using 300Mi, request is 0, has larger consumption of memory. "
         );
         assert!(m.pressure.has("MemoryPressure"));
         assert_eq!(m.node().killed.len(), 1, "one pod per pass");
@@ -695,6 +808,47 @@ mod tests {
         assert!(m.node().killed.is_empty());
         m.node.terminating.clear();
         assert_eq!(m.synchronize(Instant::now(), None).unwrap().uid, "hog");
+    }
+
+    #[test]
+    fn the_message_names_each_container_over_its_request_as_kubelet_does() {
+        let p: Pod = serde_yaml::from_str(
+            "metadata: {name: p}\nspec: {initContainers: [{name: side, image: x, restartPolicy: Always}], containers: [{name: app, image: x, resources: {requests: {memory: 100Mi}}}, {name: small, image: x, resources: {requests: {memory: 1Gi}}}, {name: gone, image: x}]}",
+        )
+        .unwrap();
+        let usage = [
+            ("app".to_owned(), 150 << 20),
+            ("small".to_owned(), 10 << 20),
+            ("side".to_owned(), 3 << 20),
+        ];
+        assert_eq!(
+            eviction_message(Resource::Memory, 100 << 20, 50 << 20, &p, &usage, None),
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
+             Container side was using 3Mi, request is 0, has larger consumption of memory. \
+             Container app was using 150Mi, request is 100Mi, has larger consumption of memory. "
+        );
+        // Inodes and pids are not broken down by container.
+        assert_eq!(
+            eviction_message(Resource::Inodes, 5, 1, &p, &usage, None),
+            "The node was low on resource: inodes. Threshold quantity: 5, available: 1. "
+        );
+        // A pod with a pod-level memory request is named as a whole.
+        let pl: Pod = serde_yaml::from_str(
+            "metadata: {name: p}\nspec: {resources: {requests: {memory: 100Mi}}, containers: [{name: app, image: x}]}",
+        )
+        .unwrap();
+        assert_eq!(
+            eviction_message(
+                Resource::Memory,
+                100 << 20,
+                50 << 20,
+                &pl,
+                &usage,
+                Some(150 << 20)
+            ),
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
+             Pod p was using 150Mi, request is 100Mi, has larger consumption of memory. "
+        );
     }
 
     #[test]

@@ -126,6 +126,38 @@ fn allocatable_available(kubepods: &Path) -> Option<Observation> {
     })
 }
 
+/// What `du` counts below `dir`, bytes: the blocks in use (512 bytes each) of every file and
+/// directory, a file with several hard links once, other filesystems (a mount below it) left
+/// out (kubelet's `MetricsDu`, `fs.DiskUsage`).
+fn du(dir: &Path) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(top) = std::fs::symlink_metadata(dir) else {
+        return 0;
+    };
+    let dev = top.dev();
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = i64::try_from(top.blocks() * 512).unwrap_or(i64::MAX);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(m) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if m.dev() != dev || (m.nlink() > 1 && !seen.insert(m.ino())) {
+                continue;
+            }
+            bytes = bytes.saturating_add(i64::try_from(m.blocks() * 512).unwrap_or(i64::MAX));
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    bytes
+}
+
 /// Bytes and inodes used below `dir` (a pod's log directory).
 fn disk_usage(dir: &Path) -> (i64, i64) {
     let mut bytes = 0i64;
@@ -159,16 +191,19 @@ pub struct RuntimeStats {
 }
 
 impl RuntimeStats {
-    /// The newest instance of each of the pod's containers (ListContainers) with its writable
-    /// layer, bytes (ListContainerStats; 0 when the runtime gives none). `None` when the runtime
-    /// cannot be asked.
-    fn writable_layers(&self, uid: &str) -> Option<Vec<(String, i64)>> {
+    /// The newest instance of each of the pod's containers (ListContainers) with its stats
+    /// (ListContainerStats; `None` when the runtime gives none), by container name. `None` when
+    /// the runtime cannot be asked.
+    fn container_stats(
+        &self,
+        uid: &str,
+    ) -> Option<Vec<(String, Option<crate::cri::api::ContainerStats>)>> {
         use crate::cri::RuntimeService;
         let sel = HashMap::from([(
             crate::kuberuntime::labels::POD_UID.to_owned(),
             uid.to_owned(),
         )]);
-        let (containers, stats) = self
+        let (containers, mut stats) = self
             .handle
             .block_on(async {
                 tokio::try_join!(
@@ -191,15 +226,40 @@ impl RuntimeStats {
             newest
                 .into_iter()
                 .map(|(name, (_, id))| {
-                    let layer = stats
+                    let at = stats
                         .iter()
-                        .find(|s| s.attributes.as_ref().is_some_and(|a| a.id == id))
-                        .and_then(|s| s.writable_layer.as_ref()?.used_bytes.as_ref())
-                        .map_or(0, |u| i64::try_from(u.value).unwrap_or(i64::MAX));
-                    (name, layer)
+                        .position(|s| s.attributes.as_ref().is_some_and(|a| a.id == id));
+                    (name, at.map(|i| stats.swap_remove(i)))
                 })
                 .collect(),
         )
+    }
+
+    /// Each current container's writable layer, bytes (0 when the runtime gives none).
+    fn writable_layers(&self, uid: &str) -> Option<Vec<(String, i64)>> {
+        let layer = |s: &crate::cri::api::ContainerStats| {
+            let u = s.writable_layer.as_ref()?.used_bytes.as_ref()?.value;
+            Some(i64::try_from(u).unwrap_or(i64::MAX))
+        };
+        Some(
+            self.container_stats(uid)?
+                .into_iter()
+                .map(|(name, s)| (name, s.as_ref().and_then(layer).unwrap_or(0)))
+                .collect(),
+        )
+    }
+
+    /// Each current container's memory working set, bytes, where the runtime gives one.
+    fn working_sets(&self, uid: &str) -> Vec<(String, i64)> {
+        let ws = |s: &crate::cri::api::ContainerStats| {
+            let u = s.memory.as_ref()?.working_set_bytes.as_ref()?.value;
+            Some(i64::try_from(u).unwrap_or(i64::MAX))
+        };
+        self.container_stats(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, s)| Some((name, ws(s.as_ref()?)?)))
+            .collect()
     }
 }
 
@@ -288,13 +348,52 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
         )
     }
 
+    /// `du` of each disk-backed emptyDir under the pod's directory.
+    fn empty_dir_usage(&self, pod: &Pod) -> Vec<(String, i64)> {
+        let dir =
+            crate::kuberuntime::hosts_file::pod_dir(&self.paths.nodefs, crate::pod::pod_uid(pod))
+                .join("volumes")
+                .join("kubernetes.io~empty-dir");
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter(|v| {
+                v.empty_dir
+                    .as_ref()
+                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+            })
+            .map(|v| (v.name.clone(), du(&dir.join(&v.name))))
+            .collect()
+    }
+
+    /// Each current container's working set (memory, from CRI ListContainerStats) or writable
+    /// layer plus logs (ephemeral storage, [`EvictionNode::container_storage`]).
+    fn container_usage(&self, pod: &Pod, resource: Resource) -> Vec<(String, i64)> {
+        match resource {
+            Resource::Memory => self
+                .runtime_stats
+                .as_ref()
+                .map(|r| r.working_sets(crate::pod::pod_uid(pod)))
+                .unwrap_or_default(),
+            Resource::EphemeralStorage => self
+                .container_storage(pod)
+                .into_iter()
+                .flatten()
+                .map(|u| (u.name, u.bytes))
+                .collect(),
+            Resource::Inodes | Resource::Pids => Vec::new(),
+        }
+    }
+
     /// Marks the pod evicted, records the event, and hands the kill (with the failure the
     /// worker writes as the pod's status) to the pod's worker.
-    fn kill(&mut self, pod: Arc<Pod>, grace: i64, message: String) {
-        let failure = Failure::new(REASON, message.clone());
+    fn kill(&mut self, pod: Arc<Pod>, grace: i64, failure: Failure) {
         self.failed.mark(&pod, failure.clone());
-        self.recorder
-            .warning(crate::events::Involved::pod(&pod), REASON, message);
+        self.recorder.warning(
+            crate::events::Involved::pod(&pod),
+            REASON,
+            failure.message.clone(),
+        );
         self.workers.update_pod(
             pod,
             UpdateType::Kill(KillPodOptions::failed(failure, Some(grace))),

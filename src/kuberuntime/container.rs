@@ -248,14 +248,25 @@ pub fn make_env(
 /// The container's cgroup resources and oom_score_adj in CreateContainer (kubelet's
 /// `generateLinuxContainerResources`): cpu.shares from the cpu request (or the limit when only
 /// that is set), CFS quota and period from the cpu limit when `cpuCFSQuota`, the memory limit,
-/// hugepage limits, and the QoS oom_score_adj
+/// hugepage limits, and the QoS oom_score_adj; a container without a cpu or memory limit gets
+/// the pod-level one ([`crate::resources::PodLevelResources`]),
 /// ([`crate::qos::container_oom_score_adj`]). Units: bytes, microseconds.
 pub fn linux_resources(
     settings: &Settings,
     pod: &Pod,
     c: &Container,
 ) -> api::LinuxContainerResources {
-    let a = crate::resources::container_amounts(c).unwrap_or_default();
+    let mut a = crate::resources::container_amounts(c).unwrap_or_default();
+    // A container without a limit of its own is bounded by the pod-level limit (kubelet's
+    // `getMemoryLimit`/`getCPULimit` with PodLevelResources).
+    if let Some(pl) = crate::resources::pod_level_resources(pod) {
+        if a.memory_limit == 0 {
+            a.memory_limit = pl.memory_limit.unwrap_or(0);
+        }
+        if a.cpu_limit == 0 {
+            a.cpu_limit = pl.cpu_limit.unwrap_or(0);
+        }
+    }
     let policy = &settings.cgroup_policy;
     let mut r = api::LinuxContainerResources {
         cpu_shares: crate::cm::resources::milli_cpu_to_shares(a.cpu_request) as i64,
@@ -456,10 +467,44 @@ mod tests {
             .map(|h| (h.page_size.clone(), h.limit))
             .collect();
         assert_eq!(limits, vec![("1GB".into(), 0), ("2MB".into(), 2 << 20)]);
+        // One page size written two ways is one limit, the sum (kubelet's `HugePageLimits`).
+        let two: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: k, image: b, resources: {limits: {cpu: 1, memory: 1Gi, hugepages-1Gi: 1Gi, hugepages-1073741824: 1Gi}}}]}").unwrap();
+        let r = linux_resources(&node, &two, &two.spec.as_ref().unwrap().containers[0]);
+        let limits: Vec<(String, u64)> = r
+            .hugepage_limits
+            .iter()
+            .map(|h| (h.page_size.clone(), h.limit))
+            .collect();
+        assert_eq!(limits, vec![("1GB".into(), 2 << 30), ("2MB".into(), 0)]);
+        let pod_cgroup = crate::cm::resources::pod_resource_config(&two, &node.cgroup_policy);
+        assert_eq!(
+            pod_cgroup.hugepage_limits,
+            [("1GB".to_owned(), 2 << 30), ("2MB".to_owned(), 0)].into()
+        );
         let b = linux_resources(&s, &p, &spec.containers[1]);
         assert_eq!(
             (b.cpu_shares, b.cpu_quota, b.memory_limit_in_bytes),
             (2, 0, 0)
+        );
+        // Pod-level limits bound a container without limits of its own; one with its own
+        // keeps them.
+        let pl: Pod = serde_yaml::from_str("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {resources: {limits: {cpu: 500m, memory: 256Mi}}, containers: [{name: free, image: b}, {name: own, image: b, resources: {limits: {memory: 64Mi}}}]}").unwrap();
+        let cs = &pl.spec.as_ref().unwrap().containers;
+        let free = linux_resources(&s, &pl, &cs[0]);
+        assert_eq!(
+            (free.cpu_quota, free.memory_limit_in_bytes),
+            (50_000, 256 << 20)
+        );
+        let own = linux_resources(&s, &pl, &cs[1]);
+        assert_eq!(
+            (own.cpu_quota, own.memory_limit_in_bytes),
+            (50_000, 64 << 20)
+        );
+        let cgroup = crate::cm::resources::pod_resource_config(&pl, &s.cgroup_policy);
+        assert_eq!(
+            (cgroup.cpu_quota, cgroup.memory_limit),
+            (Some(50_000), Some(256 << 20)),
+            "the pod cgroup has the pod-level limits (Guaranteed: requests default to them)"
         );
         // 1000 - 1000 * 2Gi / 8Gi.
         assert_eq!(b.oom_score_adj, 750);

@@ -2,28 +2,18 @@
 //! postStart right after a container starts (a failure kills it: `FailedPostStartHook`), and
 //! preStop before a container is stopped, its time taken out of the grace period (kubelet's
 //! `killContainer`: the hook runs at most the grace period; the container then gets what is
-//! left, but at least [`MIN_GRACE_PERIOD_SECONDS`]).
+//! left, but at least [`super::MIN_GRACE_PERIOD_SECONDS`], see [`super::kill::stop_timeout`]).
 
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{info, warn};
 
-use super::kill::MIN_GRACE_PERIOD_SECONDS;
 use super::KubeRuntimeManager;
 use crate::cri::CriRuntime;
 use crate::pod::pod_ref;
 use crate::prober::handlers::{self, Target};
 use crate::prober::spec::{handler_of_hook, Handler};
-
-/// The grace period left for a container after its preStop hook took `elapsed_seconds`
-/// (whole seconds, as kubelet counts them): `grace − elapsed`, at least
-/// [`MIN_GRACE_PERIOD_SECONDS`].
-pub fn grace_after_pre_stop(grace: i64, elapsed_seconds: i64) -> i64 {
-    grace
-        .saturating_sub(elapsed_seconds)
-        .max(MIN_GRACE_PERIOD_SECONDS)
-}
 
 fn hook(c: &Container, post_start: bool) -> Option<Handler> {
     let l = c.lifecycle.as_ref()?;
@@ -91,8 +81,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     }
 
     /// Runs the container's preStop hook, if any, for at most `grace` seconds, and returns the
-    /// grace period the container then gets ([`grace_after_pre_stop`]); `grace` unchanged when
-    /// it has no hook. A failed hook is a `Warning FailedPreStopHook` event; the stop goes on.
+    /// whole seconds it took (0 without a hook), to be taken off the grace period
+    /// ([`super::kill::stop_timeout`]). A failed hook is a `Warning FailedPreStopHook` event;
+    /// the stop goes on.
     pub(super) async fn run_pre_stop(
         &self,
         pod: &Pod,
@@ -102,7 +93,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         grace: i64,
     ) -> i64 {
         let Some(h) = hook(c, false) else {
-            return grace;
+            return 0;
         };
         let t = Target {
             container: c,
@@ -126,9 +117,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             }
         }
         let elapsed = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
-        let left = grace_after_pre_stop(grace, elapsed);
-        info!(pod = %pod_ref(pod), container = %c.name, elapsed, grace = left, "preStop hook ran");
-        left
+        info!(pod = %pod_ref(pod), container = %c.name, elapsed, grace, "preStop hook ran");
+        elapsed
     }
 
     /// A hook that succeeded over HTTP after its HTTPS request got a plain HTTP answer: a
@@ -145,18 +135,5 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             "LifecycleHTTPFallback",
             out.output.clone(),
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_hooks_time_comes_out_of_the_grace_period_leaving_at_least_two_seconds() {
-        assert_eq!(grace_after_pre_stop(30, 5), 25);
-        assert_eq!(grace_after_pre_stop(30, 29), MIN_GRACE_PERIOD_SECONDS);
-        assert_eq!(grace_after_pre_stop(30, 60), MIN_GRACE_PERIOD_SECONDS);
-        assert_eq!(grace_after_pre_stop(1, 0), MIN_GRACE_PERIOD_SECONDS);
     }
 }

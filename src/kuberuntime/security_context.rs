@@ -65,10 +65,13 @@ pub fn apply(
     });
 }
 
-/// The AppArmor profile of container `c` for the runtime (kubelet's `getAppArmorProfile`): the
-/// container's field over the pod's over the annotation; RuntimeDefault when none is set.
-/// `None` on a host without AppArmor (where admission lets only unconfined pods in, see
-/// [`crate::admission::apparmor`]).
+/// The AppArmor profile of container `c` for the runtime (kubelet's `getAppArmorProfile` with
+/// `apparmor.GetProfile`): the container's `appArmorProfile` field, else the deprecated
+/// per-container annotation (static pods may carry only that), else the pod's field. `None`
+/// when none is set: the runtime then applies its own default, which a runtime that cannot load
+/// profiles (containerd without `apparmor_parser`) skips, where an explicit `RuntimeDefault`
+/// would fail every container with "apparmor is not supported". `None` also on a host without
+/// AppArmor (where admission lets only unconfined pods in, see [`crate::admission::apparmor`]).
 pub fn apparmor_profile(
     pod: &Pod,
     c: &Container,
@@ -78,22 +81,24 @@ pub fn apparmor_profile(
     if !enabled {
         return None;
     }
-    let field = c
+    let field = |p: &k8s_openapi::api::core::v1::AppArmorProfile| {
+        (
+            p.type_.clone(),
+            p.localhost_profile.clone().unwrap_or_default(),
+        )
+    };
+    let container_field = c
         .security_context
         .as_ref()
         .and_then(|s| s.app_armor_profile.as_ref())
-        .or_else(|| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.security_context.as_ref())
-                .and_then(|s| s.app_armor_profile.as_ref())
-        })
-        .map(|p| {
-            (
-                p.type_.clone(),
-                p.localhost_profile.clone().unwrap_or_default(),
-            )
-        });
+        .map(field);
+    let pod_field = || {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|s| s.app_armor_profile.as_ref())
+            .map(field)
+    };
     let annotation = || {
         let v = pod.metadata.annotations.as_ref()?.get(&format!(
             "{}{}",
@@ -109,9 +114,7 @@ pub fn apparmor_profile(
             ),
         })
     };
-    let (kind, localhost) = field
-        .or_else(annotation)
-        .unwrap_or(("RuntimeDefault".into(), String::new()));
+    let (kind, localhost) = container_field.or_else(annotation).or_else(pod_field)?;
     let profile_type = match kind.as_str() {
         "Unconfined" => ProfileType::Unconfined,
         "Localhost" => ProfileType::Localhost,
@@ -312,7 +315,7 @@ mod tests {
     }
 
     #[test]
-    fn the_runtime_gets_the_containers_profile_over_the_pods_over_the_annotation() {
+    fn the_runtime_gets_the_containers_profile_over_the_annotation_over_the_pods_or_none() {
         use crate::cri::api::security_profile::ProfileType;
         let p: Pod = serde_yaml::from_str("metadata: {name: p, annotations: {container.apparmor.security.beta.kubernetes.io/b: localhost/k8s-b}}\nspec: {securityContext: {appArmorProfile: {type: Unconfined}}, containers: [{name: a, image: x, securityContext: {appArmorProfile: {type: Localhost, localhostProfile: k8s-a}}}, {name: b, image: x}]}").unwrap();
         let spec = p.spec.as_ref().unwrap();
@@ -323,16 +326,24 @@ mod tests {
         );
         let b = apparmor_profile(&p, &spec.containers[1], true).unwrap();
         assert_eq!(
-            b.profile_type,
-            ProfileType::Unconfined as i32,
-            "the pod's field over the annotation"
+            (b.profile_type, b.localhost_ref.as_str()),
+            (ProfileType::Localhost as i32, "k8s-b"),
+            "the annotation over the pod's field"
+        );
+        let c: Pod = serde_yaml::from_str("metadata: {name: p}\nspec: {securityContext: {appArmorProfile: {type: RuntimeDefault}}, containers: [{name: c, image: x}]}").unwrap();
+        let c = apparmor_profile(&c, &c.spec.as_ref().unwrap().containers[0], true).unwrap();
+        assert_eq!(
+            c.profile_type,
+            ProfileType::RuntimeDefault as i32,
+            "the pod's field"
         );
         let plain: Pod =
             serde_yaml::from_str("metadata: {name: p}\nspec: {containers: [{name: c, image: x}]}")
                 .unwrap();
-        let c =
-            apparmor_profile(&plain, &plain.spec.as_ref().unwrap().containers[0], true).unwrap();
-        assert_eq!(c.profile_type, ProfileType::RuntimeDefault as i32);
+        // Nothing asked: nothing sent, the runtime decides (as kubelet).
+        assert!(
+            apparmor_profile(&plain, &plain.spec.as_ref().unwrap().containers[0], true).is_none()
+        );
         assert!(
             apparmor_profile(&plain, &plain.spec.as_ref().unwrap().containers[0], false).is_none()
         );

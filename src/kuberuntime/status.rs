@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::labels;
 use super::KubeRuntimeManager;
@@ -14,6 +14,7 @@ use crate::container::cache::PodCache;
 use crate::container::{ContainerState, RuntimeContainer, RuntimePodStatus, SandboxStatus};
 use crate::cri::{api, CriError, CriResult, CriRuntime, RuntimeService};
 use crate::pod::pod_uid;
+use crate::status::failed::Failure;
 use crate::status::generate::generate_pod_status;
 
 /// Longest a pod worker waits for the PLEG to bring the pod cache past its last sync before it
@@ -291,20 +292,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Writes the pod's status from the runtime's view of it (the pod worker's write).
     pub(super) fn record_status(&self, pod: &Arc<Pod>, rt: &RuntimePodStatus) {
         let uid = pod_uid(pod);
-        let errors = self
-            .start_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(uid)
-            .cloned()
-            .unwrap_or_default();
-        let st = generate_pod_status(
-            pod,
-            rt,
-            &errors,
-            self.probes.results(),
-            &self.settings.node_ip,
-        );
+        let st = self.generated_status(pod, rt);
         let all_running = st
             .container_statuses
             .iter()
@@ -320,6 +308,37 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
         self.status.set(pod.clone(), st);
         self.refresh_status_metrics();
+    }
+
+    /// The pod's status from the runtime's view `rt`, its last start errors and its probe
+    /// results ([`generate_pod_status`]).
+    pub(super) fn generated_status(&self, pod: &Pod, rt: &RuntimePodStatus) -> PodStatus {
+        let errors = self
+            .start_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(pod_uid(pod))
+            .cloned()
+            .unwrap_or_default();
+        generate_pod_status(
+            pod,
+            rt,
+            &errors,
+            self.probes.results(),
+            &self.settings.node_ip,
+        )
+    }
+
+    /// Writes the status of a pod failed with `failure`: for a pod that ran, its last status
+    /// from `rt` ([`Failure::terminal_status`]); for one refused before it ran, the plain
+    /// failure ([`Failure::status`]).
+    pub(super) fn record_failure(&self, pod: &Arc<Pod>, failure: &Failure, rt: &RuntimePodStatus) {
+        let st = if failure.ran || !rt.containers.is_empty() {
+            failure.terminal_status(pod, self.generated_status(pod, rt))
+        } else {
+            failure.status(pod)
+        };
+        self.status.set(pod.clone(), st);
     }
 
     /// `kubelet_pod_start_duration_seconds`: from `config.seen` to all containers running, once

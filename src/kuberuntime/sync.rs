@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
 use super::actions::{self, compute_pod_actions_with, PodActions, ToStart};
-use super::kill::{grace_seconds, MIN_GRACE_PERIOD_SECONDS};
+use super::kill::{container_grace_seconds, pod_grace};
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
 use crate::active_deadline::{self, Deadline};
 use crate::container::{ContainerState, RuntimePodStatus};
@@ -34,8 +34,20 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let uid = pod_uid(pod).to_owned();
         if let Some(failure) = self.failed.failure(pod) {
             // Failed by eviction (its kill is queued behind this sync) or refused at admission:
-            // nothing is started until the manifest changes.
-            self.status.set(pod.clone(), failure.status(pod));
+            // nothing is started until the manifest changes. The status written when it was
+            // killed stands; without one (the agent restarted since) it is made from what the
+            // runtime still holds.
+            let written = self.status.get(&uid).is_some_and(|s| {
+                s.phase.as_deref() == Some("Failed")
+                    && s.reason.as_deref() == Some(failure.reason.as_str())
+                    && s.message.as_deref() == Some(failure.message.as_str())
+            });
+            if !written {
+                // The pod cache's view, without a runtime call (the kill reads the runtime).
+                let cached = self.cache.latest(&uid);
+                let rt = cached.as_deref().cloned().unwrap_or_default();
+                self.record_failure(pod, &failure, &rt);
+            }
             return Ok(Requeue::Normal);
         }
         let rt = self.current_status(&uid).await?;
@@ -48,7 +60,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             actions::probe_kills(pod, &rt, self.probes.results(), &actions.containers_to_kill);
         actions.containers_to_kill.extend(probe_kills);
         let wait = self.apply_crash_backoff(pod, &rt, &mut actions);
-        let grace = grace_seconds(pod, None);
+        let grace = pod_grace(pod);
         if actions.kill_pod {
             info!(pod = %pod_ref(pod), uid, recreate_sandbox = actions.create_sandbox.is_some(), "stopping pod containers and sandbox");
             self.kill_running(pod, &rt, grace).await?;
@@ -120,7 +132,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .containers_to_kill
             .iter()
             .map(|(id, name, reason)| {
-                let mut grace = grace;
+                let probe = match reason {
+                    actions::KillReason::ProbeFailed(kind) => Some(*kind),
+                    _ => None,
+                };
+                let grace = container_grace_seconds(pod, name, probe);
                 let why = match reason {
                     actions::KillReason::SpecChanged => {
                         format!("Container {name} definition changed, will be restarted")
@@ -132,14 +148,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                         format!("Container {name} is in an unknown state, will be restarted")
                     }
                     actions::KillReason::ProbeFailed(kind) => {
-                        // The probe's own terminationGracePeriodSeconds, when set (kubelet's
-                        // killContainer).
-                        if let Some(g) = crate::pod::container_spec(pod, name)
-                            .and_then(|c| crate::prober::spec::probe_of(c, *kind))
-                            .and_then(|p| p.termination_grace_seconds)
-                        {
-                            grace = g.max(MIN_GRACE_PERIOD_SECONDS);
-                        }
                         let restart = if actions::restart_policy(pod) == "Never" {
                             ""
                         } else {
@@ -157,7 +165,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             })
             .collect();
         // Stopped before anything starts: a replacement may need the same host port.
-        self.stop_containers(pod, to_kill).await?;
+        self.stop_containers(pod, &self.hook_ips(pod, &rt), to_kill)
+            .await?;
 
         let mut first_err = None;
         if let Some(init) = &actions.next_init {
@@ -171,15 +180,15 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     first_err.get_or_insert(e);
                 }
             }
-            let starts = actions
-                .containers_to_start
-                .iter()
-                .map(|s| self.start_one(pod, s, false, &sb, &ips, volumes));
-            let app_err = futures::future::join_all(starts)
-                .await
-                .into_iter()
-                .find_map(Result::err);
-            first_err = first_err.or(app_err);
+            // One at a time, in spec order: each created, started and its postStart hook
+            // finished before the next (kubelet's `SyncPod`), so a proxy listed first with a
+            // postStart that waits for it is ready before the app starts. A failure does not
+            // hold back the containers after it.
+            for s in &actions.containers_to_start {
+                if let Err(e) = self.start_one(pod, s, false, &sb, &ips, volumes).await {
+                    first_err.get_or_insert(e);
+                }
+            }
         }
         // The status written is the one this sync started from, with what failed to start
         // (kubelet's: computed before SyncPod acts). What was started shows at the next sync,
@@ -215,7 +224,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Failed with `DeadlineExceeded`, a Normal event, then killed and cleaned up as an evicted
     /// pod is; it stays Failed until its manifest changes.
     async fn deadline_exceeded(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
-        let failure = Failure::new(active_deadline::REASON, active_deadline::MESSAGE);
+        let failure =
+            Failure::new(active_deadline::REASON, active_deadline::MESSAGE).of_running_pod();
         info!(pod = %pod_ref(pod), uid = pod_uid(pod), "pod is past its active deadline; killing it");
         self.failed.mark(pod, failure.clone());
         self.recorder.normal(
@@ -474,9 +484,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .map_err(|e| fail("RunContainerError", e.message))?;
         if let Err(message) = self.run_post_start(pod, c, &id, pod_ips).await {
             // kubelet kills the container and reports PostStartHookError; it restarts by policy.
-            let grace = grace_seconds(pod, None);
+            let grace = container_grace_seconds(pod, &c.name, None);
             let _ = self
-                .stop_containers(pod, vec![(id.clone(), c.name.clone(), grace)])
+                .stop_containers(pod, pod_ips, vec![(id.clone(), c.name.clone(), grace)])
                 .await;
             self.set_start_error(
                 uid,

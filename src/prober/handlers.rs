@@ -93,6 +93,13 @@ pub struct Target<'a> {
 pub struct Outcome {
     /// Success.
     pub success: bool,
+    /// The handler could not be run at all, as opposed to one that ran and failed (kubelet's
+    /// probe *error*, `probe.Unknown` with an error): a named port that no port of the
+    /// container declares, a host that is not the pod's own, or an ExecSync that the runtime
+    /// refused (a missing binary among them) other than its timeout. `success` is false and
+    /// `output` holds the error. The prober throws such a result away
+    /// ([`crate::prober::worker::Worker::after`] is not called); a hook counts it as a failure.
+    pub errored: bool,
     /// A success with a warning: an HTTP probe whose last answer was a 3xx (kubelet's
     /// `probe.Warning`: a redirect it did not follow, to another host, or a 3xx with nothing to
     /// follow), for which the prober records a `ProbeWarning` event with the output; or an HTTPS
@@ -106,6 +113,7 @@ impl Outcome {
     fn ok(output: impl Into<String>) -> Self {
         Self {
             success: true,
+            errored: false,
             warning: false,
             output: output.into(),
         }
@@ -114,6 +122,17 @@ impl Outcome {
     fn fail(output: impl Into<String>) -> Self {
         Self {
             success: false,
+            errored: false,
+            warning: false,
+            output: output.into(),
+        }
+    }
+
+    /// A handler that could not be run: see [`Outcome::errored`].
+    fn error(output: impl Into<String>) -> Self {
+        Self {
+            success: false,
+            errored: true,
             warning: false,
             output: output.into(),
         }
@@ -131,16 +150,46 @@ fn truncate(mut s: String) -> String {
     s
 }
 
+/// Why a handler's address could not be worked out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TargetError {
+    /// The pod has no IP yet: the probe runs and fails, as kubelet's dial of an empty host
+    /// does.
+    NoAddress,
+    /// The handler cannot be run against this container: a `host` that is not the pod's own,
+    /// a named port that the container does not declare, a port number out of range (kubelet's
+    /// probe error, from `ResolveContainerPort` among others).
+    Unrunnable(String),
+}
+
+impl TargetError {
+    fn message(&self) -> String {
+        match self {
+            Self::NoAddress => "the pod has no IP address yet".to_owned(),
+            Self::Unrunnable(m) => m.clone(),
+        }
+    }
+}
+
+impl Outcome {
+    /// A handler whose target could not be worked out: a failure without an address, an
+    /// error otherwise.
+    fn from_target(e: TargetError) -> Self {
+        match e {
+            TargetError::NoAddress => Self::fail(e.message()),
+            TargetError::Unrunnable(m) => Self::error(m),
+        }
+    }
+}
+
 /// The address to connect to: `host` if it is one of the target's own, else the pod's IP.
 ///
-/// Errors: a message when `host` is not the pod's own or the pod has no IP yet.
-fn address(t: &Target<'_>, host: Option<&str>) -> Result<IpAddr, String> {
+/// Errors: [`TargetError::Unrunnable`] when `host` is not the pod's own,
+/// [`TargetError::NoAddress`] when the pod has no IP yet.
+fn address(t: &Target<'_>, host: Option<&str>) -> Result<IpAddr, TargetError> {
     let own: Vec<IpAddr> = t.pod_ips.iter().filter_map(|s| s.parse().ok()).collect();
     match host {
-        None => own
-            .first()
-            .copied()
-            .ok_or_else(|| "the pod has no IP address yet".to_owned()),
+        None => own.first().copied().ok_or(TargetError::NoAddress),
         Some(h) => {
             let ip: Option<IpAddr> = if h == "localhost" {
                 Some(IpAddr::from([127, 0, 0, 1]))
@@ -149,17 +198,32 @@ fn address(t: &Target<'_>, host: Option<&str>) -> Result<IpAddr, String> {
             };
             match ip {
                 Some(ip) if own.contains(&ip) || (t.host_network && ip.is_loopback()) => Ok(ip),
-                _ => Err(format!(
+                _ => Err(TargetError::Unrunnable(format!(
                     "probe host {h:?} is not an address of this pod; nodelet probes only the pod's own addresses"
-                )),
+                ))),
             }
         }
     }
 }
 
+/// `host:port` of a handler (`[v6]:port` for IPv6): its address ([`address`]) and its port by
+/// number or name.
+///
+/// Errors: those of [`address`]; a port that does not resolve is [`TargetError::Unrunnable`].
+fn socket_address(
+    t: &Target<'_>,
+    host: Option<&str>,
+    port: &super::spec::PortRef,
+) -> Result<std::net::SocketAddr, TargetError> {
+    let port = port.resolve(t.container).map_err(TargetError::Unrunnable)?;
+    let ip = address(t, host)?;
+    Ok(std::net::SocketAddr::new(ip, port))
+}
+
 /// Runs `handler` against `t` with `timeout` (exec: the ExecSync timeout; network: the whole
-/// request). Never panics and never errors: every problem is a failed [`Outcome`] with the
-/// reason as output.
+/// request). Never panics: a handler that ran and failed is a failed [`Outcome`], one that
+/// could not be run an errored one ([`Outcome::errored`], kubelet's `prober.runProbe` returning
+/// an error), each with the reason as output.
 pub async fn run(
     ctx: &HandlerContext,
     handler: &Handler,
@@ -170,9 +234,9 @@ pub async fn run(
         Handler::Exec(cmd) => exec(ctx, t, cmd, timeout).await,
         Handler::Http(h) => http(ctx, t, h, timeout).await,
         Handler::Tcp { host, port } => {
-            let addr = match (address(t, host.as_deref()), port.resolve(t.container)) {
-                (Ok(ip), Ok(p)) => std::net::SocketAddr::new(ip, p),
-                (Err(e), _) | (_, Err(e)) => return Outcome::fail(e),
+            let addr = match socket_address(t, host.as_deref(), port) {
+                Ok(a) => a,
+                Err(e) => return Outcome::from_target(e),
             };
             match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
                 Ok(Ok(_)) => Outcome::ok(""),
@@ -199,15 +263,19 @@ async fn exec(ctx: &HandlerContext, t: &Target<'_>, cmd: &[String], timeout: Dur
             }
             Outcome {
                 success: r.exit_code == 0,
+                errored: false,
                 warning: false,
                 output: truncate(out),
             }
         }
+        // kubelet's exec prober: a timeout is a failure (`ExecProbeTimeout`).
         Err(e) if e.code == tonic::Code::DeadlineExceeded => {
             Outcome::fail(format!("command {:?} timed out", cmd.join(" ")))
         }
-        // A missing binary and other runtime errors: a failure with the runtime's message.
-        Err(e) => Outcome::fail(truncate(e.message)),
+        // Any other error of the runtime (a missing binary: containerd answers ExecSync with an
+        // error, not an exit code; a container that is stopping): the probe could not be run,
+        // kubelet's `probe.Unknown` with the error.
+        Err(e) => Outcome::error(truncate(e.message)),
     }
 }
 
@@ -231,9 +299,12 @@ pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -
                     .retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
                 match http_get(ctx, t, &plain, None, false).await {
                     Ok(_) => {
-                        let at = authority(t, h).unwrap_or_default();
+                        let at = socket_address(t, h.host.as_deref(), &h.port)
+                            .map(|a| a.to_string())
+                            .unwrap_or_default();
                         Outcome {
                             success: true,
+                            errored: false,
                             warning: true,
                             output: format!("request to HTTPS lifecycle hook {at} got HTTP response, retry with HTTP succeeded"),
                         }
@@ -257,6 +328,7 @@ async fn http(ctx: &HandlerContext, t: &Target<'_>, h: &HttpGet, timeout: Durati
         // warning.
         Ok((code, Ok(body))) if (300..400).contains(&code) => Outcome {
             success: true,
+            errored: false,
             warning: true,
             output: format!(
                 "Probe terminated redirects, Response body: {}",
@@ -264,24 +336,17 @@ async fn http(ctx: &HandlerContext, t: &Target<'_>, h: &HttpGet, timeout: Durati
             ),
         },
         Ok((code, _)) => Outcome::fail(format!("HTTP probe failed with statuscode: {code}")),
+        Err(e) if e.unrunnable => Outcome::error(e.message),
         Err(e) => Outcome::fail(e.message),
     }
-}
-
-/// `host:port` of an httpGet handler (`[v6]:port` for IPv6): its address ([`address`]) and its
-/// port by number or name.
-///
-/// Errors: the message of [`address`] or of the port's resolution.
-fn authority(t: &Target<'_>, h: &HttpGet) -> Result<String, String> {
-    let ip = address(t, h.host.as_deref())?;
-    let port = h.port.resolve(t.container)?;
-    Ok(std::net::SocketAddr::new(ip, port).to_string())
 }
 
 /// Why a GET got no answer.
 struct GetError {
     /// `Get "<url>": <cause>`.
     message: String,
+    /// The request could not be made at all ([`TargetError::Unrunnable`]).
+    unrunnable: bool,
     /// The server answered an HTTPS request in plain HTTP (Go's "server gave HTTP response to
     /// HTTPS client"): rustls read the answer's first bytes, `HTTP/`, as a TLS record of an
     /// invalid content type.
@@ -299,8 +364,9 @@ async fn http_get(
     timeout: Option<Duration>,
     read_body: bool,
 ) -> Result<(u16, Result<String, String>), GetError> {
-    let authority = authority(t, h).map_err(|message| GetError {
-        message,
+    let authority = socket_address(t, h.host.as_deref(), &h.port).map_err(|e| GetError {
+        message: e.message(),
+        unrunnable: matches!(e, TargetError::Unrunnable(_)),
         plain_http_answer: false,
     })?;
     let url = format!("{}://{authority}{}", h.scheme, h.path);
@@ -345,6 +411,7 @@ async fn http_get(
         Err(e) => {
             let cause = chain(&e);
             Err(GetError {
+                unrunnable: false,
                 plain_http_answer: cause.contains("InvalidContentType"),
                 message: format!("Get {url:?}: {cause}"),
             })
@@ -384,7 +451,7 @@ async fn grpc(t: &Target<'_>, port: i32, service: &str, timeout: Duration) -> Ou
     use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
     let ip = match address(t, None) {
         Ok(ip) => ip,
-        Err(e) => return Outcome::fail(e),
+        Err(e) => return Outcome::from_target(e),
     };
     let Ok(port) = u16::try_from(port) else {
         return Outcome::fail(format!("invalid port number {port}"));
@@ -558,6 +625,7 @@ mod tests {
             out,
             Outcome {
                 success: true,
+                errored: false,
                 warning: true,
                 output: format!("request to HTTPS lifecycle hook 127.0.0.1:{port} got HTTP response, retry with HTTP succeeded"),
             }
@@ -640,7 +708,7 @@ mod tests {
             port: PortRef::Number(80),
         };
         let out = run(&ctx(), &elsewhere, &t, d).await;
-        assert!(!out.success);
+        assert!(!out.success && out.errored, "{out:?}");
         assert!(
             out.output.contains("not an address of this pod"),
             "{}",
@@ -658,12 +726,33 @@ mod tests {
             host: None,
             port: PortRef::Name("metrics".into()),
         };
+        // A port the container does not declare: the probe cannot be run (kubelet's probe
+        // error), for tcpSocket and httpGet alike.
         assert_eq!(
             run(&ctx(), &named, &t, d).await,
-            Outcome::fail("couldn't find port \"metrics\" in container \"c\"")
+            Outcome::error("couldn't find port \"metrics\" in container \"c\"")
         );
-        let no_ip = run(&ctx(), &loopback, &target(&c, &[]), d).await;
-        assert!(!no_ip.success);
+        let named_http = Handler::Http(HttpGet {
+            scheme: "http".into(),
+            host: None,
+            port: PortRef::Name("metrics".into()),
+            path: "/".into(),
+            headers: Vec::new(),
+        });
+        assert_eq!(
+            run(&ctx(), &named_http, &t, d).await,
+            Outcome::error("couldn't find port \"metrics\" in container \"c\"")
+        );
+        // An undeclared port is an error even before the pod has an address; no address yet
+        // is a failure.
+        let early = run(&ctx(), &named_http, &target(&c, &[]), d).await;
+        assert!(early.errored, "{early:?}");
+        let no_ip_tcp = Handler::Tcp {
+            host: None,
+            port: PortRef::Number(80),
+        };
+        let no_ip_tcp = run(&ctx(), &no_ip_tcp, &target(&c, &[]), d).await;
+        assert!(!no_ip_tcp.success && !no_ip_tcp.errored, "{no_ip_tcp:?}");
     }
 
     #[tokio::test]
@@ -737,7 +826,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn exec_probes_fail_with_the_runtimes_message() {
+    async fn an_exec_the_runtime_refuses_is_an_error_with_the_runtimes_message() {
         let rt = crate::testing::runtime::FakeRuntime::new(crate::clock::FakeClock::new(1));
         let ctx = HandlerContext::new(exec_fn(rt.clone())).unwrap();
         let c = container();
@@ -748,9 +837,11 @@ mod tests {
             "exec_sync",
             "OCI runtime exec failed: no such file or directory",
         );
+        // containerd answers an exec of a missing binary with an error, not an exit code:
+        // kubelet's exec prober returns it as an error (`probe.Unknown`).
         assert_eq!(
             run(&ctx, &exec, &t, Duration::from_secs(1)).await,
-            Outcome::fail("OCI runtime exec failed: no such file or directory")
+            Outcome::error("OCI runtime exec failed: no such file or directory")
         );
     }
 }

@@ -3,7 +3,11 @@
 //! goes. Each worker reads its container from the pod cache, decides with
 //! [`super::worker::Worker`], runs the handler, records the result in [`ProbeResults`] and sends
 //! every change to the sync loop on the probe channel. A failed probe is a `Warning Unhealthy`
-//! event with the probe's output, and every probe is counted in `prober_probe_total`.
+//! event with the probe's output, and every probe is counted in `prober_probe_total`. A probe
+//! that could not be run (kubelet's probe error: a named port the container does not declare,
+//! an exec the runtime refuses) is tried up to three times, reported as `Warning Unhealthy`
+//! "... probe errored and resulted in unknown state: ...", counted with result `unknown`, and
+//! thrown away: it changes no result and counts towards no threshold (kubelet's `doProbe`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,6 +29,9 @@ use crate::container::ContainerState;
 use crate::events::Recorder;
 use crate::metrics::{Metrics, ProbeDurationLabel, ProbeLabel};
 use crate::pod::{pod_ref, pod_uid};
+
+/// Attempts at a probe that cannot be run, in one period (kubelet's `maxProbeRetries`).
+const MAX_PROBE_ATTEMPTS: u32 = 3;
 
 /// The probe workers of one pod.
 struct PodProbes {
@@ -196,14 +203,16 @@ impl Inner {
         }
     }
 
-    fn count(&self, pod: &Pod, container: &str, kind: ProbeKind, success: bool, seconds: f64) {
+    /// Counts one probe in `prober_probe_total` with `result` (`successful`, `failed`, or
+    /// `unknown` for a probe that could not be run) and its duration.
+    fn count(&self, pod: &Pod, container: &str, kind: ProbeKind, result: &str, seconds: f64) {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         self.metrics
             .probe_total
             .get_or_create(&ProbeLabel {
                 probe_type: kind.as_str().into(),
-                result: if success { "successful" } else { "failed" }.into(),
+                result: result.into(),
                 container: container.into(),
                 pod: name.clone(),
                 namespace: namespace.clone(),
@@ -278,14 +287,46 @@ async fn run_worker(
             host_network,
         };
         let t0 = Instant::now();
-        let outcome = handlers::run(&inner.ctx, &spec.handler, &target, spec.timeout).await;
+        let mut outcome = handlers::run(&inner.ctx, &spec.handler, &target, spec.timeout).await;
+        // A probe that could not be run is tried again at once, up to kubelet's
+        // `maxProbeRetries` attempts in all; one that runs ends the tries.
+        for _ in 1..MAX_PROBE_ATTEMPTS {
+            if !outcome.errored {
+                break;
+            }
+            outcome = handlers::run(&inner.ctx, &spec.handler, &target, spec.timeout).await;
+        }
+        let result = if outcome.errored {
+            "unknown"
+        } else if outcome.success {
+            "successful"
+        } else {
+            "failed"
+        };
         inner.count(
             &pod,
             &container.name,
             kind,
-            outcome.success,
+            result,
             t0.elapsed().as_secs_f64(),
         );
+        if outcome.errored {
+            // kubelet's prober: the error is reported and the result thrown away. It counts
+            // towards neither threshold and the published result stands (readiness stays
+            // false, liveness true, startup unknown), so a probe that cannot run never kills.
+            debug!(pod = %pod_ref(&pod), uid, container = %container.name, kind = kind.as_str(), error = %outcome.output, "probe errored");
+            inner.recorder.warning(
+                crate::events::Involved::pod(&pod),
+                "Unhealthy",
+                format!(
+                    "{} probe errored and resulted in unknown state: {}",
+                    kind.as_str(),
+                    outcome.output
+                ),
+            );
+            last_end = tokio::time::Instant::now();
+            continue;
+        }
         if !outcome.success {
             inner.recorder.warning(
                 crate::events::Involved::pod(&pod),

@@ -115,7 +115,14 @@ pub struct FileSource {
     objects: crate::objects::LocalObjects,
     /// Objects whose data changed since [`FileSource::take_changed_objects`] was last called.
     changed_objects: std::collections::BTreeSet<crate::objects::ObjectRef>,
+    /// Subdirectories of the manifest directory already reported as not read into (once each
+    /// while they are there).
+    skipped_dirs: HashSet<PathBuf>,
 }
+
+/// The reason a subdirectory of `staticPodPath` is counted under in
+/// `nodelet_static_pod_manifest_errors_total`.
+pub const SUBDIRECTORY: &str = "Subdirectory";
 
 /// Reads one manifest: `Ok(None)` when it is gone or not a regular file (directories, FIFOs,
 /// devices are skipped, never opened), `Err` with a message when it cannot be read or exceeds
@@ -188,6 +195,19 @@ impl FileSource {
             clock: crate::clock::system(),
             objects: Default::default(),
             changed_objects: Default::default(),
+            skipped_dirs: HashSet::new(),
+        }
+    }
+
+    /// Reports a subdirectory of the manifest directory, once while it is there: kubelet does
+    /// not read manifests in subdirectories ("Provided manifest path is a directory, not
+    /// recursing into manifest path"), and neither does nodelet. A warning and a count in
+    /// `nodelet_static_pod_manifest_errors_total{reason="Subdirectory"}`; no event (it is not
+    /// a broken manifest).
+    fn report_subdirectory(&mut self, path: &Path) {
+        if self.skipped_dirs.insert(path.to_owned()) {
+            tracing::warn!(path = %path.display(), "Provided manifest path is a directory, not recursing into manifest path");
+            self.metrics.manifest_error(SUBDIRECTORY);
         }
     }
 
@@ -214,8 +234,10 @@ impl FileSource {
     /// Notes what an inotify event says about writes: a create or a data write starts one, a
     /// close after writing, a rename or a removal ends it.
     pub fn observe(&mut self, ev: &notify::Event) {
-        use notify::event::{AccessKind, AccessMode, ModifyKind};
+        use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
         let writing = match ev.kind {
+            // A directory made is not a file being written (and is never read).
+            EventKind::Create(CreateKind::Folder) => return,
             EventKind::Create(_) | EventKind::Modify(ModifyKind::Data(_)) => true,
             EventKind::Access(AccessKind::Close(AccessMode::Write))
             | EventKind::Modify(ModifyKind::Name(_))
@@ -317,6 +339,8 @@ impl FileSource {
         // comparisons per listing.
         let listed: HashSet<&Path> = candidates.iter().map(PathBuf::as_path).collect();
         self.writes.retain(|p, _| listed.contains(p.as_path()));
+        // A subdirectory removed is reported again if it comes back.
+        self.skipped_dirs.retain(|p| listed.contains(p.as_path()));
         drop(listed);
         for path in candidates {
             if self.being_written(&path) {
@@ -326,6 +350,7 @@ impl FileSource {
                 continue;
             }
             match read_manifest(&path) {
+                Ok(None) if path.is_dir() => self.report_subdirectory(&path),
                 Ok(None) => {}
                 Ok(Some(bytes)) => present.push((path, Ok(bytes))),
                 Err(msg) => present.push((path, Err(msg))),
@@ -751,6 +776,44 @@ mod tests {
             1,
             "same broken content is reported once"
         );
+    }
+
+    #[test]
+    fn a_subdirectory_is_not_read_and_is_reported_once_while_it_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("nested");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("x.yaml"), POD.replace("NAME", "x")).unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        let mut s = source(dir.path());
+        let count = |s: &FileSource| {
+            s.metrics
+                .encode()
+                .lines()
+                .find(|l| {
+                    l.starts_with(
+                        "nodelet_static_pod_manifest_errors_total{reason=\"Subdirectory\"}",
+                    )
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let pods = s.list();
+        assert_eq!(
+            pods.len(),
+            1,
+            "only a.yaml: nothing below the directory is read"
+        );
+        for _ in 0..3 {
+            s.list();
+        }
+        assert_eq!(count(&s), 1.0, "once per directory, not per listing");
+        assert!(s.recorder.list().is_empty(), "not a broken manifest");
+        std::fs::remove_dir_all(&sub).unwrap();
+        s.list();
+        std::fs::create_dir(&sub).unwrap();
+        s.list();
+        assert_eq!(count(&s), 2.0, "reported again when it comes back");
     }
 
     #[test]

@@ -105,8 +105,12 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
         ("spec.initContainers", init),
         ("spec.containers", &spec.containers[..]),
     ] {
+        // The API server defaults terminationGracePeriodSeconds to 30 before it validates.
+        let grace = spec
+            .termination_grace_period_seconds
+            .unwrap_or(crate::pod::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
         for (i, c) in containers.iter().enumerate() {
-            validate_container(&format!("{list}[{i}]"), c)?;
+            validate_container(&format!("{list}[{i}]"), c, grace)?;
             if let Some(p) = c.termination_message_path.as_deref() {
                 if !p.is_empty() && !p.starts_with('/') {
                     return Err(err(
@@ -319,7 +323,30 @@ fn validate_host_namespaces(spec: &k8s_openapi::api::core::v1::PodSpec) -> Resul
     Ok(())
 }
 
-fn validate_container(path: &str, c: &Container) -> Result<(), FieldError> {
+/// A lifecycle hook's `sleep` may not outlast the pod's grace period (the API server's
+/// `validateSleepAction`, zero allowed as from 1.34): seconds in 0..=`grace`.
+fn validate_sleeps(path: &str, c: &Container, grace: i64) -> Result<(), FieldError> {
+    let Some(l) = &c.lifecycle else {
+        return Ok(());
+    };
+    for (name, h) in [("postStart", &l.post_start), ("preStop", &l.pre_stop)] {
+        let Some(sleep) = h.as_ref().and_then(|h| h.sleep.as_ref()) else {
+            continue;
+        };
+        if !(0..=grace).contains(&sleep.seconds) {
+            return Err(err(
+                format!("{path}.lifecycle.{name}.sleep"),
+                &sleep.seconds.to_string(),
+                &format!(
+                    "must be non-negative and less than terminationGracePeriodSeconds ({grace})"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_container(path: &str, c: &Container, grace: i64) -> Result<(), FieldError> {
     if !is_dns1123_label(&c.name) {
         return Err(err(
             format!("{path}.name"),
@@ -331,6 +358,7 @@ fn validate_container(path: &str, c: &Container) -> Result<(), FieldError> {
         return Err(err(format!("{path}.image"), "", "is required"));
     }
     crate::prober::spec::validate(path, c).map_err(|(field, reason)| err(field, "", &reason))?;
+    validate_sleeps(path, c, grace)?;
     if let Some(p) = c.image_pull_policy.as_deref() {
         if !matches!(p, "Always" | "IfNotPresent" | "Never") {
             return Err(err(
@@ -410,6 +438,25 @@ mod tests {
             let e = validate_pod(&pod(&full)).unwrap_err();
             assert_eq!(e.field, field, "{yaml}");
         }
+    }
+
+    #[test]
+    fn a_hook_sleep_longer_than_the_grace_period_is_refused_as_the_api_server_refuses_it() {
+        let with = |grace: &str, hook: &str, secs: i64| {
+            pod(&format!("metadata: {{name: ok}}\nspec: {{{grace}containers: [{{name: c, image: b, lifecycle: {{{hook}: {{sleep: {{seconds: {secs}}}}}}}}}]}}"))
+        };
+        let e = validate_pod(&with("", "preStop", 40)).unwrap_err();
+        assert_eq!(e.field, "spec.containers[0].lifecycle.preStop.sleep");
+        assert_eq!(
+            e.describe(),
+            "\"40\" must be non-negative and less than terminationGracePeriodSeconds (30)"
+        );
+        let e =
+            validate_pod(&with("terminationGracePeriodSeconds: 5, ", "postStart", 6)).unwrap_err();
+        assert_eq!(e.field, "spec.containers[0].lifecycle.postStart.sleep");
+        // Equal to the grace period, and zero, are allowed (as from 1.34).
+        assert!(validate_pod(&with("terminationGracePeriodSeconds: 5, ", "preStop", 5)).is_ok());
+        assert!(validate_pod(&with("", "preStop", 0)).is_ok());
         let ok = pod("apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: '', uid: 6e0de1e7-5a1c-4f0e}\nspec: {containers: [{name: c, image: b}]}");
         assert_eq!(validate_pod(&ok), Ok(()));
         let big = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: ok, annotations: {{a: {}}}}}\nspec: {{containers: [{{name: c, image: b}}]}}", "x".repeat(MAX_ANNOTATION_BYTES));

@@ -13,7 +13,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
+    PodCondition, PodStatus,
+};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
@@ -30,7 +33,29 @@ pub struct Failure {
     pub reason: String,
     /// The status message.
     pub message: String,
+    /// The pod also gets a `DisruptionTarget` condition (reason `TerminationByKubelet`, the
+    /// message as its message): an eviction for node pressure (kubelet's eviction manager adds
+    /// it there, not for local storage limits, a deadline or an admission refusal).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disruption_target: bool,
+    /// The pod ran and the node stopped it (an eviction, its active deadline), as opposed to
+    /// one refused before it ran: its containers' last states belong in its status
+    /// ([`Failure::terminal_status`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ran: bool,
 }
+
+/// The condition type kubelet adds to a pod it evicts for node pressure.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// Its reason.
+pub const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
+/// The state of a container the runtime no longer holds when its pod ends (kubelet's
+/// `TerminatePod`): terminated with this reason, [`CONTAINER_STATUS_UNKNOWN_MESSAGE`] and exit
+/// code 137.
+pub const CONTAINER_STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+/// Its message.
+pub const CONTAINER_STATUS_UNKNOWN_MESSAGE: &str =
+    "The container could not be located when the pod was terminated";
 
 fn evicted() -> String {
     EVICTED.into()
@@ -42,13 +67,152 @@ impl Failure {
         Self {
             reason: reason.into(),
             message: message.into(),
+            disruption_target: false,
+            ran: false,
         }
     }
 
-    /// The pod's status: phase Failed with this reason and message (see [`failed_status`]).
-    pub fn status(&self, pod: &Pod) -> PodStatus {
-        failed_status(pod, &self.reason, &self.message)
+    /// The same failure of a pod that ran (see [`Failure::ran`]).
+    pub fn of_running_pod(mut self) -> Self {
+        self.ran = true;
+        self
     }
+
+    /// The same failure with a `DisruptionTarget` condition (a node-pressure eviction).
+    pub fn with_disruption_target(mut self) -> Self {
+        self.disruption_target = true;
+        self
+    }
+
+    /// The status of a pod refused before it ran: phase Failed with this reason and message
+    /// (see [`failed_status`]).
+    pub fn status(&self, pod: &Pod) -> PodStatus {
+        let mut s = failed_status(pod, &self.reason, &self.message);
+        self.add_disruption_target(&mut s);
+        s
+    }
+
+    fn add_disruption_target(&self, s: &mut PodStatus) {
+        if self.disruption_target {
+            s.conditions
+                .get_or_insert_with(Vec::new)
+                .push(PodCondition {
+                    type_: DISRUPTION_TARGET.into(),
+                    status: "True".into(),
+                    reason: Some(TERMINATION_BY_KUBELET.into()),
+                    message: Some(self.message.clone()),
+                    ..Default::default()
+                });
+        }
+    }
+
+    /// The last status of a pod that ran and was failed by the node (evicted, past its active
+    /// deadline, over its local storage limits), from `ran`: the status generated from the
+    /// runtime's view after its containers were stopped (kubelet's `generateAPIPodStatus` with
+    /// the eviction's status function, then the status manager's `TerminatePod`):
+    ///
+    /// - phase Failed with this reason and message; `ContainersReady` and `Ready` False with
+    ///   reason `PodFailed`; the `DisruptionTarget` condition of a node-pressure eviction;
+    /// - each container keeps its state (a killed one: terminated, its exit code and reason;
+    ///   one still running while its kill is under way: running);
+    /// - a container left waiting (the runtime no longer holds it, after an agent restart or a
+    ///   removal by hand) becomes terminated `ContainerStatusUnknown`, exit code 137: every app
+    ///   container once the pod had initialized, and the init containers up to the last one
+    ///   that ever started.
+    pub fn terminal_status(&self, pod: &Pod, ran: PodStatus) -> PodStatus {
+        let mut s = ran;
+        s.phase = Some("Failed".into());
+        s.reason = Some(self.reason.clone());
+        s.message = Some(self.message.clone());
+        for c in s.conditions.iter_mut().flatten() {
+            if c.type_ == "Ready" || c.type_ == "ContainersReady" {
+                c.status = "False".into();
+                c.reason = Some("PodFailed".into());
+                c.message = None;
+            }
+        }
+        s.conditions
+            .get_or_insert_with(Vec::new)
+            .retain(|c| c.type_ != DISRUPTION_TARGET);
+        self.add_disruption_target(&mut s);
+        let initialized = has_pod_initialized(pod, &s);
+        if initialized {
+            s.container_statuses
+                .iter_mut()
+                .flatten()
+                .for_each(mark_unknown_if_waiting);
+        }
+        if let Some(init) = s.init_container_statuses.as_mut() {
+            let started = init
+                .iter()
+                .rposition(|c| waiting(c).is_none() || last_terminated(c).is_some())
+                .map_or(1, |i| i + 1);
+            init.iter_mut()
+                .take(started)
+                .for_each(mark_unknown_if_waiting);
+        }
+        s
+    }
+}
+
+fn waiting(c: &ContainerStatus) -> Option<&ContainerStateWaiting> {
+    c.state.as_ref()?.waiting.as_ref()
+}
+
+fn last_terminated(c: &ContainerStatus) -> Option<&ContainerStateTerminated> {
+    c.last_state.as_ref()?.terminated.as_ref()
+}
+
+fn mark_unknown_if_waiting(c: &mut ContainerStatus) {
+    if c.state
+        .as_ref()
+        .is_some_and(|s| s.terminated.is_some() || s.running.is_some())
+    {
+        return;
+    }
+    c.state = Some(ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            reason: Some(CONTAINER_STATUS_UNKNOWN.into()),
+            message: Some(CONTAINER_STATUS_UNKNOWN_MESSAGE.into()),
+            exit_code: 137,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    c.ready = false;
+    c.started = Some(false);
+}
+
+/// kubelet's `hasPodInitialized` (status manager): a pod without init containers; or one whose
+/// app container ever left waiting; or whose last init container completed with exit code 0
+/// (a sidecar: runs and has started).
+fn has_pod_initialized(pod: &Pod, s: &PodStatus) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return true;
+    };
+    let inits = spec.init_containers.as_deref().unwrap_or(&[]);
+    if inits.is_empty() {
+        return true;
+    }
+    if s.container_statuses
+        .iter()
+        .flatten()
+        .any(|c| last_terminated(c).is_some() || waiting(c).is_none())
+    {
+        return true;
+    }
+    let Some(last) = s.init_container_statuses.as_ref().and_then(|l| l.last()) else {
+        return false;
+    };
+    let Some(spec) = inits.iter().find(|c| c.name == last.name) else {
+        return false;
+    };
+    if spec.restart_policy.as_deref() == Some("Always") {
+        return last.state.as_ref().is_some_and(|s| s.running.is_some())
+            && last.started == Some(true);
+    }
+    let zero = |t: Option<&ContainerStateTerminated>| t.is_some_and(|t| t.exit_code == 0);
+    zero(last_terminated(last)) || zero(last.state.as_ref().and_then(|s| s.terminated.as_ref()))
 }
 
 /// The status of a pod failed before or instead of running (kubelet's eviction status and
@@ -60,7 +224,7 @@ pub fn failed_status(pod: &Pod, reason: &str, message: &str) -> PodStatus {
         reason: Some(reason.into()),
         message: Some(message.to_owned()),
         qos_class: Some(crate::qos::pod_qos_class(pod).as_str().into()),
-        conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+        conditions: Some(vec![PodCondition {
             type_: "Ready".into(),
             status: "False".into(),
             reason: Some(reason.into()),
@@ -239,6 +403,94 @@ mod tests {
             (s.phase.as_deref(), s.reason.as_deref()),
             (Some("Failed"), Some("Evicted"))
         );
+    }
+
+    #[test]
+    fn a_terminated_pod_keeps_its_states_and_what_is_gone_is_container_status_unknown() {
+        let p: Pod = serde_yaml::from_str(
+            "metadata: {name: p, uid: u}\nspec: {initContainers: [{name: i1, image: x}, {name: i2, image: x}], containers: [{name: a, image: x}, {name: b, image: x}]}",
+        )
+        .unwrap();
+        let st = |name: &str, state: &str| -> ContainerStatus {
+            serde_json::from_value(serde_json::json!({"name": name, "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": serde_json::from_str::<serde_json::Value>(state).unwrap()})).unwrap()
+        };
+        let waiting = r#"{"waiting": {"reason": "PodInitializing"}}"#;
+        let f = Failure::new(EVICTED, "low").of_running_pod();
+        // Initialized (i2 completed): a's kill state stays, b (gone) is unknown; i1 and i2 keep
+        // their states.
+        let ran = PodStatus {
+            init_container_statuses: Some(vec![
+                st(
+                    "i1",
+                    r#"{"terminated": {"exitCode": 0, "reason": "Completed"}}"#,
+                ),
+                st(
+                    "i2",
+                    r#"{"terminated": {"exitCode": 0, "reason": "Completed"}}"#,
+                ),
+            ]),
+            container_statuses: Some(vec![
+                st(
+                    "a",
+                    r#"{"terminated": {"exitCode": 143, "reason": "Error"}}"#,
+                ),
+                st("b", r#"{"waiting": {"reason": "ContainerCreating"}}"#),
+            ]),
+            ..Default::default()
+        };
+        let s = f.terminal_status(&p, ran);
+        let term = |l: &Option<Vec<ContainerStatus>>, i: usize| {
+            let t = l.as_ref().unwrap()[i]
+                .state
+                .clone()
+                .unwrap()
+                .terminated
+                .unwrap();
+            (t.exit_code, t.reason.unwrap())
+        };
+        assert_eq!(term(&s.container_statuses, 0), (143, "Error".into()));
+        assert_eq!(
+            term(&s.container_statuses, 1),
+            (137, CONTAINER_STATUS_UNKNOWN.into())
+        );
+        assert_eq!(term(&s.init_container_statuses, 1), (0, "Completed".into()));
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        // Not initialized (everything waiting): the app containers stay waiting, and only the
+        // first init container is taken as started.
+        let ran = PodStatus {
+            init_container_statuses: Some(vec![st("i1", waiting), st("i2", waiting)]),
+            container_statuses: Some(vec![st("a", waiting), st("b", waiting)]),
+            ..Default::default()
+        };
+        let s = f.terminal_status(&p, ran);
+        assert_eq!(
+            term(&s.init_container_statuses, 0),
+            (137, CONTAINER_STATUS_UNKNOWN.into())
+        );
+        for (l, i) in [(&s.init_container_statuses, 1), (&s.container_statuses, 0)] {
+            assert!(l.as_ref().unwrap()[i]
+                .state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .is_some());
+        }
+        // No DisruptionTarget unless asked; a pressure eviction has one.
+        assert!(!s
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == DISRUPTION_TARGET));
+        let s = f
+            .clone()
+            .with_disruption_target()
+            .terminal_status(&p, PodStatus::default());
+        assert!(s
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == DISRUPTION_TARGET
+                && c.reason.as_deref() == Some(TERMINATION_BY_KUBELET)));
     }
 
     fn wait_for(path: &std::path::Path, want: impl Fn(&str) -> bool) {

@@ -92,7 +92,14 @@ struct Inputs<'a> {
     rt: &'a RuntimePodStatus,
     errors: &'a StartErrors,
     probes: &'a dyn ProbeView,
+    /// The runtime holds some instance of an app container (kubelet's
+    /// `HasAnyRegularContainerCreated`: created, running or exited).
+    regular_created: bool,
 }
+
+/// The message of an init container that the runtime no longer holds in a pod whose app
+/// containers were created: it completed (kubelet 1.35's `convertToAPIContainerStatuses`).
+pub const INIT_ASSUMED_COMPLETED: &str = "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally";
 
 fn container_statuses(
     is_init: bool,
@@ -106,6 +113,7 @@ fn container_statuses(
         rt,
         errors,
         probes,
+        regular_created,
     } = *inputs;
     specs
         .iter()
@@ -145,6 +153,25 @@ fn container_statuses(
                         ..Default::default()
                     });
                 }
+                // An init container gone from the runtime (removed by clean-up or by hand, seen
+                // after an agent restart) in a pod whose app containers were created: it
+                // completed, and it is not run again.
+                None if is_init
+                    && regular_created
+                    && c.restart_policy.as_deref() != Some("Always") =>
+                {
+                    st.state = Some(ApiState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: 0,
+                            reason: Some("Completed".into()),
+                            message: Some(INIT_ASSUMED_COMPLETED.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    });
+                    st.ready = true;
+                    st.started = Some(false);
+                }
                 None => {
                     st.state = Some(ApiState {
                         waiting: Some(ContainerStateWaiting {
@@ -161,8 +188,9 @@ fn container_statuses(
             // cache); one that stays stopped keeps its terminated state. An init container that
             // completed is never started again.
             let init_done = is_init
-                && latest
-                    .is_some_and(|rc| rc.state() == ContainerState::Exited && rc.exit_code == 0);
+                && (latest
+                    .is_some_and(|rc| rc.state() == ContainerState::Exited && rc.exit_code == 0)
+                    || (latest.is_none() && regular_created));
             let restarts = c.restart_policy.as_deref().unwrap_or(policy);
             if let Some((reason, message)) = errors.get(&c.name) {
                 if !init_done && will_restart(latest, restarts) {
@@ -213,9 +241,6 @@ pub fn pod_phase(pod: &Pod, init: &[ContainerStatus], apps: &[ContainerStatus]) 
         return "Pending";
     };
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    fn find<'a>(list: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
-        list.iter().find(|s| s.name == name)
-    }
     let (mut pending_init, mut failed_init) = (0, 0);
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for c in spec.init_containers.iter().flatten() {
@@ -239,10 +264,12 @@ pub fn pod_phase(pod: &Pod, init: &[ContainerStatus], apps: &[ContainerStatus]) 
             } else if term.is_some() {
                 // A stopped sidecar counts for nothing.
             } else if is_waiting {
+                // Waiting in back-off after it ran: counts for nothing, so a crashed sidecar
+                // does not turn a running pod Pending (kubelet's `getPhase`).
                 if !last_term {
                     pending_init += 1;
+                    waiting += 1;
                 }
-                waiting += 1;
             } else {
                 pending_init += 1;
                 unknown += 1;
@@ -322,6 +349,176 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>) -> PodCondition {
     }
 }
 
+/// A condition that does not hold, with `reason` and `message`.
+fn not_met(type_: &str, reason: &str, message: Option<String>) -> PodCondition {
+    PodCondition {
+        type_: type_.into(),
+        status: "False".into(),
+        reason: Some(reason.into()),
+        message,
+        ..Default::default()
+    }
+}
+
+/// kubelet's list of unknown and incomplete (or unready) containers as a message:
+/// "containers with unknown status: [a b]", "containers with <what> status: [c]", joined by
+/// ", "; `None` when both are empty.
+fn containers_message(unknown: &[&str], other: &[&str], what: &str) -> Option<String> {
+    let mut parts = Vec::new();
+    if !unknown.is_empty() {
+        parts.push(format!(
+            "containers with unknown status: [{}]",
+            unknown.join(" ")
+        ));
+    }
+    if !other.is_empty() {
+        parts.push(format!(
+            "containers with {what} status: [{}]",
+            other.join(" ")
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+fn find<'a>(list: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
+    list.iter().find(|s| s.name == name)
+}
+
+/// The `Initialized` condition (kubelet's `GeneratePodInitializedCondition`): True without init
+/// containers; True once the pod succeeded (reason `PodCompleted`) or any app container has
+/// started; else True only when every init container is done: a sidecar once it has started,
+/// any other once it completed (is ready). Otherwise False, reason `ContainersNotInitialized`,
+/// naming the unknown and incomplete ones.
+pub fn initialized_condition(
+    pod: &Pod,
+    init: &[ContainerStatus],
+    apps: &[ContainerStatus],
+    phase: &str,
+) -> PodCondition {
+    let inits = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[]);
+    if inits.is_empty() {
+        return condition("Initialized", true, None);
+    }
+    let (mut unknown, mut incomplete) = (Vec::new(), Vec::new());
+    for c in inits {
+        let Some(s) = find(init, &c.name) else {
+            unknown.push(c.name.as_str());
+            continue;
+        };
+        let done = if c.restart_policy.as_deref() == Some("Always") {
+            s.started == Some(true)
+        } else {
+            s.ready
+        };
+        if !done {
+            incomplete.push(c.name.as_str());
+        }
+    }
+    if phase == "Succeeded" && unknown.is_empty() {
+        let mut c = condition("Initialized", true, None);
+        c.reason = Some("PodCompleted".into());
+        return c;
+    }
+    let regular_started = apps.iter().any(|s| {
+        let (running, terminated, last) = state_of(s);
+        running || terminated.is_some() || last
+    });
+    if regular_started {
+        return condition("Initialized", true, None);
+    }
+    match containers_message(&unknown, &incomplete, "incomplete") {
+        Some(m) => not_met("Initialized", "ContainersNotInitialized", Some(m)),
+        None => condition("Initialized", true, None),
+    }
+}
+
+/// The `ContainersReady` condition (kubelet's `GenerateContainersReadyCondition`): every
+/// sidecar and app container ready. A Succeeded pod is False with reason `PodCompleted`, a
+/// Failed one `PodFailed`; otherwise False with `ContainersNotReady`, naming the unknown and
+/// unready ones.
+pub fn containers_ready_condition(
+    pod: &Pod,
+    init: &[ContainerStatus],
+    apps: &[ContainerStatus],
+    phase: &str,
+) -> PodCondition {
+    let Some(spec) = pod.spec.as_ref() else {
+        return condition("ContainersReady", false, Some("ContainersNotReady"));
+    };
+    let (mut unknown, mut unready) = (Vec::new(), Vec::new());
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .map(|c| (c, init));
+    for (c, list) in sidecars.chain(spec.containers.iter().map(|c| (c, apps))) {
+        match find(list, &c.name) {
+            None => unknown.push(c.name.as_str()),
+            Some(s) if !s.ready => unready.push(c.name.as_str()),
+            Some(_) => {}
+        }
+    }
+    if phase == "Succeeded" && unknown.is_empty() {
+        return not_met("ContainersReady", "PodCompleted", None);
+    }
+    if phase == "Failed" {
+        return not_met("ContainersReady", "PodFailed", None);
+    }
+    match containers_message(&unknown, &unready, "unready") {
+        Some(m) => not_met("ContainersReady", "ContainersNotReady", Some(m)),
+        None => condition("ContainersReady", true, None),
+    }
+}
+
+/// The `Ready` condition (kubelet's `GeneratePodReadyCondition`): `ContainersReady`'s when that
+/// does not hold; else False with `ReadinessGatesNotReady` for a readiness gate whose condition
+/// the pod lacks or does not hold True (nodelet sets no such conditions itself, so a static
+/// pod with a gate is never ready, as with kubelet); else True. The gates of a pod from the
+/// apiserver are not evaluated: their conditions are written to the API object by controllers
+/// and nodelet does not read them back yet (README, cluster mode).
+pub fn ready_condition(
+    pod: &Pod,
+    containers_ready: &PodCondition,
+    conditions: &[PodCondition],
+) -> PodCondition {
+    if containers_ready.status != "True" {
+        return PodCondition {
+            type_: "Ready".into(),
+            ..containers_ready.clone()
+        };
+    }
+    let gates = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_deref())
+        .filter(|_| !crate::pod::is_api_pod(pod))
+        .unwrap_or(&[]);
+    let mut unready = Vec::new();
+    for g in gates {
+        match conditions.iter().find(|c| c.type_ == g.condition_type) {
+            None => unready.push(format!(
+                "corresponding condition of pod readiness gate {:?} does not exist.",
+                g.condition_type
+            )),
+            Some(c) if c.status != "True" => unready.push(format!(
+                "the status of pod readiness gate {:?} is not \"True\", but {}",
+                g.condition_type, c.status
+            )),
+            Some(_) => {}
+        }
+    }
+    if unready.is_empty() {
+        condition("Ready", true, None)
+    } else {
+        not_met("Ready", "ReadinessGatesNotReady", Some(unready.join(", ")))
+    }
+}
+
 /// The pod's API status from the runtime's view, the last start errors, the probe results and
 /// the node's IP.
 pub fn generate_pod_status(
@@ -341,6 +538,7 @@ pub fn generate_pod_status(
         rt,
         errors,
         probes,
+        regular_created: spec.containers.iter().any(|c| rt.latest(&c.name).is_some()),
     };
     let init_st = container_statuses(true, inits, &inputs, "PodInitializing", policy);
     let init_pending = !init_st.iter().all(|s| {
@@ -368,23 +566,16 @@ pub fn generate_pod_status(
     } else {
         sandbox.map(|s| s.ips.clone()).unwrap_or_default()
     };
-    let all_ready = !app_st.is_empty() && app_st.iter().all(|s| s.ready);
-    let not_ready_reason = if phase == "Succeeded" || phase == "Failed" {
-        "PodCompleted"
-    } else {
-        "ContainersNotReady"
-    };
+    let initialized = initialized_condition(pod, &init_st, &app_st, phase);
+    let containers_ready = containers_ready_condition(pod, &init_st, &app_st, phase);
+    let ready = ready_condition(pod, &containers_ready, &[]);
     PodStatus {
         phase: Some(phase.into()),
         conditions: Some(vec![
             condition("PodScheduled", true, None),
-            condition(
-                "Initialized",
-                !init_pending,
-                Some("ContainersNotInitialized"),
-            ),
-            condition("ContainersReady", all_ready, Some(not_ready_reason)),
-            condition("Ready", all_ready, Some(not_ready_reason)),
+            initialized,
+            containers_ready,
+            ready,
         ]),
         host_ip: Some(node_ip.to_owned()),
         host_ips: Some(vec![HostIP {
@@ -506,6 +697,169 @@ mod tests {
             "",
         );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    }
+
+    fn cond(s: &PodStatus, kind: &str) -> (String, Option<String>, Option<String>) {
+        let c = s
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == kind)
+            .unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// kubelet's condition and phase rules for sidecars (restartable init containers).
+    #[test]
+    fn sidecars_count_once_started_for_initialized_and_their_readiness_for_ready() {
+        let e = StartErrors::new();
+        let p: Pod = serde_yaml::from_str(
+            "metadata: {name: p, uid: u}\nspec: {initContainers: [{name: side, image: b, restartPolicy: Always}, {name: setup, image: b}], containers: [{name: a, image: b}]}",
+        )
+        .unwrap();
+        // The sidecar runs, setup is done, the app runs: initialized and ready.
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![
+                rc("side", ContainerState::Running, 0, 0),
+                rc("setup", ContainerState::Exited, 0, 0),
+                rc("a", ContainerState::Running, 0, 0),
+            ]),
+            &e,
+            &NoProbes,
+            "",
+        );
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Initialized").0, "True");
+        assert_eq!(cond(&s, "Ready").0, "True");
+        // Before setup ran: the sidecar started, setup is incomplete.
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![rc("side", ContainerState::Running, 0, 0)]),
+            &e,
+            &NoProbes,
+            "",
+        );
+        assert_eq!(
+            cond(&s, "Initialized"),
+            (
+                "False".into(),
+                Some("ContainersNotInitialized".into()),
+                Some("containers with incomplete status: [setup]".into())
+            )
+        );
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        // The sidecar crashed and waits in back-off while the app runs: still Running,
+        // initialized, and not ready because the sidecar is not.
+        let mut crashed = rc("side", ContainerState::Exited, 1, 0);
+        crashed.finished_at = 1_700_000_001_000_000_000;
+        let mut errors = StartErrors::new();
+        errors.insert(
+            "side".into(),
+            ("CrashLoopBackOff".into(), "back-off 10s".into()),
+        );
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![
+                crashed,
+                rc("setup", ContainerState::Exited, 0, 0),
+                rc("a", ContainerState::Running, 0, 0),
+            ]),
+            &errors,
+            &NoProbes,
+            "",
+        );
+        assert_eq!(s.phase.as_deref(), Some("Running"), "{s:?}");
+        assert_eq!(cond(&s, "Initialized").0, "True");
+        assert_eq!(
+            cond(&s, "ContainersReady"),
+            (
+                "False".into(),
+                Some("ContainersNotReady".into()),
+                Some("containers with unready status: [side]".into())
+            )
+        );
+        assert_eq!(cond(&s, "Ready"), cond(&s, "ContainersReady"));
+        // Succeeded: initialized with PodCompleted; not ready with PodCompleted.
+        let never: Pod = serde_yaml::from_str(
+            "metadata: {name: p, uid: u}\nspec: {restartPolicy: Never, initContainers: [{name: side, image: b, restartPolicy: Always}], containers: [{name: a, image: b}]}",
+        )
+        .unwrap();
+        let s = generate_pod_status(
+            &never,
+            &rt(vec![
+                rc("side", ContainerState::Exited, 143, 0),
+                rc("a", ContainerState::Exited, 0, 0),
+            ]),
+            &e,
+            &NoProbes,
+            "",
+        );
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(
+            cond(&s, "Initialized"),
+            ("True".into(), Some("PodCompleted".into()), None)
+        );
+        assert_eq!(
+            cond(&s, "Ready"),
+            ("False".into(), Some("PodCompleted".into()), None)
+        );
+    }
+
+    #[test]
+    fn an_init_container_gone_from_the_runtime_after_the_app_started_completed() {
+        let e = StartErrors::new();
+        let s = generate_pod_status(
+            &pod("Always"),
+            &rt(vec![rc("a", ContainerState::Running, 0, 0)]),
+            &e,
+            &NoProbes,
+            "",
+        );
+        let i = &s.init_container_statuses.as_ref().unwrap()[0];
+        let t = i.state.clone().unwrap().terminated.unwrap();
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref(), t.message.as_deref()),
+            (0, Some("Completed"), Some(INIT_ASSUMED_COMPLETED))
+        );
+        assert!(i.ready);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Initialized").0, "True");
+        // Before any app container exists, a missing init container is waiting.
+        let s = generate_pod_status(&pod("Always"), &rt(vec![]), &e, &NoProbes, "");
+        assert!(s.init_container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .is_some());
+    }
+
+    #[test]
+    fn a_readiness_gate_without_its_condition_keeps_the_pod_not_ready() {
+        let p: Pod = serde_yaml::from_str(
+            "metadata: {name: p, uid: u}\nspec: {readinessGates: [{conditionType: example.com/lb}], containers: [{name: a, image: b}]}",
+        )
+        .unwrap();
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![rc("a", ContainerState::Running, 0, 0)]),
+            &StartErrors::new(),
+            &NoProbes,
+            "",
+        );
+        assert_eq!(cond(&s, "ContainersReady").0, "True");
+        assert_eq!(
+            cond(&s, "Ready"),
+            (
+                "False".into(),
+                Some("ReadinessGatesNotReady".into()),
+                Some(
+                    "corresponding condition of pod readiness gate \"example.com/lb\" does not exist."
+                        .into()
+                )
+            )
+        );
     }
 
     /// The inputs of the fidelity issue, with kubelet's answers.

@@ -36,6 +36,8 @@ struct State {
     containers: BTreeMap<String, FakeContainer>,
     images: HashSet<String>,
     failures: HashMap<&'static str, VecDeque<String>>,
+    /// What the next ExecSync calls return: (exit code, stderr).
+    exec_exits: VecDeque<(i32, String)>,
     /// Calls that, once done, wait for a permit before they return (see
     /// [`FakeRuntime::hold_after`]).
     holds: HashMap<&'static str, Arc<tokio::sync::Semaphore>>,
@@ -93,6 +95,12 @@ impl FakeRuntime {
             .entry(operation)
             .or_default()
             .push_back(message.into());
+    }
+
+    /// Makes the next ExecSync exit with `code`, `stderr` its output (a command that ran and
+    /// failed; [`FakeRuntime::fail_next`] makes one the runtime refuses).
+    pub fn exec_exits_next(&self, code: i32, stderr: &str) {
+        self.lock().exec_exits.push_back((code, stderr.into()));
     }
 
     /// Adds an image to the store.
@@ -544,7 +552,12 @@ impl RuntimeService for FakeRuntime {
         _timeout: Duration,
     ) -> CriResult<api::ExecSyncResponse> {
         self.enter("exec_sync", format!("ExecSync {id} {}", cmd.join(" ")))?;
-        Ok(api::ExecSyncResponse::default())
+        let (exit_code, stderr) = self.lock().exec_exits.pop_front().unwrap_or_default();
+        Ok(api::ExecSyncResponse {
+            exit_code,
+            stderr: stderr.into_bytes(),
+            ..Default::default()
+        })
     }
 }
 

@@ -1,7 +1,8 @@
 //! emptyDir (kubelet's `pkg/volume/emptydir`): a directory under the pod's directory, or with
-//! `medium: Memory` a tmpfs limited to `sizeLimit` bytes (else to the node's memory, as the
-//! kernel's default of half of it would differ from kubelet's). With the pod's `fsGroup`, the
-//! directory is owned by that group with the setgid bit, so files created in it inherit it.
+//! `medium: Memory` a tmpfs sized as kubelet sizes it ([`memory_size`]). With the pod's
+//! `fsGroup`, the directory is owned by that group with the setgid bit, so files created in it
+//! inherit it. A disk-backed emptyDir's `sizeLimit` is enforced by the eviction manager
+//! ([`crate::eviction::local_storage`]).
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,28 @@ fn is_mount_point(dir: &Path) -> bool {
         return false;
     };
     a.dev() != b.dev()
+}
+
+/// The size of a memory-backed emptyDir's tmpfs, bytes (kubelet's
+/// `calculateEmptyDirMemorySize`, `SizeMemoryBackedVolumes`): the smallest of the node's
+/// allocatable memory (`allocatable`, bytes; the node's memory when 0), the pod's memory limit
+/// (`pod_limit`: its cgroup's, which a Burstable pod has only when every app container has one)
+/// and the volume's `sizeLimit`, each taken only when above zero.
+pub fn memory_size(allocatable: i64, pod_limit: Option<i64>, size_limit: Option<i128>) -> i128 {
+    let mut size = if allocatable > 0 {
+        i128::from(allocatable)
+    } else {
+        i128::from(procfs_mem_total())
+    };
+    for candidate in [pod_limit.map(i128::from), size_limit]
+        .into_iter()
+        .flatten()
+    {
+        if candidate > 0 && candidate < size {
+            size = candidate;
+        }
+    }
+    size
 }
 
 /// Mounts a tmpfs of `size` bytes (the node's memory when `None`) on `dir` unless something is
@@ -64,14 +87,20 @@ impl VolumePlugin for EmptyDir {
         let ed = v.empty_dir.as_ref().ok_or("not an emptyDir")?;
         std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
         if ed.medium.as_deref() == Some("Memory") {
-            let size = match &ed.size_limit {
+            let size_limit = match &ed.size_limit {
                 Some(q) => Some(
                     crate::quantity::parse_value(&q.0)
                         .map_err(|e| format!("sizeLimit {:?}: {e}", q.0))?,
                 ),
                 None => None,
             };
-            ensure_tmpfs(dir, size)?;
+            let pod_limit = crate::cm::resources::pod_resource_config(
+                s.pod,
+                &crate::cm::resources::CgroupPolicy::default(),
+            )
+            .memory_limit;
+            let size = memory_size(s.allocatable.memory, pod_limit, size_limit);
+            ensure_tmpfs(dir, Some(size))?;
         }
         let mut mode = 0o777;
         if let Some(gid) = s.fs_group_id()? {
@@ -97,4 +126,32 @@ impl VolumePlugin for EmptyDir {
 fn procfs_mem_total() -> u64 {
     use procfs::Current;
     procfs::Meminfo::current().map_or(0, |m| m.mem_total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memory_backed_volume_gets_the_smallest_of_allocatable_the_pods_limit_and_its_own() {
+        let gi = 1i64 << 30;
+        assert_eq!(memory_size(8 * gi, None, None), i128::from(8 * gi));
+        assert_eq!(memory_size(8 * gi, Some(gi), None), i128::from(gi));
+        assert_eq!(
+            memory_size(8 * gi, Some(gi), Some(64 << 20)),
+            64 << 20,
+            "sizeLimit below the pod's limit"
+        );
+        assert_eq!(
+            memory_size(8 * gi, Some(64 << 20), Some(i128::from(gi))),
+            64 << 20,
+            "the pod's limit below sizeLimit"
+        );
+        assert_eq!(
+            memory_size(gi, None, Some(i128::from(4 * gi))),
+            i128::from(gi),
+            "never above allocatable"
+        );
+        assert_eq!(memory_size(gi, Some(0), None), i128::from(gi), "0: none");
+    }
 }

@@ -39,14 +39,17 @@ async fn an_eviction_kill_uses_its_grace_and_leaves_the_pod_failed() {
     let h = harness();
     let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
     h.sync(&p).await.unwrap();
-    let f = Failure::new("Evicted", "The node was low on resource: memory.");
+    let f = Failure::new("Evicted", "The node was low on resource: memory.")
+        .of_running_pod()
+        .with_disruption_target();
     h.mgr
         .terminate_pod(p.clone(), KillPodOptions::failed(f, Some(1)))
         .await
         .unwrap();
+    // The 1 s override, raised to kubelet's 2 s minimum for each container.
     assert_eq!(
         h.rt.calls_of("StopContainer"),
-        vec!["StopContainer c grace=1"]
+        vec!["StopContainer c grace=2"]
     );
     let st = h.status();
     assert_eq!(
@@ -61,6 +64,58 @@ async fn an_eviction_kill_uses_its_grace_and_leaves_the_pod_failed() {
             Some("The node was low on resource: memory.")
         )
     );
+    // The container keeps its last state (the fake's SIGTERM: 143), the pod its conditions.
+    let c = &st.container_statuses.as_ref().unwrap()[0];
+    let t = c.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!((t.exit_code, t.reason.as_deref()), (143, Some("Error")));
+    let cond = |ty: &str| {
+        st.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == ty)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(
+        (
+            cond("Ready").status.as_str(),
+            cond("Ready").reason.as_deref()
+        ),
+        ("False", Some("PodFailed"))
+    );
+    let d = cond("DisruptionTarget");
+    assert_eq!(
+        (d.status.as_str(), d.reason.as_deref(), d.message.as_deref()),
+        (
+            "True",
+            Some("TerminationByKubelet"),
+            Some("The node was low on resource: memory.")
+        )
+    );
+    // Read again after the agent lost it (a restart): what the runtime no longer holds is
+    // ContainerStatusUnknown, 137.
+    h.status.remove(crate::pod::pod_uid(&p));
+    h.failed.mark(
+        &p,
+        Failure::new("Evicted", "The node was low on resource: memory.").of_running_pod(),
+    );
+    h.sync(&p).await.unwrap();
+    let st = h.status();
+    let t = st.container_statuses.as_ref().unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(
+        (t.exit_code, t.reason.as_deref(), t.message.as_deref()),
+        (
+            137,
+            Some("ContainerStatusUnknown"),
+            Some("The container could not be located when the pod was terminated")
+        )
+    );
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
 }
 
 #[tokio::test]

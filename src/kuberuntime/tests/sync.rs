@@ -426,8 +426,8 @@ async fn a_failed_liveness_probe_kills_the_container_with_the_probes_grace_and_r
     assert_eq!(ready.status, "True");
     // The liveness probe fails once (failureThreshold 1): the next sync kills the container
     // with the probe's own grace period.
-    h.rt.fail_next("exec_sync", "exec failed: no such file");
-    h.rt.fail_next("exec_sync", "exec failed: no such file");
+    h.rt.exec_exits_next(1, "check: not healthy");
+    h.rt.exec_exits_next(1, "check: not healthy");
     loop {
         let r = next_probe_update(&h).await;
         if (r.kind, r.success) == (ProbeKind::Liveness, false) {
@@ -442,7 +442,7 @@ async fn a_failed_liveness_probe_kills_the_container_with_the_probes_grace_and_r
     );
     assert!(h.recorder.list().iter().any(|e| e.reason == "Unhealthy"
         && e.message
-            .starts_with("Liveness probe failed: exec failed: no such file")));
+            .starts_with("Liveness probe failed: check: not healthy")));
     assert!(h.recorder.list().iter().any(|e| e.reason == "Killing"
         && e.message == "Container a failed liveness probe, will be restarted"));
     // The pod goes: its workers and results go with it.
@@ -452,6 +452,44 @@ async fn a_failed_liveness_probe_kills_the_container_with_the_probes_grace_and_r
         .unwrap();
     assert_eq!(h.probes.workers(), 0);
     assert_eq!(h.probes.results().pods(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_the_runtime_refuses_to_run_changes_no_result_and_kills_nothing() {
+    let h = harness();
+    let p = pod("{containers: [{name: a, image: 'busybox:1.36', \
+         livenessProbe: {exec: {command: [missing]}, periodSeconds: 1, failureThreshold: 1}, \
+         readinessProbe: {exec: {command: [missing]}, periodSeconds: 1}}]}");
+    h.sync(&p).await.unwrap();
+    h.pleg_sees_it().await;
+    for _ in 0..200 {
+        h.rt.fail_next(
+            "exec_sync",
+            "OCI runtime exec failed: no such file or directory",
+        );
+    }
+    // Ten periods of errors (three attempts each, of two probes): the initial results stand
+    // (kubelet throws errored results away), so nothing is killed and the container never
+    // becomes ready.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        h.rt.calls_of("ExecSync").len() >= 60,
+        "{:?}",
+        h.rt.calls_of("ExecSync").len()
+    );
+    while let Ok(r) = h.probe_updates.try_recv() {
+        assert!(
+            r.kind != crate::prober::ProbeKind::Liveness || r.success,
+            "a liveness failure was published: {r:?}"
+        );
+    }
+    h.rt.clear_calls();
+    h.sync(&p).await.unwrap();
+    assert!(h.rt.calls_of("StopContainer").is_empty());
+    assert!(!h.status().container_statuses.unwrap()[0].ready);
+    assert!(h.recorder.list().iter().any(|e| e.reason == "Unhealthy"
+        && e.message
+            == "Liveness probe errored and resulted in unknown state: OCI runtime exec failed: no such file or directory"));
 }
 
 #[tokio::test]
