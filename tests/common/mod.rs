@@ -33,15 +33,19 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new() -> Self {
+        Self::on(&cri_socket())
+    }
+
+    /// A client of the containerd at `sock`.
+    pub fn on(sock: &Path) -> Self {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let sock = cri_socket();
         let cri = rt.block_on(async {
             Cri::new(
-                &sock,
-                &sock,
+                sock,
+                sock,
                 Duration::from_secs(120),
                 nodelet::metrics::Metrics::new(),
             )
@@ -281,6 +285,8 @@ pub struct Nodelet {
     pub cgroup_root: String,
     pub child: Option<Child>,
     pub runtime: Runtime,
+    /// The containerd socket it and its [`Runtime`] use.
+    pub socket: PathBuf,
     extra_config: String,
     /// Extra command-line arguments.
     pub extra_args: Vec<String>,
@@ -304,6 +310,11 @@ impl Nodelet {
 
     /// Like [`Nodelet::new`] with extra KubeletConfiguration lines appended.
     pub fn with_config(test: &str, extra: &str) -> Self {
+        Self::on_runtime(test, extra, &cri_socket())
+    }
+
+    /// Like [`Nodelet::with_config`], against the containerd at `socket`.
+    pub fn on_runtime(test: &str, extra: &str, socket: &Path) -> Self {
         sweep_stale_once();
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let node = format!("t{}-{}-{n}", std::process::id(), test.replace('_', "-"));
@@ -321,7 +332,8 @@ impl Nodelet {
             dir,
             port: free_port(),
             child: None,
-            runtime: Runtime::new(),
+            runtime: Runtime::on(socket),
+            socket: socket.to_owned(),
             extra_config: extra.to_string(),
             extra_args: Vec::new(),
             extra_env: Vec::new(),
@@ -358,7 +370,7 @@ impl Nodelet {
         let cfg = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {}\nhealthzPort: {}\npodLogsDir: {}\n{eviction}{}",
             self.manifests().display(),
-            cri_socket().display(),
+            self.socket.display(),
             self.cgroup_root,
             self.port,
             self.logs().display(),

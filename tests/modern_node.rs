@@ -1,0 +1,180 @@
+//! The modern node: cgroup v2 alone, systemd as PID 1, PSI, on real containerd. These machines
+//! run cgroup v1 without systemd, so the tests run in the Debian 12 guest of
+//! `scripts/env/vm.sh`: `scripts/test.sh` boots it and runs this binary there with `--ignored`.
+//! On the host they are listed as ignored.
+//!
+//! The guest has two containerds: `containerd.service` with the systemd cgroup driver and
+//! `containerd-cgroupfs.service` with the cgroupfs driver (`NODELET_CRI_ENDPOINT` names the
+//! latter, the harness's default there).
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{mem_total, wait_until, Nodelet};
+
+const GUEST: &str = "cgroup v2 + systemd: runs in the guest of scripts/env/vm.sh (scripts/test.sh)";
+const LOOP: &str = "[sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]";
+
+fn manifest(name: &str, extra: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n{extra}  containers:\n  - name: c\n    image: busybox:1.36\n    command: {LOOP}\n    resources: {resources}\n"
+    )
+}
+
+/// A file of the unified hierarchy (`/sys/fs/cgroup/<cgroup>/<file>`), trimmed.
+fn read(cgroup: &str, file: &str) -> String {
+    let p = format!("/sys/fs/cgroup{cgroup}/{file}");
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{p}: {e}"))
+        .trim()
+        .to_string()
+}
+
+/// The v2 cgroup of a process (`0::<path>` in /proc/<pid>/cgroup).
+fn proc_cgroup(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        .unwrap_or_else(|| panic!("no v2 cgroup for {pid}"))
+}
+
+/// kubelet's (and runc 1.1's) cpu.shares → cpu.weight.
+fn weight(shares: u64) -> String {
+    (1 + ((shares - 2) * 9999) / 262_142).to_string()
+}
+
+fn on_cgroup_v2() {
+    assert_eq!(
+        nix::sys::statfs::statfs("/sys/fs/cgroup")
+            .unwrap()
+            .filesystem_type(),
+        nix::sys::statfs::CGROUP2_SUPER_MAGIC,
+        "not on cgroup v2 alone: {GUEST}"
+    );
+}
+
+/// The QoS and pod cgroups on cgroup v2 with the cgroupfs driver carry kubelet's values, and
+/// the containers kubelet's oom_score_adj (the guest lets root set negative scores).
+#[test]
+#[ignore = "cgroup v2 + systemd: runs in the guest of scripts/env/vm.sh (scripts/test.sh)"]
+fn cgroupfs_driver_on_cgroup_v2_writes_kubelets_values() {
+    on_cgroup_v2();
+    let mut n = Nodelet::with_config(
+        "v2qos",
+        "systemReserved: {cpu: 500m, memory: 256Mi}\npodPidsLimit: 1000\n",
+    );
+    n.start();
+    n.write_manifest(
+        "g.yaml",
+        &manifest("guaranteed", "", "{limits: {cpu: 500m, memory: 128Mi}}"),
+    );
+    n.write_manifest(
+        "b.yaml",
+        &manifest("burstable", "", "{requests: {cpu: 250m, memory: 100Mi}}"),
+    );
+    n.write_manifest("e.yaml", &manifest("besteffort", "", "{}"));
+    let mut uid = HashMap::new();
+    let mut pid = HashMap::new();
+    for name in ["guaranteed", "burstable", "besteffort"] {
+        let u = n.uid(name);
+        let c = n.wait_running(&u, &["c"], Duration::from_secs(120));
+        pid.insert(name, n.runtime.container_pid(&c["c"].id).expect("pid"));
+        uid.insert(name, u);
+    }
+    let kubepods = format!("{}/kubepods", n.cgroup_root);
+    // Node allocatable: capacity less systemReserved.
+    let limit: i64 = read(&kubepods, "memory.max").parse().unwrap();
+    let want = mem_total() - (256 << 20);
+    assert!(
+        (want - 4096..=want).contains(&limit),
+        "kubepods memory.max {limit}, want {want}"
+    );
+    assert_eq!(read(&kubepods, "cpu.weight"), weight(1536), "1500m allocatable");
+    for c in ["cpu", "memory", "pids"] {
+        assert!(
+            read(&kubepods, "cgroup.subtree_control").contains(c),
+            "{c} enabled below kubepods"
+        );
+    }
+    assert_eq!(read(&format!("{kubepods}/burstable"), "cpu.weight"), weight(256));
+    assert_eq!(read(&format!("{kubepods}/besteffort"), "cpu.weight"), weight(2));
+    let g = format!("{kubepods}/pod{}", uid["guaranteed"]);
+    assert_eq!(read(&g, "cpu.weight"), weight(512));
+    assert_eq!(read(&g, "cpu.max"), "50000 100000");
+    assert_eq!(read(&g, "memory.max"), (128 << 20).to_string());
+    assert_eq!(read(&g, "pids.max"), "1000");
+    let b = format!("{kubepods}/burstable/pod{}", uid["burstable"]);
+    assert_eq!(read(&b, "cpu.weight"), weight(256));
+    assert_eq!(read(&b, "cpu.max"), "max 100000");
+    assert_eq!(read(&b, "memory.max"), "max");
+    let e = format!("{kubepods}/besteffort/pod{}", uid["besteffort"]);
+    assert_eq!(read(&e, "cpu.weight"), weight(2));
+    // Each container runs in its pod's cgroup, with its own limits and kubelet's score.
+    let burstable_score = (1000 - (1000 * (100i64 << 20)) / mem_total()).clamp(3, 999);
+    for (name, cgroup, score) in [
+        ("guaranteed", &g, -997),
+        ("burstable", &b, burstable_score),
+        ("besteffort", &e, 1000),
+    ] {
+        let p = pid[name];
+        let own = proc_cgroup(p);
+        assert!(own.starts_with(&format!("{cgroup}/")), "{name}: {own}");
+        let adj: i64 = std::fs::read_to_string(format!("/proc/{p}/oom_score_adj"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(adj, score, "{name}");
+    }
+    assert_eq!(read(&proc_cgroup(pid["guaranteed"]), "memory.max"), (128 << 20).to_string());
+}
+
+/// A container that asks for no AppArmor profile runs on a host whose kernel has AppArmor but
+/// whose runtime cannot load profiles (no `apparmor_parser`, as here): nodelet sends no
+/// profile and the runtime decides, as kubelet does. An explicit RuntimeDefault fails there,
+/// in the runtime, as it would under kubelet.
+#[test]
+#[ignore = "cgroup v2 + systemd: runs in the guest of scripts/env/vm.sh (scripts/test.sh)"]
+fn a_container_without_an_apparmor_profile_runs_where_the_runtime_cannot_load_one() {
+    assert_eq!(
+        std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+            .unwrap_or_default()
+            .trim(),
+        "Y",
+        "the guest's kernel has AppArmor on"
+    );
+    assert!(
+        !Path::new("/sbin/apparmor_parser").exists()
+            && !Path::new("/usr/sbin/apparmor_parser").exists(),
+        "the guest has no AppArmor userspace"
+    );
+    let mut n = Nodelet::new("apparmor");
+    n.start();
+    n.write_manifest("plain.yaml", &manifest("plain", "", "{}"));
+    n.write_manifest(
+        "asks.yaml",
+        &manifest(
+            "asks",
+            "  securityContext: {appArmorProfile: {type: RuntimeDefault}}\n",
+            "{}",
+        ),
+    );
+    let plain = n.uid("plain");
+    n.wait_running(&plain, &["c"], Duration::from_secs(120));
+    wait_until(Duration::from_secs(120), "asks: CreateContainerError", || {
+        n.pod("asks").is_some_and(|p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                == "CreateContainerError"
+        })
+    });
+    let st = n.pod("asks").unwrap()["status"].clone();
+    let msg = st["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(msg.contains("apparmor is not supported"), "{st}");
+}
