@@ -82,6 +82,9 @@ pub enum AgentError {
     /// `--kubeconfig` names a file that is not a usable kubeconfig.
     #[error(transparent)]
     Kubeconfig(#[from] crate::cluster::ClusterError),
+    /// The runtime's cgroup driver is not `cgroupDriver` ([`crate::cm::runtime_driver`]).
+    #[error("{0}")]
+    CgroupDriverMismatch(String),
 }
 
 /// Runs the agent until SIGTERM or SIGINT, with the typed configuration (validated at load;
@@ -143,8 +146,18 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         pull_backoff: config.image_pull_back_off,
     };
     let recorder = Recorder::default();
+    // The systemd driver owns the QoS and pod cgroups as slices, through systemd's D-Bus API.
+    let driver_is_systemd = node_config.layout.systemd;
+    let cgroups: Arc<dyn crate::cm::cgroupfs::CgroupManager> = if driver_is_systemd {
+        Arc::new(
+            crate::cm::systemd::SystemdCgroups::new(Hierarchies::current())
+                .map_err(CmError::from)?,
+        )
+    } else {
+        Arc::new(Cgroupfs::new(Hierarchies::current()))
+    };
     let cm = Arc::new(
-        ContainerManager::new(Arc::new(Cgroupfs::new(Hierarchies::current())), node_config)
+        ContainerManager::new(cgroups, node_config)
             .with_metrics(metrics.clone())
             .with_recorder(recorder.clone()),
     );
@@ -201,6 +214,17 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let Some(runtime_version) = rt.block_on(async { wait_for_runtime(&cri).await }) else {
         return Ok(());
     };
+    // Both sides must place containers the same way (kubelet refuses a mismatch too).
+    let runtime_driver = rt
+        .block_on(cri.status_info())
+        .ok()
+        .and_then(|i| crate::cm::runtime_driver::runtime_uses_systemd(&i));
+    crate::cm::runtime_driver::check(
+        driver_is_systemd,
+        runtime_driver,
+        &config.container_runtime_endpoint,
+    )
+    .map_err(AgentError::CgroupDriverMismatch)?;
     rt.spawn(crate::runtime_state::run(
         cri.clone(),
         runtime_state.clone(),

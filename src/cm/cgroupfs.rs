@@ -70,6 +70,16 @@ pub enum CgroupError {
         /// Why (the kernel's errno, e.g. EBUSY for a memory limit below usage).
         source: io::Error,
     },
+    /// A call of systemd's D-Bus API failed (the systemd cgroup driver).
+    #[error("systemd {call} of {unit}: {message}")]
+    Systemd {
+        /// The slice, e.g. `kubepods-burstable.slice` (empty for the connection).
+        unit: String,
+        /// The D-Bus method, e.g. `StartTransientUnit`.
+        call: &'static str,
+        /// What systemd or the bus said.
+        message: String,
+    },
     /// A cgroup could not be removed from every hierarchy.
     #[error("cannot remove cgroup {cgroup}: {source}")]
     Remove {

@@ -24,6 +24,8 @@ pub mod hierarchy;
 pub mod name;
 pub mod orphans;
 pub mod resources;
+pub mod runtime_driver;
+pub mod systemd;
 
 use cgroupfs::{CgroupError, CgroupManager};
 use name::CgroupName;

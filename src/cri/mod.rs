@@ -303,6 +303,21 @@ impl Cri {
     }
 }
 
+impl Cri {
+    /// `Status` with `verbose`: the runtime's own information, by key (containerd: `config`,
+    /// the CRI plugin's configuration as JSON, among others). Used once at start, to compare
+    /// the runtime's cgroup driver with the agent's.
+    pub async fn status_info(&self) -> CriResult<std::collections::HashMap<String, String>> {
+        let started = std::time::Instant::now();
+        let r = self
+            .runtime
+            .clone()
+            .status(self.request(cri::StatusRequest { verbose: true }, Some(self.timeout)))
+            .await;
+        self.record(started, "status", r).map(|r| r.info)
+    }
+}
+
 impl RuntimeService for Cri {
     async fn version(&self) -> CriResult<cri::VersionResponse> {
         let started = std::time::Instant::now();

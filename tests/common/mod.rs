@@ -29,6 +29,8 @@ pub fn cri_socket() -> PathBuf {
 pub struct Runtime {
     pub cri: Cri,
     pub rt: tokio::runtime::Runtime,
+    /// The containerd socket.
+    pub socket: PathBuf,
 }
 
 impl Runtime {
@@ -50,7 +52,11 @@ impl Runtime {
                 nodelet::metrics::Metrics::new(),
             )
         });
-        Self { cri, rt }
+        Self {
+            cri,
+            rt,
+            socket: sock.to_owned(),
+        }
     }
 
     fn sel(key: &str, value: &str) -> HashMap<String, String> {
@@ -107,7 +113,7 @@ impl Runtime {
         let out = Command::new("ctr")
             .args([
                 "--address",
-                cri_socket().to_str().unwrap(),
+                self.socket.to_str().unwrap(),
                 "-n",
                 "k8s.io",
                 "tasks",
@@ -327,7 +333,13 @@ impl Nodelet {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
         let s = Self {
-            cgroup_root: format!("/nodelet-test-{node}"),
+            // The systemd driver's tree is systemd's own slices under the root slice (kubelet's
+            // usual `/`), one agent at a time; the cgroupfs driver gets a root per test.
+            cgroup_root: if extra.contains("cgroupDriver: systemd") {
+                "/".into()
+            } else {
+                format!("/nodelet-test-{node}")
+            },
             node,
             dir,
             port: free_port(),
