@@ -456,6 +456,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
                 cri: stats_cri,
                 handle: rt.handle().clone(),
             }),
+            cm: Some(cm.clone()),
         },
         pressure.clone(),
         metrics.clone(),

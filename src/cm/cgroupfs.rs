@@ -219,6 +219,21 @@ fn write_values(cg: &Cgroup, cfg: &ResourceConfig) -> Result<(), CgroupError> {
         };
         set(mem.path(), knob, limit, || mem.set_limit(limit))?;
     }
+    if let (Some(mem), Some(high), true) =
+        (cg.controller_of::<MemController>(), cfg.memory_high, v2)
+    {
+        let high = if high > 0 {
+            MaxValue::Value(high)
+        } else {
+            MaxValue::Max
+        };
+        set(mem.path(), "memory.high", high, || {
+            mem.set_mem(cgroups_rs::fs::memory::SetMemory {
+                high: Some(high),
+                ..Default::default()
+            })
+        })?;
+    }
     if let (Some(pids), Some(limit)) = (cg.controller_of::<PidController>(), cfg.pids_limit) {
         let max = if limit > 0 {
             MaxValue::Value(limit)

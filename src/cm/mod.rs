@@ -217,6 +217,8 @@ pub struct ContainerManager {
     clock: crate::clock::SharedClock,
     /// Orphaned pod cgroups that could not be removed yet.
     orphans: Mutex<orphans::StuckMap>,
+    /// The `memory.high` last written to `kubepods` (0: `max`).
+    kubepods_memory_high: Mutex<Option<i64>>,
 }
 
 impl ContainerManager {
@@ -231,6 +233,7 @@ impl ContainerManager {
             recorder: None,
             clock: crate::clock::system(),
             orphans: Mutex::new(HashMap::new()),
+            kubepods_memory_high: Mutex::new(None),
         }
     }
 
@@ -333,6 +336,40 @@ impl ContainerManager {
         self.cgroups.create(&kubepods, &self.kubepods_config())?;
         info!(cgroup = %kubepods, allocatable = ?self.allocatable(), "node allocatable cgroup ready");
         self.update_qos()
+    }
+
+    /// Sets `memory.high` of `kubepods` (cgroup v2; `None`: `max`), the eviction manager's
+    /// tripwire: cgroup v2 has no usage threshold to be notified of (v1's
+    /// `cgroup.event_control`), so the pods' cgroup is given a `memory.high` at the usage where a
+    /// hard memory threshold is met. Crossing it increments `memory.events` `high`, which wakes
+    /// the eviction manager, and the kernel reclaims and slows the allocating tasks meanwhile, so
+    /// the eviction comes before the `memory.max` that would OOM-kill. (kubelet has no kernel
+    /// notification on v2; its MemoryQoS puts `memory.high` on pods and containers, not here.)
+    /// Written only when it changes; nothing on v1 or without `cgroupsPerQOS`.
+    ///
+    /// Errors: the cgroup write that failed.
+    pub fn set_kubepods_memory_high(&self, high: Option<i64>) -> Result<(), CmError> {
+        let l = &self.cfg.layout;
+        if !l.per_qos {
+            return Ok(());
+        }
+        let value = high.unwrap_or(0).max(0);
+        let mut last = self
+            .kubepods_memory_high
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *last == Some(value) {
+            return Ok(());
+        }
+        let cfg = ResourceConfig {
+            memory_high: Some(value),
+            ..Default::default()
+        };
+        self.timed("update", || {
+            self.cgroups.update(&l.spell(&l.kubepods()), &cfg)
+        })?;
+        *last = Some(value);
+        Ok(())
     }
 
     /// Refuses reservations above capacity (kubelet's `validateNodeAllocatable`). A sum of

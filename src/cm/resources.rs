@@ -64,6 +64,10 @@ pub struct ResourceConfig {
     /// pids.max.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids_limit: Option<i64>,
+    /// memory.high, bytes, cgroup v2 only (0 or below: `max`). Set on `kubepods` alone, as the
+    /// eviction manager's tripwire ([`crate::cm::ContainerManager::set_kubepods_memory_high`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_high: Option<i64>,
     /// hugetlb limits, bytes, by page size in the kernel's spelling (`2MB`, `1GB`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub hugepage_limits: BTreeMap<String, i64>,

@@ -62,8 +62,8 @@ pub fn cpu_quota_per_sec_usec(quota: i64, period: u64) -> u64 {
 
 /// The systemd properties of a slice with `cfg` (libcontainer's `genV2ResourcesProperties` and
 /// `genV1ResourcesProperties`): on cgroup v2 `CPUWeight` (from the shares, kubelet's
-/// conversion), `MemoryMax`; on v1 `CPUShares`, `MemoryLimit`; both `CPUQuotaPerSecUSec` with
-/// `CPUQuotaPeriodUSec` and `TasksMax`. Only the values `cfg` sets.
+/// conversion), `MemoryMax`, `MemoryHigh`; on v1 `CPUShares`, `MemoryLimit`; both
+/// `CPUQuotaPerSecUSec` with `CPUQuotaPeriodUSec` and `TasksMax`. Only the values `cfg` sets.
 pub fn resource_properties(cfg: &ResourceConfig, v2: bool) -> Vec<(&'static str, u64)> {
     let mut p = Vec::new();
     if let Some(shares) = cfg.cpu_shares {
@@ -84,6 +84,15 @@ pub fn resource_properties(cfg: &ResourceConfig, v2: bool) -> Vec<(&'static str,
         let bytes = u64::try_from(m).ok().filter(|m| *m > 0).unwrap_or(INFINITY);
         p.push((if v2 { "MemoryMax" } else { "MemoryLimit" }, bytes));
     }
+    if let (Some(high), true) = (cfg.memory_high, v2) {
+        p.push((
+            "MemoryHigh",
+            u64::try_from(high)
+                .ok()
+                .filter(|h| *h > 0)
+                .unwrap_or(INFINITY),
+        ));
+    }
     if let Some(pids) = cfg.pids_limit {
         p.push((
             "TasksMax",
@@ -94,6 +103,20 @@ pub fn resource_properties(cfg: &ResourceConfig, v2: bool) -> Vec<(&'static str,
         ));
     }
     p
+}
+
+/// `cfg` with its CFS quota as systemd applies it: rounded up to whole 10 ms per second, as
+/// libcontainer writes it to `cpu.max` too, so that the file and the unit agree.
+fn as_systemd_applies(cfg: &ResourceConfig) -> ResourceConfig {
+    let mut c = cfg.clone();
+    if let Some(q) = c.cpu_quota.filter(|q| *q > 0) {
+        let period = c
+            .cpu_period
+            .unwrap_or(super::resources::DEFAULT_CFS_PERIOD_US);
+        let per_sec = cpu_quota_per_sec_usec(q, period);
+        c.cpu_quota = i64::try_from(per_sec.saturating_mul(period) / 1_000_000).ok();
+    }
+    c
 }
 
 /// Every property a new slice `unit` under `parent` is started with.
@@ -240,14 +263,14 @@ impl CgroupManager for SystemdCgroups {
             std::thread::sleep(Duration::from_millis(10));
         }
         // As libcontainer: the values to the files too (hugetlb has no systemd property).
-        self.fs.update(cgroup, cfg)
+        self.fs.update(cgroup, &as_systemd_applies(cfg))
     }
 
     fn update(&self, cgroup: &str, cfg: &ResourceConfig) -> Result<(), CgroupError> {
         if let Some((unit, _)) = slice_unit(cgroup) {
             self.set_properties(&unit, cfg)?;
         }
-        self.fs.update(cgroup, cfg)
+        self.fs.update(cgroup, &as_systemd_applies(cfg))
     }
 
     fn destroy(&self, cgroup: &str) -> Result<(), CgroupError> {
@@ -326,6 +349,13 @@ mod tests {
         assert_eq!(cpu_quota_per_sec_usec(1_005, 100_000), 20_000);
         assert_eq!(cpu_quota_per_sec_usec(1_000, 100_000), 10_000);
         assert_eq!(cpu_quota_per_sec_usec(-1, 100_000), u64::MAX);
+        // 15m of cpu: a quota of 1500 µs is applied as 2000, in the unit and in cpu.max.
+        let small = ResourceConfig {
+            cpu_quota: Some(1_500),
+            cpu_period: Some(100_000),
+            ..Default::default()
+        };
+        assert_eq!(as_systemd_applies(&small).cpu_quota, Some(2_000));
         let unlimited = ResourceConfig {
             cpu_quota: Some(-1),
             memory_limit: Some(0),

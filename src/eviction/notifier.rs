@@ -71,9 +71,11 @@ impl Registration {
 }
 
 /// The trigger line written to a PSI file: wake when tasks stall on memory for `stall` in any
-/// `window` (kernel `Documentation/accounting/psi.rst`; windows from 500ms to 10s).
+/// `window` (kernel `Documentation/accounting/psi.rst`; windows from 500ms to 10s). It ends in
+/// a newline: the kernel's `/proc/pressure/*` files drop the last byte written (kernel 6.1
+/// `psi_write`), so a line without one loses its window's last digit and is refused.
 pub fn psi_trigger(stall: Duration, window: Duration) -> String {
-    format!("some {} {}", stall.as_micros(), window.as_micros())
+    format!("some {} {}\n", stall.as_micros(), window.as_micros())
 }
 
 /// Registered thresholds and the epoll set that waits on them.
@@ -305,7 +307,7 @@ mod tests {
     fn cgroup_v2_file_changes_wake_the_notifier_and_psi_triggers_are_formatted() {
         assert_eq!(
             psi_trigger(Duration::from_millis(100), Duration::from_secs(1)),
-            "some 100000 1000000"
+            "some 100000 1000000\n"
         );
         let n = MemcgNotifier::new().unwrap();
         if let Err(e) = n.register_psi(

@@ -81,10 +81,16 @@ impl Paths {
     /// Every signal this node can observe now.
     pub fn observe(&self) -> HashMap<String, Observation> {
         let mut out = HashMap::new();
-        if let Some(o) = self
-            .root_memcg()
-            .and_then(|r| signals::memory_available(&r, self.memory_capacity))
-        {
+        let memory = match self.root_memcg() {
+            Some(r) => signals::memory_available(&r, self.memory_capacity),
+            None => self
+                .hierarchies
+                .unified
+                .as_deref()
+                .filter(|_| self.hierarchies.is_v2())
+                .and_then(|u| signals::memory_available_v2(u, self.memory_capacity)),
+        };
+        if let Some(o) = memory {
             out.insert("memory.available".to_string(), o);
         }
         if let Some(o) = self
@@ -279,6 +285,45 @@ pub struct AgentNode<S: PodSyncer> {
     pub notifier: Option<Arc<MemcgNotifier>>,
     /// Containers' writable layers, for local storage limits; `None`: not measured.
     pub runtime_stats: Option<RuntimeStats>,
+    /// Where the cgroup v2 tripwire is set ([`ContainerManager::set_kubepods_memory_high`]);
+    /// `None`: not set.
+    pub cm: Option<Arc<crate::cm::ContainerManager>>,
+}
+
+/// Reads an `i64` cgroup file (`None` for `max` or what does not parse).
+fn read_bytes(path: &Path) -> Option<i64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+impl Paths {
+    /// The `kubepods` usage (`memory.current`, bytes) at which the first hard memory threshold
+    /// of `thresholds` is met, on cgroup v2: for `allocatableMemory.available` below T, the
+    /// limit less T plus `inactive_file` (the working set is usage less inactive files, as in
+    /// kubelet's v1 threshold `capacity − T + inactive_file`); for `memory.available` below T,
+    /// today's usage plus what the node has above T. `None` without a hard memory threshold or
+    /// a readable `kubepods`.
+    pub fn tripwire(&self, thresholds: &[Threshold]) -> Option<i64> {
+        let kubepods = self.kubepods_memcg()?;
+        let current = read_bytes(&kubepods.join("memory.current"))?;
+        let inactive = signals::inactive_file(&kubepods).unwrap_or(0);
+        thresholds
+            .iter()
+            .filter(|t| t.grace_period.is_zero())
+            .filter_map(|t| match t.signal.as_str() {
+                "allocatableMemory.available" => {
+                    let max = read_bytes(&kubepods.join("memory.max"))?;
+                    Some(max - t.value.amount(max) + inactive)
+                }
+                "memory.available" => {
+                    let unified = self.hierarchies.unified.as_deref()?;
+                    let o = signals::memory_available_v2(unified, self.memory_capacity)?;
+                    Some(current + (o.available - t.value.amount(o.capacity)).max(0))
+                }
+                _ => None,
+            })
+            .min()
+            .map(|high| high.max(1))
+    }
 }
 
 impl<S: PodSyncer> EvictionNode for AgentNode<S> {
@@ -407,8 +452,14 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
     fn rearm(&mut self, thresholds: &[Threshold]) {
         let Some(n) = &self.notifier else { return };
         for (i, t) in thresholds.iter().enumerate() {
+            // On cgroup v2 the root has no usage to arm: memory.available wakes on the
+            // kubepods cgroup's stalls and events, where the pods' pressure shows first (a
+            // system-wide PSI trigger is diluted by the other CPUs' idle time).
             let cgroup = match t.signal.as_str() {
-                "memory.available" => self.paths.root_memcg(),
+                "memory.available" => self
+                    .paths
+                    .root_memcg()
+                    .or_else(|| self.paths.kubepods_memcg()),
                 "allocatableMemory.available" => self.paths.kubepods_memcg(),
                 _ => continue,
             };
@@ -438,7 +489,8 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
                     }
                 }
             } else if cgroup.join("memory.events").exists() {
-                // cgroup v2: no usage threshold; wake on memory stall and on memory.events.
+                // cgroup v2: no usage threshold; wake on memory stall and on memory.events, whose
+                // `high` count the tripwire below moves.
                 let r = n
                     .register_psi(&key, &cgroup.join("memory.pressure"), PSI_STALL, PSI_WINDOW)
                     .and_then(|()| {
@@ -446,6 +498,15 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
                     });
                 if let Err(e) = r {
                     warn!(error = %e, "cannot arm cgroup v2 memory notification; the periodic check remains");
+                }
+            }
+        }
+        if let (true, Some(cm)) = (self.paths.hierarchies.is_v2(), &self.cm) {
+            let high = self.paths.tripwire(thresholds);
+            match cm.set_kubepods_memory_high(high) {
+                Ok(()) => debug!(memory_high = ?high, "kubepods memory.high tripwire set"),
+                Err(e) => {
+                    warn!(error = %e, "cannot set the kubepods memory.high tripwire; PSI and the periodic check remain")
                 }
             }
         }
@@ -525,5 +586,56 @@ mod tests {
             let m = o["memory.available"];
             assert!(m.available > 0 && m.available <= m.capacity);
         }
+    }
+
+    /// The cgroup v2 tripwire: where a hard memory threshold is met, in `kubepods` usage.
+    #[test]
+    fn the_tripwire_is_the_usage_at_which_a_hard_memory_threshold_is_met() {
+        let tmp = tempfile::tempdir().unwrap();
+        let kubepods = tmp.path().join("root/kubepods");
+        std::fs::create_dir_all(&kubepods).unwrap();
+        std::fs::write(kubepods.join("memory.max"), "268435456\n").unwrap();
+        std::fs::write(kubepods.join("memory.current"), "50000000\n").unwrap();
+        std::fs::write(kubepods.join("memory.stat"), "inactive_file 1000000\n").unwrap();
+        let p = Paths {
+            hierarchies: Hierarchies {
+                v1: Vec::new(),
+                unified: Some(tmp.path().into()),
+            },
+            layout: CgroupLayout {
+                root: "/root".into(),
+                per_qos: true,
+                systemd: false,
+            },
+            memory_capacity: 1 << 30,
+            nodefs: tmp.path().into(),
+            imagefs: None,
+            pod_logs_dir: tmp.path().into(),
+        };
+        let t = |signal: &str, mib: i64, grace: u64| Threshold {
+            signal: signal.into(),
+            value: crate::eviction::threshold::ThresholdValue::Quantity(mib << 20),
+            grace_period: std::time::Duration::from_secs(grace),
+            min_reclaim: None,
+        };
+        // 256 MiB limit, 96 MiB threshold: the working set may reach 160 MiB, plus the
+        // inactive files that usage counts.
+        assert_eq!(
+            p.tripwire(&[t("allocatableMemory.available", 96, 0)]),
+            Some((160 << 20) + 1_000_000)
+        );
+        // Soft thresholds set none; the lowest hard one wins.
+        assert_eq!(
+            p.tripwire(&[t("allocatableMemory.available", 96, 30)]),
+            None
+        );
+        assert_eq!(
+            p.tripwire(&[
+                t("allocatableMemory.available", 96, 0),
+                t("allocatableMemory.available", 128, 0)
+            ]),
+            Some((128 << 20) + 1_000_000)
+        );
+        assert_eq!(p.tripwire(&[t("nodefs.available", 1, 0)]), None);
     }
 }

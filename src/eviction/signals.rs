@@ -67,6 +67,21 @@ pub fn memory_available(root_memcg: &Path, capacity: i64) -> Option<Observation>
     })
 }
 
+/// `memory.available` on cgroup v2, whose root cgroup has no `memory.current`: capacity minus
+/// the node's working set, `MemTotal − MemFree` (from `/proc/meminfo`) less the root's
+/// `inactive_file` (from `<unified>/memory.stat`), as cAdvisor computes the root's usage on v2
+/// for kubelet (libcontainer's `rootStatsFromMeminfo`).
+pub fn memory_available_v2(unified: &Path, capacity: i64) -> Option<Observation> {
+    use procfs::Current;
+    let m = procfs::Meminfo::current().ok()?;
+    let usage = i64::try_from(m.mem_total.saturating_sub(m.mem_free)).ok()?;
+    let working_set = (usage - inactive_file(unified).unwrap_or(0)).max(0);
+    Some(Observation {
+        available: capacity - working_set,
+        capacity,
+    })
+}
+
 /// `allocatableMemory.available` from the `kubepods` memory cgroup (its limit is allocatable).
 pub fn allocatable_memory_available(kubepods_memcg: &Path) -> Option<Observation> {
     let capacity = read_i64(&kubepods_memcg.join("memory.limit_in_bytes"))?;
