@@ -41,6 +41,10 @@ else
     VM_EXEC_TIMEOUT=1500 bash "$HERE/env/vm.sh" exec \
         "cd '$REPO' && NODELET_CRI_ENDPOINT=unix:///run/containerd-cgroupfs/containerd.sock '$bin' --ignored --test-threads 1" ||
         rc=1
+    # Last, from the host: nodelet as the guest's systemd service, and a poweroff that waits for
+    # the pods (tests/node_shutdown.rs powers the guest off).
+    echo "test.sh: nodelet under the guest's systemd, and graceful node shutdown"
+    cargo test --test node_shutdown -- --ignored || rc=1
     bash "$HERE/env/vm.sh" down
 fi
 exit "$rc"

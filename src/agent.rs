@@ -475,7 +475,26 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         config.max_pods,
     );
     info!(allocatable = ?allocatable, "node allocatable for admission");
+    if !config.shutdown_groups.is_empty() {
+        let settings = crate::nodeshutdown::Settings {
+            groups: config.shutdown_groups.clone(),
+            root_dir: flags.root_dir.clone(),
+        };
+        let node = crate::nodeshutdown::AgentShutdownNode {
+            status: status.clone(),
+            failed: failed.clone(),
+            workers: workers.clone(),
+            recorder: recorder.clone(),
+        };
+        let state = runtime_state.shutdown();
+        let stop = stop_rx.clone();
+        info!(groups = ?config.shutdown_groups, "graceful node shutdown: on");
+        threads.push(spawn_thread("node-shutdown", move || {
+            crate::nodeshutdown::run(settings, Box::new(node), state, stop)
+        }));
+    }
     let admission = crate::admission::PodAdmitter {
+        shutdown: runtime_state.shutdown(),
         pressure,
         failed: failed.clone(),
         recorder: recorder.clone(),

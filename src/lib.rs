@@ -47,6 +47,7 @@ pub mod housekeeping;
 pub mod kuberuntime;
 pub mod metrics;
 pub mod node;
+pub mod nodeshutdown;
 pub mod objects;
 pub mod plan;
 pub mod pleg;

@@ -18,12 +18,32 @@ pub const CHECK_PERIOD: Duration = Duration::from_secs(2);
 /// How long one check waits for the answer.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The runtime's last known health. Cheap to clone; starts up (the agent waits for the runtime
+/// The runtime's last known health, and whether the node is shutting down (the other source
+/// of kubelet's `KubeletNotReady`). Cheap to clone; starts up (the agent waits for the runtime
 /// before it starts checking).
 #[derive(Clone, Default)]
-pub struct RuntimeState(Arc<Mutex<Option<String>>>);
+pub struct RuntimeState(
+    Arc<Mutex<Option<String>>>,
+    crate::nodeshutdown::ShutdownState,
+);
 
 impl RuntimeState {
+    /// The node's Ready condition: `Ok`, or why not (`container runtime is down: <error>`;
+    /// `node is shutting down` during a graceful node shutdown). `/healthz` follows
+    /// [`RuntimeState::health`] alone.
+    pub fn ready(&self) -> Result<(), String> {
+        self.health()?;
+        if self.1.is_shutting_down() {
+            return Err(crate::nodeshutdown::NOT_READY_MESSAGE.to_owned());
+        }
+        Ok(())
+    }
+
+    /// The shutdown flag the graceful node shutdown manager sets.
+    pub fn shutdown(&self) -> crate::nodeshutdown::ShutdownState {
+        self.1.clone()
+    }
+
     /// `Ok`, or `container runtime is down: <error>`.
     pub fn health(&self) -> Result<(), String> {
         match &*self.0.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -84,5 +104,15 @@ mod tests {
         assert!(!s.record(Err("again".into())));
         assert!(s.record(Ok(())));
         assert!(s.health().is_ok());
+    }
+
+    #[test]
+    fn a_node_shutting_down_is_not_ready_but_healthy() {
+        let s = RuntimeState::default();
+        s.shutdown().set(true);
+        assert_eq!(s.ready().unwrap_err(), "node is shutting down");
+        assert!(s.health().is_ok(), "/healthz does not fail for it");
+        s.shutdown().set(false);
+        assert!(s.ready().is_ok());
     }
 }

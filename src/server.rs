@@ -116,8 +116,8 @@ async fn node(State(s): State<ServerState>) -> impl IntoResponse {
             })
         })
         .collect();
-    // kubelet's Ready condition, from the runtime's health.
-    conditions.push(match s.runtime.health() {
+    // kubelet's Ready condition, from the runtime's health and the node's shutdown.
+    conditions.push(match s.runtime.ready() {
         Ok(()) => serde_json::json!({
             "type": "Ready",
             "status": "True",

@@ -420,6 +420,7 @@ mod tests {
         let (tx, _rx) = crossbeam_channel::unbounded();
         let cfg = crate::source::PodConfig::new(tx);
         let admission = PodAdmitter {
+            shutdown: Default::default(),
             pressure: Default::default(),
             failed: Default::default(),
             recorder: Recorder::default(),

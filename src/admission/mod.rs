@@ -72,6 +72,8 @@ pub struct PodAdmitter {
     pub allocatable: Allocatable,
     /// `allowedUnsafeSysctls`.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// Whether the node is shutting down (graceful node shutdown).
+    pub shutdown: crate::nodeshutdown::ShutdownState,
 }
 
 /// The handlers after the pressure check, which depend on the node and the pods already
@@ -105,6 +107,13 @@ impl PodAdmitter {
     /// pods to make room for one, nodelet refuses it (a node fed by manifests has no scheduler
     /// to place the preempted pods elsewhere).
     pub fn check(&self, pod: &Pod, running: &[&Pod]) -> Option<Rejection> {
+        // kubelet's shutdown admit handler: nothing new while the node shuts down.
+        if self.shutdown.is_shutting_down() {
+            return Some(Rejection {
+                reason: crate::nodeshutdown::ADMISSION_REASON.into(),
+                message: crate::nodeshutdown::ADMISSION_MESSAGE.into(),
+            });
+        }
         let pressure = crate::eviction::admission::conditions_in_force(&self.pressure);
         crate::eviction::admission::refusal(pod, &pressure, self.static_pods_are_critical)
             .map(|message| Rejection {
@@ -135,7 +144,12 @@ impl PodAdmitter {
             r.message
         );
         let failure = Failure::new(&r.reason, r.status_message());
-        self.failed.mark(pod, failure.clone());
+        if r.reason == crate::nodeshutdown::ADMISSION_REASON {
+            // Refused because the node goes down: it runs when the node is back.
+            self.failed.mark_until_restart(pod, failure.clone());
+        } else {
+            self.failed.mark(pod, failure.clone());
+        }
         self.recorder.warning(
             crate::events::Involved::pod(pod),
             &r.reason,

@@ -110,7 +110,13 @@ fn object_of(ev: &Event, node: &str) -> (ObjectReference, String) {
         uid: Some(node.to_owned()),
         ..Default::default()
     };
-    (r, format!("{}: ", ev.involved_object))
+    // The node itself ("node"): no prefix; a file or cgroup: its name before the message.
+    let prefix = if ev.involved_object == "node" {
+        String::new()
+    } else {
+        format!("{}: ", ev.involved_object)
+    };
+    (r, prefix)
 }
 
 fn object_key(r: &ObjectReference) -> String {

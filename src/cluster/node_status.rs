@@ -259,7 +259,7 @@ pub async fn run(
         let now = crate::pod::api_time(SystemTime::now());
         let conds = conditions(
             &inputs.pressure.view(),
-            inputs.runtime.health(),
+            inputs.runtime.ready(),
             &now,
             previous,
         );

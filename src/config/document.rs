@@ -133,6 +133,15 @@ pub struct KubeletConfiguration {
     /// Count every static pod as critical (never evicted), as kubelet does. nodelet's field,
     /// default false: only pods with priority ≥ 2000000000 and mirror pods are critical.
     pub static_pods_are_critical: bool,
+    /// How long the node's shutdown waits for its pods (graceful node shutdown, through
+    /// systemd-logind's delay inhibitor lock); 0 (the default) turns it off.
+    pub shutdown_grace_period: GoDuration,
+    /// The part of `shutdownGracePeriod` kept for critical pods (priority ≥ 2000000000), which
+    /// are stopped last; default 0.
+    pub shutdown_grace_period_critical_pods: GoDuration,
+    /// Grace periods by pod priority (`[{priority, shutdownGracePeriodSeconds}]`), instead of
+    /// the two fields above.
+    pub shutdown_grace_period_by_pod_priority: Vec<crate::nodeshutdown::PriorityGroup>,
 }
 
 impl Default for KubeletConfiguration {
@@ -184,6 +193,9 @@ impl Default for KubeletConfiguration {
             eviction_monitoring_period: GoDuration(Duration::from_secs(10)),
             kernel_memcg_notification: true,
             static_pods_are_critical: false,
+            shutdown_grace_period: GoDuration(Duration::ZERO),
+            shutdown_grace_period_critical_pods: GoDuration(Duration::ZERO),
+            shutdown_grace_period_by_pod_priority: Vec::new(),
         }
     }
 }

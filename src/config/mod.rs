@@ -306,6 +306,21 @@ mod tests {
                 "evictionMonitoringPeriod",
                 "1ms",
             ),
+            (
+                "shutdownGracePeriod: 500ms",
+                "shutdownGracePeriod",
+                "500ms",
+            ),
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s",
+                "shutdownGracePeriodCriticalPods",
+                "20s",
+            ),
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 5}]",
+                "shutdownGracePeriodByPodPriority",
+                "1 groups",
+            ),
             ("kubeReserved: {cpu: '1e16'}", "kubeReserved", "cpu=1e16"),
             (
                 "systemReserved: {memory: 7Ei}\nkubeReserved: {memory: 7Ei}",

@@ -98,6 +98,10 @@ pub struct Config {
     pub eviction: EvictionSettings,
     /// `kernelMemcgNotification`: wake the eviction manager from kernel notifications.
     pub kernel_memcg_notification: bool,
+    /// Graceful node shutdown's groups, lowest priority first, from `shutdownGracePeriod`,
+    /// `shutdownGracePeriodCriticalPods` or `shutdownGracePeriodByPodPriority`
+    /// ([`crate::nodeshutdown::priority_groups`]); empty: off.
+    pub shutdown_groups: Vec<crate::nodeshutdown::PriorityGroup>,
 }
 
 impl Config {
@@ -460,6 +464,7 @@ impl KubeletConfiguration {
             self.eviction_monitoring_period,
             Duration::from_millis(100),
         )?;
+        let shutdown_groups = self.shutdown_groups(&invalid)?;
         Ok(Config {
             static_pod_path,
             file_check_frequency,
@@ -516,7 +521,59 @@ impl KubeletConfiguration {
                 static_pods_are_critical: self.static_pods_are_critical,
             },
             kernel_memcg_notification: self.kernel_memcg_notification,
+            shutdown_groups,
         })
+    }
+
+    /// Graceful node shutdown's groups, with kubelet's checks of the three fields.
+    ///
+    /// Errors: [`ConfigError::Invalid`] naming the field: a period between 0 and 1s, a
+    /// critical share above the whole, both the list and the plain fields, or a negative
+    /// period in the list.
+    fn shutdown_groups(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<Vec<crate::nodeshutdown::PriorityGroup>, ConfigError> {
+        let (total, critical) = (
+            self.shutdown_grace_period.0,
+            self.shutdown_grace_period_critical_pods.0,
+        );
+        let show = |d: Duration| crate::duration::format_go_duration(d);
+        for (field, d) in [
+            ("shutdownGracePeriod", total),
+            ("shutdownGracePeriodCriticalPods", critical),
+        ] {
+            if !d.is_zero() && d < Duration::from_secs(1) {
+                return Err(invalid(
+                    field,
+                    &show(d),
+                    "must be either zero or otherwise >= 1 sec",
+                ));
+            }
+        }
+        if critical > total {
+            return Err(invalid(
+                "shutdownGracePeriodCriticalPods",
+                &show(critical),
+                &format!("must be <= shutdownGracePeriod {}", show(total)),
+            ));
+        }
+        let list = &self.shutdown_grace_period_by_pod_priority;
+        if !list.is_empty() && (!total.is_zero() || !critical.is_zero()) {
+            return Err(invalid(
+                "shutdownGracePeriodByPodPriority",
+                &format!("{} groups", list.len()),
+                "cannot be given with shutdownGracePeriod or shutdownGracePeriodCriticalPods (kubelet: Cannot specify both at the same time)",
+            ));
+        }
+        if let Some(g) = list.iter().find(|g| g.grace_seconds < 0) {
+            return Err(invalid(
+                "shutdownGracePeriodByPodPriority",
+                &format!("priority {}: {}", g.priority, g.grace_seconds),
+                "shutdownGracePeriodSeconds must not be negative",
+            ));
+        }
+        Ok(crate::nodeshutdown::priority_groups(total, critical, list))
     }
 }
 

@@ -239,6 +239,10 @@ struct Entry {
     config_hash: Option<String>,
     #[serde(flatten)]
     failure: Failure,
+    /// Kept in memory only: the record of a persistent [`FailedPods`] leaves it out, so the
+    /// pod runs again after the agent restarts (a pod stopped for the node's shutdown).
+    #[serde(skip)]
+    until_restart: bool,
 }
 
 /// Failed pods by UID. Cheap to clone; shared by the sync loop, the pod workers and the eviction
@@ -314,11 +318,22 @@ impl FailedPods {
 
     /// Marks the pod failed with `failure` for its current manifest version.
     pub fn mark(&self, pod: &Pod, failure: Failure) {
+        self.insert(pod, failure, false);
+    }
+
+    /// [`FailedPods::mark`] until the agent restarts: the record on disk leaves it out (a pod
+    /// stopped for the node's shutdown runs again when the node is back).
+    pub fn mark_until_restart(&self, pod: &Pod, failure: Failure) {
+        self.insert(pod, failure, true);
+    }
+
+    fn insert(&self, pod: &Pod, failure: Failure, until_restart: bool) {
         self.pods.lock().unwrap_or_else(|e| e.into_inner()).insert(
             pod_uid(pod).to_owned(),
             Entry {
                 config_hash: hash_of(pod),
                 failure,
+                until_restart,
             },
         );
         self.changed();
@@ -369,7 +384,8 @@ impl FailedPods {
 
 fn save(path: &std::path::Path, pods: &HashMap<String, Entry>) {
     let tmp = path.with_extension("json.tmp");
-    let r = serde_json::to_vec(pods)
+    let kept: HashMap<&String, &Entry> = pods.iter().filter(|(_, e)| !e.until_restart).collect();
+    let r = serde_json::to_vec(&kept)
         .map_err(std::io::Error::other)
         .and_then(|b| std::fs::write(&tmp, b))
         .and_then(|()| std::fs::rename(&tmp, path));
@@ -512,6 +528,8 @@ mod tests {
         let e = FailedPods::persistent(path.clone());
         e.mark(&pod("u", "h1"), Failure::new(EVICTED, "low"));
         e.mark(&pod("v", "h1"), Failure::new("NodePorts", "taken"));
+        e.mark_until_restart(&pod("s", "h1"), Failure::new("Terminated", "shutdown"));
+        assert!(e.contains("s"));
         e.forget("v");
         wait_for(&path, |t| t.contains("\"u\"") && !t.contains("\"v\""));
         e.flush();
@@ -521,6 +539,7 @@ mod tests {
             Some(Failure::new(EVICTED, "low"))
         );
         assert!(!again.contains("v"));
+        assert!(!again.contains("s"), "a mark until restart is not on disk");
         // Files of their own: the first record's writer may still be writing its file.
         // A record written before reasons were kept reads as an eviction.
         let older = tmp.path().join("older.json");
