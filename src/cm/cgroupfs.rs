@@ -70,6 +70,17 @@ pub enum CgroupError {
         /// Why (the kernel's errno, e.g. EBUSY for a memory limit below usage).
         source: io::Error,
     },
+    /// A cgroup v2 controller nodelet needs cannot be enabled for its cgroups: an ancestor of
+    /// `cgroupRoot` does not delegate it (it holds processes, or is not the agent's to change).
+    #[error("the cgroup v2 {controller} controller cannot be enabled in {}/cgroup.subtree_control ({source}): cgroupRoot must be below cgroups that delegate cpu, memory and pids to it (a cgroup that holds processes cannot; under systemd, use the root or a unit with Delegate=yes)", dir.display())]
+    NotDelegated {
+        /// `cpu`, `memory`, `pids` or `hugetlb`.
+        controller: String,
+        /// The cgroup whose `cgroup.subtree_control` refused it.
+        dir: PathBuf,
+        /// The kernel's answer (EBUSY for a cgroup with processes).
+        source: io::Error,
+    },
     /// A call of systemd's D-Bus API failed (the systemd cgroup driver).
     #[error("systemd {call} of {unit}: {message}")]
     Systemd {
@@ -283,19 +294,34 @@ fn enable_v2_controllers(root: &Path, r: &str) -> Result<(), CgroupError> {
         return Ok(());
     }
     let value = wanted.join(" ");
-    let mut dir = root.to_path_buf();
-    for comp in r.split('/').filter(|c| !c.is_empty()) {
+    let write = |dir: &Path, value: &str| {
         std::fs::OpenOptions::new()
             .write(true)
             .truncate(true)
             .open(dir.join("cgroup.subtree_control"))
             .and_then(|mut f| f.write_all(value.as_bytes()))
-            .map_err(|source| CgroupError::Write {
-                knob: "cgroup.subtree_control".into(),
-                value: value.clone(),
-                dir: dir.clone(),
-                source,
-            })?;
+    };
+    let mut dir = root.to_path_buf();
+    for comp in r.split('/').filter(|c| !c.is_empty()) {
+        if let Err(source) = write(&dir, &value) {
+            // Name the controller that cannot be delegated: one at a time.
+            let failing = wanted
+                .iter()
+                .find_map(|c| write(&dir, c).err().map(|e| (c.trim_start_matches('+'), e)));
+            return Err(match failing {
+                Some((controller, source)) => CgroupError::NotDelegated {
+                    controller: controller.to_owned(),
+                    dir: dir.clone(),
+                    source,
+                },
+                None => CgroupError::Write {
+                    knob: "cgroup.subtree_control".into(),
+                    value: value.clone(),
+                    dir: dir.clone(),
+                    source,
+                },
+            });
+        }
         dir.push(comp);
     }
     Ok(())
