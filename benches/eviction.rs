@@ -12,6 +12,9 @@
 //! A Guaranteed pod runs beside the hog throughout and must survive.
 //!
 //! Run: `cargo bench --bench eviction` (needs scripts/env/up.sh). `RUNS=N` per side (default 20).
+//! On cgroup v2 (the guest of scripts/env/vm.sh, with `NODELET_CRI_ENDPOINT` naming its
+//! cgroupfs containerd) the crossing is seen by polling the kubepods `memory.current` every
+//! 2 ms, and "no OOM" also means the kubepods `memory.events` `max` count did not move.
 //! The two agents' logs are left in `/tmp/nodelet-bench-eviction-{notify,poll}.log`.
 
 use std::sync::Arc;
@@ -63,6 +66,8 @@ struct Side {
     agent: agent::Agent,
     notifier: Arc<MemcgNotifier>,
     crossed: crossbeam_channel::Receiver<(SystemTime, String)>,
+    /// Where the v2 crossing watcher reports (the notifier's channel).
+    cross_tx: crossbeam_channel::Sender<(SystemTime, String)>,
 }
 
 #[derive(Default)]
@@ -87,12 +92,13 @@ impl Side {
         );
         let notifier = MemcgNotifier::new().unwrap();
         let (tx, crossed) = crossbeam_channel::unbounded();
-        notifier.clone().spawn(tx);
+        notifier.clone().spawn(tx.clone());
         let s = Self {
             name,
             agent,
             notifier,
             crossed,
+            cross_tx: tx,
         };
         std::fs::write(s.agent.manifests.join("steady.yaml"), STEADY).unwrap();
         s.wait(Duration::from_secs(60), "steady running", |s| {
@@ -117,14 +123,48 @@ impl Side {
             .cloned()
     }
 
+    /// The kubepods memory cgroup: in the v1 memory hierarchy, or the unified one (cgroup v2,
+    /// in the guest of scripts/env/vm.sh).
+    fn kubepods_dir(&self) -> std::path::PathBuf {
+        let v1 = format!("/sys/fs/cgroup/memory{}/kubepods", self.agent.cgroup_root);
+        if std::path::Path::new(&v1).exists() {
+            v1.into()
+        } else {
+            format!("/sys/fs/cgroup{}/kubepods", self.agent.cgroup_root).into()
+        }
+    }
+
+    fn v2(&self) -> bool {
+        self.kubepods_dir().join("memory.current").exists()
+    }
+
     fn kubepods(&self, file: &str) -> String {
-        std::fs::read_to_string(format!(
-            "/sys/fs/cgroup/memory{}/kubepods/{file}",
-            self.agent.cgroup_root
-        ))
-        .unwrap()
-        .trim()
-        .to_string()
+        std::fs::read_to_string(self.kubepods_dir().join(file))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// The kubepods limit, bytes.
+    fn limit(&self) -> i64 {
+        let file = if self.v2() {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        self.kubepods(file).parse().unwrap()
+    }
+
+    /// How often kubepods hit its limit (v1 `memory.failcnt`; v2 `memory.events` `max`).
+    fn failcnt(&self) -> String {
+        if self.v2() {
+            self.kubepods("memory.events")
+                .lines()
+                .find_map(|l| l.strip_prefix("max ").map(str::to_owned))
+                .unwrap_or_default()
+        } else {
+            self.kubepods("memory.failcnt")
+        }
     }
 
     fn wait(&self, timeout: Duration, what: &str, f: impl Fn(&Self) -> bool) {
@@ -141,16 +181,35 @@ impl Side {
 
     /// One run: the hog starts, grows, and is evicted or OOM-killed; then it is removed.
     fn run(&self, i: usize, tally: &mut Tally) {
-        let dir = std::path::PathBuf::from(format!(
-            "/sys/fs/cgroup/memory{}/kubepods",
-            self.agent.cgroup_root
-        ));
-        // The crossing, by kubelet's formula, on the bench's own eventfd.
+        let dir = self.kubepods_dir();
+        // The crossing, by kubelet's formula: on the bench's own eventfd (v1), or seen by a
+        // thread reading memory.current every 2 ms (v2 has no usage notification).
         let inactive = nodelet::eviction::signals::inactive_file(&dir).unwrap_or(0);
-        let limit: i64 = self.kubepods("memory.limit_in_bytes").parse().unwrap();
-        self.notifier
-            .register("crossing", &dir, (limit - THRESHOLD + inactive) as u64)
-            .unwrap();
+        let limit = self.limit();
+        let at = limit - THRESHOLD + inactive;
+        let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if self.v2() {
+            let (tx, stop, current) = (
+                self.cross_tx.clone(),
+                watch_stop.clone(),
+                dir.join("memory.current"),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let now: i64 = std::fs::read_to_string(&current)
+                        .ok()
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if now > at {
+                        let _ = tx.send((SystemTime::now(), "crossing".into()));
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
+        } else {
+            self.notifier.register("crossing", &dir, at as u64).unwrap();
+        }
         // A hog admitted under MemoryPressure would be refused (BestEffort): start each run on a
         // node without pressure, as the previous run's pressure clears at a later pass.
         self.wait(Duration::from_secs(60), "MemoryPressure cleared", |s| {
@@ -160,7 +219,7 @@ impl Side {
             })
         });
         while self.crossed.try_recv().is_ok() {}
-        let (ooms, failcnt) = (oom_kills(), self.kubepods("memory.failcnt"));
+        let (ooms, failcnt) = (oom_kills(), self.failcnt());
         let name = format!("hog{i}");
         std::fs::write(
             self.agent.manifests.join(format!("{name}.yaml")),
@@ -201,7 +260,8 @@ impl Side {
         self.wait(Duration::from_secs(30), "hog removed", |s| {
             s.pod(&name).is_none()
         });
-        let clean = oom_kills() == ooms && self.kubepods("memory.failcnt") == failcnt;
+        watch_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let clean = oom_kills() == ooms && self.failcnt() == failcnt;
         if outcome == "evicted" && clean {
             tally.evicted_before_oom += 1;
         } else {

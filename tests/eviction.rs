@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{mem_total, wait_until, Nodelet};
+use common::{mem_total, oom_kills, wait_until, Nodelet};
 
 const LOOP: &str = "[sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]";
 
@@ -24,15 +24,6 @@ fn guaranteed(name: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: {LOOP}\n    resources: {{limits: {{cpu: 100m, memory: 32Mi}}}}\n"
     )
-}
-
-/// The kernel's count of OOM kills since boot (`/proc/vmstat` `oom_kill`).
-fn oom_kills() -> i64 {
-    std::fs::read_to_string("/proc/vmstat")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn kubepods_file(n: &Nodelet, file: &str) -> String {
@@ -230,13 +221,7 @@ fn disk_pressure_refuses_new_pods_but_not_critical_or_running_ones_and_never_evi
 }
 
 fn condition(n: &Nodelet, name: &str, kind: &str) -> serde_json::Value {
-    n.pod(name).unwrap_or_default()["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == kind)
-        .cloned()
-        .unwrap_or_default()
+    common::condition(&n.pod(name).unwrap_or_default()["status"], kind)
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_until, Nodelet};
+use common::{condition, wait_until, Nodelet};
 
 fn status(n: &Nodelet, name: &str) -> serde_json::Value {
     n.pod(name).map(|p| p["status"].clone()).unwrap_or_default()
@@ -227,16 +227,6 @@ fn a_privileged_container_runs_and_sees_the_hosts_devices() {
     assert!(out.contains("kmsg"), "privileged sees /dev/kmsg: {out}");
     let (_, out) = n.runtime.exec(&cs["u"].id, &["ls", "/dev"]);
     assert!(!out.contains("kmsg"), "unprivileged does not: {out}");
-}
-
-fn condition(st: &serde_json::Value, kind: &str) -> serde_json::Value {
-    st["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == kind)
-        .cloned()
-        .unwrap_or_default()
 }
 
 /// A pod stopped at its active deadline keeps its container's last state, as kubelet's status

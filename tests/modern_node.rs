@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{mem_total, wait_until, Nodelet};
+use common::{mem_total, oom_kills, wait_until, Nodelet};
 
 const GUEST: &str = "cgroup v2 + systemd: runs in the guest of scripts/env/vm.sh (scripts/test.sh)";
 const LOOP: &str = "[sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]";
@@ -47,6 +47,29 @@ fn weight(shares: u64) -> String {
     (1 + ((shares - 2) * 9999) / 262_142).to_string()
 }
 
+/// Starts the QoS tests' three pods (Guaranteed, Burstable, BestEffort) and waits until they
+/// run: their UIDs and their containers' host PIDs, by name.
+fn qos_pods(n: &Nodelet) -> (HashMap<&'static str, String>, HashMap<&'static str, u32>) {
+    n.write_manifest(
+        "g.yaml",
+        &manifest("guaranteed", "", "{limits: {cpu: 500m, memory: 128Mi}}"),
+    );
+    n.write_manifest(
+        "b.yaml",
+        &manifest("burstable", "", "{requests: {cpu: 250m, memory: 100Mi}}"),
+    );
+    n.write_manifest("e.yaml", &manifest("besteffort", "", "{}"));
+    let mut uid = HashMap::new();
+    let mut pid = HashMap::new();
+    for name in ["guaranteed", "burstable", "besteffort"] {
+        let u = n.uid(name);
+        let c = n.wait_running(&u, &["c"], Duration::from_secs(120));
+        pid.insert(name, n.runtime.container_pid(&c["c"].id).expect("pid"));
+        uid.insert(name, u);
+    }
+    (uid, pid)
+}
+
 fn on_cgroup_v2() {
     assert_eq!(
         nix::sys::statfs::statfs("/sys/fs/cgroup")
@@ -68,23 +91,7 @@ fn cgroupfs_driver_on_cgroup_v2_writes_kubelets_values() {
         "systemReserved: {cpu: 500m, memory: 256Mi}\npodPidsLimit: 1000\n",
     );
     n.start();
-    n.write_manifest(
-        "g.yaml",
-        &manifest("guaranteed", "", "{limits: {cpu: 500m, memory: 128Mi}}"),
-    );
-    n.write_manifest(
-        "b.yaml",
-        &manifest("burstable", "", "{requests: {cpu: 250m, memory: 100Mi}}"),
-    );
-    n.write_manifest("e.yaml", &manifest("besteffort", "", "{}"));
-    let mut uid = HashMap::new();
-    let mut pid = HashMap::new();
-    for name in ["guaranteed", "burstable", "besteffort"] {
-        let u = n.uid(name);
-        let c = n.wait_running(&u, &["c"], Duration::from_secs(120));
-        pid.insert(name, n.runtime.container_pid(&c["c"].id).expect("pid"));
-        uid.insert(name, u);
-    }
+    let (uid, pid) = qos_pods(&n);
     let kubepods = format!("{}/kubepods", n.cgroup_root);
     // Node allocatable: capacity less systemReserved.
     let limit: i64 = read(&kubepods, "memory.max").parse().unwrap();
@@ -232,23 +239,7 @@ fn systemd_driver_makes_slices_with_kubelets_values_through_dbus() {
         Path::new(SYSTEMD_CONTAINERD),
     );
     n.start();
-    n.write_manifest(
-        "g.yaml",
-        &manifest("guaranteed", "", "{limits: {cpu: 500m, memory: 128Mi}}"),
-    );
-    n.write_manifest(
-        "b.yaml",
-        &manifest("burstable", "", "{requests: {cpu: 250m, memory: 100Mi}}"),
-    );
-    n.write_manifest("e.yaml", &manifest("besteffort", "", "{}"));
-    let mut uid = HashMap::new();
-    let mut pid = HashMap::new();
-    for name in ["guaranteed", "burstable", "besteffort"] {
-        let u = n.uid(name);
-        let c = n.wait_running(&u, &["c"], Duration::from_secs(120));
-        pid.insert(name, n.runtime.container_pid(&c["c"].id).expect("pid"));
-        uid.insert(name, u);
-    }
+    let (uid, pid) = qos_pods(&n);
     let props = [
         "MemoryMax",
         "CPUWeight",
@@ -365,15 +356,6 @@ fn a_cgroup_driver_mismatch_refuses_to_start_naming_both_settings() {
             "{err}"
         );
     }
-}
-
-/// The kernel's count of OOM kills since boot (`/proc/vmstat` `oom_kill`).
-fn oom_kills() -> i64 {
-    std::fs::read_to_string("/proc/vmstat")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// On cgroup v2 the eviction manager is woken by the kubepods cgroup's memory notifications

@@ -10,6 +10,14 @@ use std::time::{Duration, Instant};
 /// The private containerd's CRI socket.
 pub const SOCKET: &str = "/run/nodelet-env/containerd/containerd.sock";
 
+/// The CRI socket the benchmarks use: `NODELET_CRI_ENDPOINT` (as the tests read it: the
+/// cgroup v2 guest's containerd, say), else [`SOCKET`].
+pub fn socket() -> String {
+    std::env::var("NODELET_CRI_ENDPOINT")
+        .map(|e| e.trim_start_matches("unix://").to_owned())
+        .unwrap_or_else(|_| SOCKET.to_owned())
+}
+
 /// A running nodelet.
 pub struct Agent {
     /// Root of its files (config, manifests, logs, root dir); removed on drop.
@@ -56,8 +64,9 @@ pub fn start_with_args(
     stderr: Stdio,
     args: Vec<String>,
 ) -> Agent {
+    let socket = socket();
     assert!(
-        std::path::Path::new(SOCKET).exists(),
+        std::path::Path::new(&socket).exists(),
         "run scripts/env/up.sh first"
     );
     let dir = tempfile::tempdir().unwrap();
@@ -80,7 +89,7 @@ pub fn start_with_args(
     std::fs::write(
         &cfg,
         format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\ncontainerRuntimeEndpoint: unix://{SOCKET}\ncgroupRoot: {cgroup_root}\nhealthzPort: {port}\npodLogsDir: {}\n{eviction}{extra}",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\ncontainerRuntimeEndpoint: unix://{socket}\ncgroupRoot: {cgroup_root}\nhealthzPort: {port}\npodLogsDir: {}\n{eviction}{extra}",
             manifests.display(),
             logs.display()
         ),

@@ -589,3 +589,23 @@ pub fn mem_total() -> i64 {
     use procfs::Current;
     procfs::Meminfo::current().unwrap().mem_total as i64
 }
+
+/// The condition of type `kind` in a pod's `status` (JSON), or null.
+pub fn condition(status: &serde_json::Value, kind: &str) -> serde_json::Value {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The kernel's count of OOM kills since boot (`/proc/vmstat` `oom_kill`).
+pub fn oom_kills() -> i64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+        .unwrap_or(0)
+}
