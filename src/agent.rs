@@ -117,6 +117,12 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     };
     let mut node_config = node_config;
     node_config.policy.hugepage_sizes = crate::cm::hugepage_sizes();
+    if node_config.policy.memory_qos_throttling_factor.is_some() && !Hierarchies::current().is_v2()
+    {
+        // kubelet: MemoryQoS works on cgroup v2 only.
+        warn!("featureGates.MemoryQoS needs cgroup v2 alone; this node has cgroup v1 hierarchies, so it is off");
+        node_config.policy.memory_qos_throttling_factor = None;
+    }
     let settings = Settings {
         node_name: node_name.clone(),
         hostname: crate::node::hostname(&node_name),
@@ -163,6 +169,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     );
     cm.start()?;
     apply_own_oom_score_adj(config.oom_score_adj, &metrics);
+    raise_open_files_limit();
     info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -664,6 +671,20 @@ async fn wait_for_signal() {
         }
         _ => {
             let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime does for kubelet at
+/// start (Go 1.19 and later): a walk of a deep volume tree ([`crate::eviction`]'s `du`) holds
+/// a descriptor per level still being walked. Nothing is raised past the hard limit.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                warn!(soft, hard, error = %e, "cannot raise the open files limit");
+            }
         }
     }
 }

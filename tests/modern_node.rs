@@ -457,3 +457,55 @@ fn a_controller_that_cannot_be_delegated_refuses_the_start_naming_it() {
     let _ = std::fs::remove_dir(format!("{parent}/inner"));
     let _ = std::fs::remove_dir(&parent);
 }
+
+/// kubelet's MemoryQoS (`featureGates: {MemoryQoS: true}`) on cgroup v2: memory.min from the
+/// memory requests on the container, the pod and the QoS cgroups, and a Burstable container's
+/// memory.high 90 % of the way from its request to its limit, in whole pages.
+#[test]
+#[ignore = "cgroup v2 + systemd: runs in the guest of scripts/env/vm.sh (scripts/test.sh)"]
+fn memory_qos_sets_memory_min_and_high_as_kubelet() {
+    on_cgroup_v2();
+    let mut n = Nodelet::with_config("memqos", "featureGates: {MemoryQoS: true}\n");
+    n.start();
+    n.write_manifest(
+        "b.yaml",
+        &manifest(
+            "burstable",
+            "",
+            "{requests: {memory: 100Mi}, limits: {memory: 200Mi}}",
+        ),
+    );
+    n.write_manifest(
+        "g.yaml",
+        &manifest("guaranteed", "", "{limits: {cpu: 100m, memory: 64Mi}}"),
+    );
+    let (b, g) = (n.uid("burstable"), n.uid("guaranteed"));
+    let bc = n.wait_running(&b, &["c"], Duration::from_secs(120))["c"].clone();
+    let gc = n.wait_running(&g, &["c"], Duration::from_secs(120))["c"].clone();
+    let mi = 1i64 << 20;
+    let container = |id: &str| proc_cgroup(n.runtime.container_pid(id).expect("pid"));
+    let bdir = container(&bc.id);
+    assert_eq!(read(&bdir, "memory.min"), (100 * mi).to_string());
+    let high = ((100 * mi) as f64 + (100 * mi) as f64 * 0.9) as i64 / 4096 * 4096;
+    assert_eq!(read(&bdir, "memory.high"), high.to_string());
+    assert_eq!(read(&bdir, "memory.max"), (200 * mi).to_string());
+    let gdir = container(&gc.id);
+    assert_eq!(read(&gdir, "memory.min"), (64 * mi).to_string());
+    assert_eq!(
+        read(&gdir, "memory.high"),
+        "max",
+        "Guaranteed: no throttling"
+    );
+    let kubepods = format!("{}/kubepods", n.cgroup_root);
+    assert_eq!(
+        read(&format!("{kubepods}/burstable/pod{b}"), "memory.min"),
+        (100 * mi).to_string()
+    );
+    assert_eq!(
+        read(&format!("{kubepods}/burstable"), "memory.min"),
+        (100 * mi).to_string()
+    );
+    wait_until(Duration::from_secs(30), "kubepods memory.min", || {
+        read(&kubepods, "memory.min") == (164 * mi).to_string()
+    });
+}

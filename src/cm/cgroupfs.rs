@@ -230,6 +230,16 @@ fn write_values(cg: &Cgroup, cfg: &ResourceConfig) -> Result<(), CgroupError> {
         };
         set(mem.path(), knob, limit, || mem.set_limit(limit))?;
     }
+    if let (Some(mem), Some(min), true) = (cg.controller_of::<MemController>(), cfg.memory_min, v2)
+    {
+        let min = MaxValue::Value(min.max(0));
+        set(mem.path(), "memory.min", min, || {
+            mem.set_mem(cgroups_rs::fs::memory::SetMemory {
+                min: Some(min),
+                ..Default::default()
+            })
+        })?;
+    }
     if let (Some(mem), Some(high), true) =
         (cg.controller_of::<MemController>(), cfg.memory_high, v2)
     {

@@ -435,13 +435,30 @@ impl ContainerManager {
         } else {
             self.cfg.capacity.memory
         };
+        let memory_qos = self.cfg.policy.memory_qos_throttling_factor.is_some();
         let (burstable, besteffort) =
-            resources::qos_configs(&totals, memory, self.cfg.qos_reserved_memory);
+            resources::qos_configs(&totals, memory, self.cfg.qos_reserved_memory, memory_qos);
+        // MemoryQoS: the Guaranteed and Burstable pods' memory requests protected in kubepods
+        // (kubelet's `setMemoryQoS`: a child's protection is capped by its parent's); only that
+        // value, the rest of kubepods is allocatable's.
+        let guaranteed = memory_qos.then(|| ResourceConfig {
+            memory_min: Some(
+                totals
+                    .guaranteed_memory_request
+                    .saturating_add(totals.burstable_memory_request),
+            ),
+            ..Default::default()
+        });
         for (qos, cfg) in [
-            (QosClass::Burstable, burstable),
-            (QosClass::BestEffort, besteffort),
+            (QosClass::Guaranteed, guaranteed),
+            (QosClass::Burstable, Some(burstable)),
+            (QosClass::BestEffort, Some(besteffort)),
         ] {
-            let Some(name) = l.qos_cgroup(qos) else {
+            let Some(cfg) = cfg else { continue };
+            let Some(name) = l
+                .qos_cgroup(qos)
+                .or_else(|| (qos == QosClass::Guaranteed).then(|| l.kubepods()))
+            else {
                 continue;
             };
             let path = l.spell(&name);

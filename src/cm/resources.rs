@@ -68,13 +68,16 @@ pub struct ResourceConfig {
     /// eviction manager's tripwire ([`crate::cm::ContainerManager::set_kubepods_memory_high`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_high: Option<i64>,
+    /// memory.min, bytes, cgroup v2 only: kubelet's MemoryQoS protection of memory requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_min: Option<i64>,
     /// hugetlb limits, bytes, by page size in the kernel's spelling (`2MB`, `1GB`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub hugepage_limits: BTreeMap<String, i64>,
 }
 
 /// Knobs of the pod cgroup computation (from the configuration and the node).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CgroupPolicy {
     /// `cpuCFSQuota`: enforce cpu limits with CFS quota.
     pub cpu_cfs_quota: bool,
@@ -85,6 +88,11 @@ pub struct CgroupPolicy {
     /// The node's hugepage sizes, bytes ([`crate::cm::hugepage_sizes`]): a pod or container
     /// gets a hugetlb limit of 0 for each size it does not ask for.
     pub hugepage_sizes: Vec<u64>,
+    /// kubelet's MemoryQoS (`featureGates: {MemoryQoS: true}`, cgroup v2 only): the
+    /// `memoryThrottlingFactor` when on. Pods and QoS cgroups then get `memory.min` from memory
+    /// requests, containers `memory.min` and `memory.high`
+    /// ([`crate::kuberuntime::container::memory_qos`]).
+    pub memory_qos_throttling_factor: Option<f64>,
 }
 
 impl Default for CgroupPolicy {
@@ -94,6 +102,7 @@ impl Default for CgroupPolicy {
             cpu_cfs_period_us: DEFAULT_CFS_PERIOD_US,
             pod_pids_limit: -1,
             hugepage_sizes: Vec::new(),
+            memory_qos_throttling_factor: None,
         }
     }
 }
@@ -155,6 +164,10 @@ pub fn pod_resource_config(pod: &Pod, policy: &CgroupPolicy) -> ResourceConfig {
     }
     if policy.pod_pids_limit > 0 {
         cfg.pids_limit = Some(policy.pod_pids_limit);
+    }
+    // MemoryQoS: the pod's memory requests protected (kubelet's `ResourceConfigForPod`).
+    if policy.memory_qos_throttling_factor.is_some() && amounts.memory_request > 0 {
+        cfg.memory_min = Some(amounts.memory_request);
     }
     cfg.hugepage_limits = hugepage_limits(&amounts.hugepages, &policy.hugepage_sizes);
     cfg
@@ -261,6 +274,7 @@ pub fn qos_configs(
     totals: &QosTotals,
     allocatable_memory: i64,
     qos_reserved_memory_percent: Option<i64>,
+    memory_qos: bool,
 ) -> (ResourceConfig, ResourceConfig) {
     let mut burstable = ResourceConfig {
         cpu_shares: Some(milli_cpu_to_shares(totals.burstable_cpu_request)),
@@ -280,6 +294,11 @@ pub fn qos_configs(
             .max(0);
         burstable.memory_limit = Some(b);
         besteffort.memory_limit = Some(e);
+    }
+    // MemoryQoS: the Burstable pods' memory requests protected in their QoS cgroup (kubelet's
+    // `setMemoryQoS`).
+    if memory_qos && totals.burstable_memory_request > 0 {
+        burstable.memory_min = Some(totals.burstable_memory_request);
     }
     (burstable, besteffort)
 }
@@ -446,12 +465,12 @@ mod tests {
                 burstable_memory_request: 512 << 20
             }
         );
-        let (b, e) = qos_configs(&t, 4 << 30, None);
+        let (b, e) = qos_configs(&t, 4 << 30, None, false);
         assert_eq!(
             (b.cpu_shares, b.memory_limit, e.cpu_shares, e.memory_limit),
             (Some(256), None, Some(2), None)
         );
-        let (b, e) = qos_configs(&t, 4 << 30, Some(50));
+        let (b, e) = qos_configs(&t, 4 << 30, Some(50), false);
         assert_eq!(b.memory_limit, Some((4 << 30) - (512 << 20)));
         assert_eq!(e.memory_limit, Some((4 << 30) - (512 << 20) - (256 << 20)));
     }

@@ -84,6 +84,9 @@ pub fn resource_properties(cfg: &ResourceConfig, v2: bool) -> Vec<(&'static str,
         let bytes = u64::try_from(m).ok().filter(|m| *m > 0).unwrap_or(INFINITY);
         p.push((if v2 { "MemoryMax" } else { "MemoryLimit" }, bytes));
     }
+    if let (Some(min), true) = (cfg.memory_min, v2) {
+        p.push(("MemoryMin", u64::try_from(min).unwrap_or(0)));
+    }
     if let (Some(high), true) = (cfg.memory_high, v2) {
         p.push((
             "MemoryHigh",

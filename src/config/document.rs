@@ -142,7 +142,16 @@ pub struct KubeletConfiguration {
     /// Grace periods by pod priority (`[{priority, shutdownGracePeriodSeconds}]`), instead of
     /// the two fields above.
     pub shutdown_grace_period_by_pod_priority: Vec<crate::nodeshutdown::PriorityGroup>,
+    /// kubelet's feature gates, by name. nodelet reads `MemoryQoS` (default false); any other
+    /// gate draws a warning that names it.
+    pub feature_gates: BTreeMap<String, bool>,
+    /// With `MemoryQoS`: how far between a container's memory request and its limit (or node
+    /// allocatable) its `memory.high` goes, in (0, 1]; default 0.9.
+    pub memory_throttling_factor: f64,
 }
+
+/// The feature gates nodelet reads.
+pub const KNOWN_FEATURE_GATES: [&str; 1] = ["MemoryQoS"];
 
 impl Default for KubeletConfiguration {
     fn default() -> Self {
@@ -196,6 +205,8 @@ impl Default for KubeletConfiguration {
             shutdown_grace_period: GoDuration(Duration::ZERO),
             shutdown_grace_period_critical_pods: GoDuration(Duration::ZERO),
             shutdown_grace_period_by_pod_priority: Vec::new(),
+            feature_gates: BTreeMap::new(),
+            memory_throttling_factor: 0.9,
         }
     }
 }

@@ -144,6 +144,13 @@ impl KubeletConfiguration {
                 .map_err(|e| parse_err(field_error_message(&e)))?
         };
         let config = file.to_config(path)?;
+        let mut unknown_fields = unknown_fields;
+        unknown_fields.extend(
+            file.feature_gates
+                .keys()
+                .filter(|g| !document::KNOWN_FEATURE_GATES.contains(&g.as_str()))
+                .map(|g| format!("featureGates.{g}")),
+        );
         Ok(LoadedConfig {
             file,
             config,

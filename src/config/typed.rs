@@ -465,6 +465,20 @@ impl KubeletConfiguration {
             Duration::from_millis(100),
         )?;
         let shutdown_groups = self.shutdown_groups(&invalid)?;
+        let f = self.memory_throttling_factor;
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(invalid(
+                "memoryThrottlingFactor",
+                &f.to_string(),
+                "must be greater than 0 and at most 1.0",
+            ));
+        }
+        let memory_qos = self
+            .feature_gates
+            .get("MemoryQoS")
+            .copied()
+            .unwrap_or(false)
+            .then_some(f);
         Ok(Config {
             static_pod_path,
             file_check_frequency,
@@ -486,6 +500,7 @@ impl KubeletConfiguration {
                 cpu_cfs_period_us,
                 pod_pids_limit: self.pod_pids_limit,
                 hugepage_sizes: Vec::new(),
+                memory_qos_throttling_factor: memory_qos,
             },
             system_reserved,
             kube_reserved,
@@ -566,11 +581,15 @@ impl KubeletConfiguration {
                 "cannot be given with shutdownGracePeriod or shutdownGracePeriodCriticalPods (kubelet: Cannot specify both at the same time)",
             ));
         }
-        if let Some(g) = list.iter().find(|g| g.grace_seconds < 0) {
+        let max = crate::duration::MAX_DURATION.as_secs() as i64;
+        if let Some(g) = list
+            .iter()
+            .find(|g| g.grace_seconds < 0 || g.grace_seconds > max)
+        {
             return Err(invalid(
                 "shutdownGracePeriodByPodPriority",
                 &format!("priority {}: {}", g.priority, g.grace_seconds),
-                "shutdownGracePeriodSeconds must not be negative",
+                "shutdownGracePeriodSeconds must be between 0 and 31536000 (8760h)",
             ));
         }
         Ok(crate::nodeshutdown::priority_groups(total, critical, list))
@@ -696,6 +715,7 @@ mod tests {
                 cpu_cfs_period_us: 50_000,
                 pod_pids_limit: 512,
                 hugepage_sizes: Vec::new(),
+                memory_qos_throttling_factor: None,
             }
         );
         assert_eq!(

@@ -550,7 +550,12 @@ impl<N: EvictionNode> Manager<N> {
         wake: &Receiver<(SystemTime, String)>,
         stop: &Receiver<()>,
     ) -> Waited {
-        let limit = Duration::from_secs(10).max(Duration::from_millis(e.grace as u64 * 1500));
+        // A negative grace (a negative evictionMaxPodGracePeriod) waits as 0 does.
+        let limit = Duration::from_secs(10).max(Duration::from_millis(
+            u64::try_from(e.grace.max(0))
+                .unwrap_or(0)
+                .saturating_mul(1500),
+        ));
         let start = self.clock.now();
         let soft = e.grace > HARD_EVICTION_GRACE_SECONDS;
         let never = crossbeam_channel::never();

@@ -134,30 +134,56 @@ fn allocatable_available(kubepods: &Path) -> Option<Observation> {
 
 /// What `du` counts below `dir`, bytes: the blocks in use (512 bytes each) of every file and
 /// directory, a file with several hard links once, other filesystems (a mount below it) left
-/// out (kubelet's `MetricsDu`, `fs.DiskUsage`).
+/// out (kubelet's `MetricsDu`, `fs.DiskUsage`). The walk goes from directory descriptor to
+/// directory descriptor (`openat`, `fstatat`), never through a full path, so a tree nested past
+/// `PATH_MAX` is counted whole (a container cannot hide data below a 4 KiB path); a directory
+/// stays open only while entries of it wait to be walked.
 fn du(dir: &Path) -> i64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(top) = std::fs::symlink_metadata(dir) else {
+    use nix::fcntl::{AtFlags, OFlag};
+    use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
+    use std::os::fd::OwnedFd;
+    use std::rc::Rc;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let Ok(top) = nix::fcntl::open(dir, flags, Mode::empty()) else {
         return 0;
     };
-    let dev = top.dev();
+    let Ok(st) = fstat(&top) else { return 0 };
+    let dev = st.st_dev;
+    let blocks = |st: &nix::sys::stat::FileStat| st.st_blocks.max(0).saturating_mul(512);
+    let mut bytes = blocks(&st);
     let mut seen = std::collections::HashSet::new();
-    let mut bytes = i64::try_from(top.blocks() * 512).unwrap_or(i64::MAX);
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
+    // Directories still to walk: (their parent, their name).
+    let mut pending: Vec<(Rc<OwnedFd>, std::ffi::CString)> = Vec::new();
+    let mut next = Some(Rc::new(top));
+    while let Some(fd) = next.take().or_else(|| {
+        while let Some((parent, name)) = pending.pop() {
+            if let Ok(child) = nix::fcntl::openat(&*parent, name.as_c_str(), flags, Mode::empty()) {
+                return Some(Rc::new(child));
+            }
+        }
+        None
+    }) {
+        let Some(mut entries) = fd
+            .try_clone()
+            .ok()
+            .and_then(|d| nix::dir::Dir::from_fd(d).ok())
+        else {
             continue;
         };
-        for e in entries.flatten() {
-            let Ok(m) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if m.dev() != dev || (m.nlink() > 1 && !seen.insert(m.ino())) {
+        for e in entries.iter().flatten() {
+            let name = e.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
-            bytes = bytes.saturating_add(i64::try_from(m.blocks() * 512).unwrap_or(i64::MAX));
-            if m.is_dir() {
-                stack.push(e.path());
+            let Ok(st) = fstatat(&*fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            if st.st_dev != dev || (st.st_nlink > 1 && !seen.insert(st.st_ino)) {
+                continue;
+            }
+            bytes = bytes.saturating_add(blocks(&st));
+            if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR {
+                pending.push((fd.clone(), name.to_owned()));
             }
         }
     }
@@ -300,8 +326,9 @@ impl Paths {
     /// of `thresholds` is met, on cgroup v2: for `allocatableMemory.available` below T, the
     /// limit less T plus `inactive_file` (the working set is usage less inactive files, as in
     /// kubelet's v1 threshold `capacity − T + inactive_file`); for `memory.available` below T,
-    /// today's usage plus what the node has above T. `None` without a hard memory threshold or
-    /// a readable `kubepods`.
+    /// today's usage plus what the node has above T. `None` without a hard memory threshold, a
+    /// readable `kubepods`, or when the threshold is met already (the tripwire would be at or
+    /// below today's usage).
     pub fn tripwire(&self, thresholds: &[Threshold]) -> Option<i64> {
         let kubepods = self.kubepods_memcg()?;
         let current = read_bytes(&kubepods.join("memory.current"))?;
@@ -322,7 +349,10 @@ impl Paths {
                 _ => None,
             })
             .min()
-            .map(|high| high.max(1))
+            // At or below today's usage the threshold is met already (the eviction is under
+            // way, or nothing can be evicted): no tripwire, so the pods that stay, critical ones
+            // among them, are not throttled for as long as it holds.
+            .filter(|high| *high > current)
     }
 }
 
@@ -637,5 +667,40 @@ mod tests {
             Some((128 << 20) + 1_000_000)
         );
         assert_eq!(p.tripwire(&[t("nodefs.available", 1, 0)]), None);
+        // A threshold that is met already (above the limit): no tripwire that would throttle
+        // what stays.
+        assert_eq!(
+            p.tripwire(&[t("allocatableMemory.available", 512, 0)]),
+            None
+        );
+    }
+
+    /// A tree nested past PATH_MAX (4096 bytes) is counted whole: a container cannot hide data
+    /// from its emptyDir's sizeLimit below a long path.
+    #[test]
+    fn du_counts_a_tree_nested_past_path_max() {
+        use nix::fcntl::{openat, OFlag};
+        use nix::sys::stat::{mkdirat, Mode};
+        use std::io::Write;
+        let tmp = tempfile::tempdir().unwrap();
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+        let mut fd = nix::fcntl::open(tmp.path(), flags, Mode::empty()).unwrap();
+        // 1,000 levels of "dddd/": 5,000 bytes of path.
+        for _ in 0..1000 {
+            mkdirat(&fd, "dddd", Mode::from_bits_truncate(0o755)).unwrap();
+            fd = openat(&fd, "dddd", flags, Mode::empty()).unwrap();
+        }
+        let file = openat(
+            &fd,
+            "big",
+            OFlag::O_WRONLY | OFlag::O_CREAT,
+            Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let mut f = std::fs::File::from(file);
+        f.write_all(&vec![1u8; 4 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let counted = du(tmp.path());
+        assert!(counted >= 4 << 20, "counted {counted}");
     }
 }

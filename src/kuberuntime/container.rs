@@ -289,7 +289,47 @@ pub fn linux_resources(
         r.cpu_quota =
             crate::cm::resources::milli_cpu_to_quota(a.cpu_limit, policy.cpu_cfs_period_us);
     }
+    if let Some(factor) = policy.memory_qos_throttling_factor {
+        r.unified.extend(memory_qos(
+            a.memory_request,
+            a.memory_limit,
+            settings.allocatable.memory,
+            factor,
+        ));
+    }
     r
+}
+
+/// Page size `memory.high` is rounded down to, bytes (kubelet's `defaultPageSize`).
+const PAGE_SIZE: i64 = 4096;
+
+/// A container's MemoryQoS values (kubelet's MemoryQoS, cgroup v2, given to the runtime as CRI
+/// `unified` entries): `memory.min` = its memory request, when there is one; `memory.high` =
+/// `floor((request + factor × (limit − request)) / 4096) × 4096`, the node's allocatable memory
+/// standing for a missing limit, when the request is not the limit (a Guaranteed container gets
+/// none) and the result is above the request. Bytes, as decimal strings.
+pub fn memory_qos(
+    request: i64,
+    limit: i64,
+    allocatable: i64,
+    factor: f64,
+) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    if request != 0 {
+        out.insert("memory.min".to_owned(), request.to_string());
+    }
+    if request != limit {
+        let top = if limit != 0 { limit } else { allocatable };
+        if top > 0 {
+            let high = ((request as f64 + (top - request) as f64 * factor) / PAGE_SIZE as f64)
+                .floor() as i64
+                * PAGE_SIZE;
+            if high > request {
+                out.insert("memory.high".to_owned(), high.to_string());
+            }
+        }
+    }
+    out
 }
 
 /// Inputs of one container's config beyond the pod spec.
@@ -436,6 +476,25 @@ mod tests {
         assert_eq!(cfg.annotations[labels::CONTAINER_RESTART_COUNT], "3");
         assert_eq!(cfg.working_dir, "/tmp");
         assert_eq!(cfg.image.unwrap().user_specified_image, "busybox");
+    }
+
+    #[test]
+    fn memory_qos_values_follow_kubelet() {
+        let mi = 1i64 << 20;
+        // A Burstable container: min = request, high 90 % of the way to its limit, in pages.
+        let v = memory_qos(100 * mi, 200 * mi, 8 << 30, 0.9);
+        assert_eq!(v["memory.min"], (100 * mi).to_string());
+        let high = ((100.0 * mi as f64 + 100.0 * mi as f64 * 0.9) / 4096.0).floor() as i64 * 4096;
+        assert_eq!(v["memory.high"], high.to_string());
+        // No limit: node allocatable stands for it.
+        let v = memory_qos(100 * mi, 0, 1 << 30, 0.5);
+        assert_eq!(v["memory.high"], (562 * mi).to_string());
+        // Neither request nor limit (BestEffort): nothing (the request is the limit, 0).
+        assert!(memory_qos(0, 0, 1 << 30, 0.9).is_empty());
+        // Guaranteed (request = limit): memory.min only.
+        let v = memory_qos(64 * mi, 64 * mi, 8 << 30, 0.9);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v["memory.min"], (64 * mi).to_string());
     }
 
     #[test]

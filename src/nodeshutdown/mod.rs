@@ -88,6 +88,19 @@ pub fn total_seconds(groups: &[PriorityGroup]) -> i64 {
         .fold(0, i64::saturating_add)
 }
 
+/// `groups` cut to fit in `delay` seconds when logind grants less than they need: the highest
+/// priority groups keep their shares first, the lowest get what is left (0 at worst: their pods
+/// are then stopped with the 2 s minimum), so critical pods are stopped last with their time.
+pub fn fit_groups(groups: &[PriorityGroup], delay: i64) -> Vec<PriorityGroup> {
+    let mut left = delay.max(0);
+    let mut out = groups.to_vec();
+    for g in out.iter_mut().rev() {
+        g.grace_seconds = g.grace_seconds.clamp(0, left);
+        left -= g.grace_seconds;
+    }
+    out
+}
+
 /// The index in `groups` (sorted, lowest priority first) of the group a pod of `priority` is
 /// stopped with (kubelet's `groupByPriority`): the highest group whose priority is at most the
 /// pod's; a pod below every group goes with the lowest.
@@ -178,7 +191,9 @@ pub fn stop_pods(
             node.kill(p.clone(), grace, failure());
         }
         stopped += pods.len();
-        let deadline = now() + Duration::from_secs(u64::try_from(group.grace_seconds).unwrap_or(0));
+        let share = Duration::from_secs(u64::try_from(group.grace_seconds).unwrap_or(0));
+        let start = now();
+        let deadline = start.checked_add(share).unwrap_or(start);
         loop {
             if pods.iter().all(|p| node.is_gone(crate::pod::pod_uid(p))) {
                 info!(
@@ -277,16 +292,24 @@ pub fn run(
         match logind::Logind::connect() {
             Ok(mut l) => {
                 reported = false;
-                match l.ensure_delay(needed) {
-                    Ok(delay) => info!(
-                        ?delay,
-                        ?needed,
-                        "shutdown: logind's InhibitDelayMaxSec covers the grace period"
-                    ),
-                    Err(e) => {
-                        warn!(error = %e, "shutdown: pods will be stopped with what time there is, critical pods last")
+                // The groups as logind's delay allows them.
+                let groups = match l.ensure_delay(needed) {
+                    Ok(delay) => {
+                        info!(
+                            ?delay,
+                            ?needed,
+                            "shutdown: logind's InhibitDelayMaxSec covers the grace period"
+                        );
+                        settings.groups.clone()
                     }
-                }
+                    Err(e) => {
+                        warn!(error = %e, "shutdown: pods will be stopped with what time there is, critical pods last");
+                        let delay = l
+                            .delay()
+                            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+                        fit_groups(&settings.groups, delay)
+                    }
+                };
                 if let Err(e) = l.inhibit() {
                     warn!(error = %e, "shutdown: cannot take logind's inhibitor lock; retrying");
                 } else {
@@ -298,7 +321,7 @@ pub fn run(
                             info!("shutdown: logind announced the node's shutdown; stopping pods by priority");
                             node.node_event("Shutdown", "Shutdown manager detected shutdown event");
                             write_state(&settings.root_dir, &start, None);
-                            let n = stop_pods(node.as_mut(), &settings.groups, std::thread::sleep, std::time::Instant::now);
+                            let n = stop_pods(node.as_mut(), &groups, std::thread::sleep, std::time::Instant::now);
                             let end = crate::pod::api_time(std::time::SystemTime::now()).0.to_string();
                             write_state(&settings.root_dir, &start, Some(&end));
                             info!(pods = n, "shutdown: pods stopped; releasing the inhibitor lock");
@@ -369,6 +392,16 @@ mod tests {
         assert_eq!(group_by_priority(&g, 50_000), 0);
         assert_eq!(group_by_priority(&g, 100_000), 1);
         assert_eq!(group_by_priority(&g, i32::MAX), 1);
+    }
+
+    #[test]
+    fn a_short_delay_goes_to_the_critical_pods_first() {
+        let g = priority_groups(Duration::from_secs(30), Duration::from_secs(10), &[]);
+        let fit = fit_groups(&g, 12);
+        assert_eq!((fit[0].grace_seconds, fit[1].grace_seconds), (2, 10));
+        let fit = fit_groups(&g, 5);
+        assert_eq!((fit[0].grace_seconds, fit[1].grace_seconds), (0, 5));
+        assert_eq!(fit_groups(&g, 60), g, "enough: unchanged");
     }
 
     struct Fake {

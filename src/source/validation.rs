@@ -105,10 +105,12 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
         ("spec.initContainers", init),
         ("spec.containers", &spec.containers[..]),
     ] {
-        // The API server defaults terminationGracePeriodSeconds to 30 before it validates.
+        // The API server defaults terminationGracePeriodSeconds to 30, and a negative one to
+        // 1, before it validates.
         let grace = spec
             .termination_grace_period_seconds
-            .unwrap_or(crate::pod::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+            .unwrap_or(crate::pod::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
+            .max(1);
         for (i, c) in containers.iter().enumerate() {
             validate_container(&format!("{list}[{i}]"), c, grace)?;
             if let Some(p) = c.termination_message_path.as_deref() {
@@ -457,6 +459,8 @@ mod tests {
         // Equal to the grace period, and zero, are allowed (as from 1.34).
         assert!(validate_pod(&with("terminationGracePeriodSeconds: 5, ", "preStop", 5)).is_ok());
         assert!(validate_pod(&with("", "preStop", 0)).is_ok());
+        // A negative grace period is 1 s, as the API server defaults it.
+        assert!(validate_pod(&with("terminationGracePeriodSeconds: -3, ", "preStop", 1)).is_ok());
         let ok = pod("apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: '', uid: 6e0de1e7-5a1c-4f0e}\nspec: {containers: [{name: c, image: b}]}");
         assert_eq!(validate_pod(&ok), Ok(()));
         let big = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: ok, annotations: {{a: {}}}}}\nspec: {{containers: [{{name: c, image: b}}]}}", "x".repeat(MAX_ANNOTATION_BYTES));

@@ -256,11 +256,12 @@ pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (Strin
                         .into(),
                 ));
             }
+            // As the API server: a negative size is refused; 0 means no limit (kubelet skips it).
             if let Some(q) = &ed.size_limit {
-                if crate::quantity::parse_value(&q.0).map_or(true, |v| v <= 0) {
+                if let Err(e) = crate::quantity::parse_amount(&q.0, crate::quantity::Scale::Whole) {
                     return Err((
                         format!("{at}.emptyDir.sizeLimit"),
-                        "must be a positive quantity".into(),
+                        format!("{:?}: {e}", q.0),
                     ));
                 }
             }
