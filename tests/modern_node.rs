@@ -336,17 +336,7 @@ fn a_cgroup_driver_mismatch_refuses_to_start_naming_both_settings() {
         for m in nodelet::cm::cgroup_mounts() {
             std::fs::create_dir_all(m.join(n.cgroup_root.trim_start_matches('/'))).unwrap();
         }
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
-            .args([
-                "--config",
-                n.config_path().to_str().unwrap(),
-                "--hostname-override",
-                &n.node,
-                "--root-dir",
-            ])
-            .arg(n.root())
-            .output()
-            .unwrap();
+        let out = n.run_to_exit();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{err}");
         assert!(
@@ -432,17 +422,7 @@ fn a_controller_that_cannot_be_delegated_refuses_the_start_naming_it() {
         ),
     );
     std::fs::write(n.config_path(), cfg).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
-        .args([
-            "--config",
-            n.config_path().to_str().unwrap(),
-            "--hostname-override",
-            &n.node,
-            "--root-dir",
-        ])
-        .arg(n.root())
-        .output()
-        .unwrap();
+    let out = n.run_to_exit();
     let _ = holder.kill();
     let _ = holder.wait();
     let err = String::from_utf8_lossy(&out.stderr);

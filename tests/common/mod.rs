@@ -425,6 +425,22 @@ impl Nodelet {
         });
     }
 
+    /// Runs the agent once in the foreground on this configuration and returns how it ended
+    /// (for start-up refusals; the cgroup root is not created).
+    pub fn run_to_exit(&self) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_nodelet"))
+            .args([
+                "--config",
+                self.config_path().to_str().unwrap(),
+                "--hostname-override",
+                &self.node,
+                "--root-dir",
+            ])
+            .arg(self.root())
+            .output()
+            .unwrap()
+    }
+
     /// SIGKILLs the process (pods keep running).
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
