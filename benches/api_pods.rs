@@ -17,6 +17,8 @@
 //!
 //! Run: `cargo bench --bench api_pods` (needs scripts/env/up.sh and scripts/env/cluster.sh; says
 //! SKIPPED without a control plane). `PODS=N` and `REPS=N` change the sizes.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -16,6 +16,8 @@
 //! cgroupfs containerd) the crossing is seen by polling the kubepods `memory.current` every
 //! 2 ms, and "no OOM" also means the kubepods `memory.events` `max` count did not move.
 //! The two agents' logs are left in `/tmp/nodelet-bench-eviction-{notify,poll}.log`.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -13,6 +13,8 @@
 //!    allocations (counted by the bench's global allocator) per pair of listings.
 //!
 //! Run: `cargo bench --bench pleg` (needs scripts/env/up.sh).
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;

@@ -12,6 +12,8 @@
 //! samples per side (default 20). `NODELET_BEFORE=/path/to/nodelet` adds a third side: an earlier
 //! build of nodelet, run as a second agent and interleaved with the other two, so that a change
 //! is measured as the ratio after/before in one run.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 use std::collections::HashMap;
 use std::process::Stdio;

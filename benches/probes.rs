@@ -3,6 +3,8 @@
 //! steady state it measures nodelet's CPU per probe against the runtime's own CPU per probe
 //! (containerd and its shims: the baseline of the same run), and the probe workers' scheduling
 //! delay (`nodelet_prober_schedule_delay_seconds`, p50/p99 from its histogram).
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 #[path = "agent/mod.rs"]
 mod agent;

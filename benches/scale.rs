@@ -28,6 +28,8 @@
 //! Run: `cargo bench --bench scale` (needs scripts/env/up.sh; stops and starts its containerd).
 //! `IDLE_SECONDS=N` (default 20). `NODELET_BEFORE=/path/to/nodelet` runs an earlier build as a
 //! third side of the burst, so that a change shows as a ratio in one run.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 #[path = "agent/mod.rs"]
 mod agent;

@@ -359,7 +359,13 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         resync: config.sync_frequency,
         backoff: Duration::from_secs(10),
     };
-    let workers = PodWorkers::new(manager.clone(), queue.clone(), periods, rt.handle().clone());
+    let workers = PodWorkers::new(
+        manager.clone(),
+        queue.clone(),
+        periods,
+        rt.handle().clone(),
+        metrics.pod_worker_panics.clone(),
+    );
 
     let (config_tx, config_rx) = crossbeam_channel::bounded(50);
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
@@ -606,7 +612,7 @@ fn notify_ready_when(sources: crate::source::SourcesReady) {
     }
     spawn_thread("sd-notify", move || {
         while !sources.all_ready() {
-            std::thread::sleep(Duration::from_millis(20));
+            crate::clock::sleep_blocking(Duration::from_millis(20));
         }
         match sd_notify::notify(&[
             sd_notify::NotifyState::Ready,
@@ -622,12 +628,12 @@ fn notify_ready_when(sources: crate::source::SourcesReady) {
 /// wedged loop stops the pings and systemd restarts the agent; pods keep running.
 fn watchdog() -> Option<Box<dyn Fn() + Send>> {
     let every = sd_notify::watchdog_enabled()? / 2;
-    let last = Mutex::new(std::time::Instant::now() - every);
+    let last = Mutex::new(crate::clock::monotonic_now() - every);
     Some(Box::new(move || {
         let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
         if last.elapsed() >= every {
             let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
-            *last = std::time::Instant::now();
+            *last = crate::clock::monotonic_now();
         }
     }))
 }
@@ -651,7 +657,7 @@ async fn wait_for_runtime(cri: &Cri) -> Option<String> {
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = crate::clock::sleep(Duration::from_millis(500)) => {}
             _ = wait_for_signal() => return None,
         }
     }

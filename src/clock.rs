@@ -7,6 +7,13 @@
 //! their timers from [`Clock::after`]. [`SystemClock`] reads the machine's clocks; [`FakeClock`]
 //! moves only when a test advances it, and fires the timers then due. Async code waits with
 //! tokio's time, which tests pause.
+//!
+//! This is the one module that reads or waits on the machine's clocks: `clippy.toml` refuses
+//! `Instant::now`, `SystemTime::now`, `std::thread::sleep` and `tokio::time::sleep` anywhere else
+//! outside test code (`tests/lint_rules.rs` shows it). The few places that truly want the
+//! machine's time (a CRI call's duration for a metric, a log file's age) say so by calling
+//! [`monotonic_now`], [`wall_now`], [`Stopwatch`], [`sleep`] or [`sleep_blocking`].
+#![allow(clippy::disallowed_methods)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -39,7 +46,7 @@ impl Clock for SystemClock {
     fn epoch_ns(&self) -> i64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64)
+            .map_or(0, duration_ns)
     }
 
     fn after(&self, d: Duration) -> Receiver<Instant> {
@@ -50,6 +57,56 @@ impl Clock for SystemClock {
 /// The system clock as a [`SharedClock`].
 pub fn system() -> SharedClock {
     Arc::new(SystemClock)
+}
+
+/// `d` in nanoseconds, saturated at `i64::MAX` (292 years), the unit of the runtime's
+/// timestamps.
+pub fn duration_ns(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// The machine's monotonic time, for what is measured rather than decided (a call's duration
+/// for a metric or a log line). Logic that decides by time takes a [`SharedClock`].
+pub fn monotonic_now() -> Instant {
+    Instant::now()
+}
+
+/// The machine's wall-clock time, for timestamps written out (events, statuses, file times).
+pub fn wall_now() -> SystemTime {
+    SystemTime::now()
+}
+
+/// Waits `d` on tokio's timer (paused and auto-advanced in `start_paused` tests).
+pub async fn sleep(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+/// Blocks this thread for `d`. Only for threads that own nothing else to do meanwhile (a
+/// retry loop of a dedicated thread); a thread that also waits on channels takes
+/// [`Clock::after`].
+pub fn sleep_blocking(d: Duration) {
+    std::thread::sleep(d);
+}
+
+/// Measures elapsed machine time from its start (a CRI call, a relist, a housekeeping pass).
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch(Instant);
+
+impl Stopwatch {
+    /// Starts now.
+    pub fn start() -> Self {
+        Self(Instant::now())
+    }
+
+    /// Time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+
+    /// Seconds since the start, for a histogram.
+    pub fn seconds(&self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
 }
 
 #[derive(Debug)]
@@ -82,7 +139,7 @@ impl FakeClock {
     pub fn advance(&self, d: Duration) {
         let mut f = self.lock();
         f.now += d;
-        f.epoch_ns += d.as_nanos() as i64;
+        f.epoch_ns = f.epoch_ns.saturating_add(duration_ns(d));
         let now = f.now;
         f.timers.retain(|(due, tx)| {
             if *due <= now {

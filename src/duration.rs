@@ -95,7 +95,12 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
         };
         let part = int
             .checked_mul(unit_ns)
-            .and_then(|v| v.checked_add(frac * unit_ns / 10u128.pow(frac_digits.len() as u32)))
+            .and_then(|v| {
+                let scale = u32::try_from(frac_digits.len())
+                    .ok()
+                    .and_then(|n| 10u128.checked_pow(n))?;
+                v.checked_add(frac * unit_ns / scale)
+            })
             .ok_or_else(too_large)?;
         total_ns = total_ns.checked_add(part).ok_or_else(too_large)?;
     }

@@ -89,7 +89,7 @@ pub fn housekeeper<R: CriRuntime>(
             listed.clone(),
         );
         rt.spawn(async move {
-            let start = Instant::now();
+            let start = crate::clock::monotonic_now();
             let runtime_pods = match listed() {
                 Some(p) => Ok(p),
                 None => manager.runtime_pods().await.map(Arc::new),
@@ -130,7 +130,7 @@ pub async fn pass<R: CriRuntime>(
     let due = scan.lock().unwrap_or_else(|e| e.into_inner()).due(
         &in_use,
         manager.cm().has_stuck_orphans(),
-        Instant::now(),
+        crate::clock::monotonic_now(),
     );
     if due {
         // On a blocking thread: removing a pod cgroup has the kernel reclaim its page cache

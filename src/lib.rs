@@ -27,6 +27,11 @@
 //!   durations of the configuration), [`yaml`] (bounded YAML decoding): shared helpers.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+// Test code may read the machine's clocks and sleep (clippy.toml refuses it elsewhere).
+#![cfg_attr(
+    test,
+    allow(clippy::disallowed_methods, clippy::cast_possible_truncation)
+)]
 
 pub mod active_deadline;
 pub mod admission;
@@ -36,6 +41,7 @@ pub mod cluster;
 pub mod cm;
 pub mod config;
 pub mod container;
+pub mod crash;
 pub mod cri;
 pub mod duration;
 pub mod events;

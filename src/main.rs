@@ -213,6 +213,7 @@ fn main() -> ExitCode {
     let malloc_tuned = tune_malloc();
     let cli = Cli::parse();
     init_logging(cli.verbosity, &cli.log_format);
+    nodelet::crash::install_hook();
     if !malloc_tuned {
         tracing::warn!(
             "cannot tune malloc (mmap threshold, arenas); freed memory may stay resident"

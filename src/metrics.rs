@@ -137,6 +137,9 @@ pub struct Metrics {
     pub eviction_reaction: Histogram,
     /// PLEG events dropped because the channel was full (`kubelet_pleg_discard_events`).
     pub pleg_discard_events: Counter,
+    /// Panics caught in pod workers' syncs and kills (`nodelet_pod_worker_panics_total`); see
+    /// [`crate::podworkers`].
+    pub pod_worker_panics: Counter,
     /// Duration of a PLEG relist, seconds (`kubelet_pleg_relist_duration_seconds`).
     pub pleg_relist_duration: Histogram,
     /// Interval between relists, seconds (`kubelet_pleg_relist_interval_seconds`).
@@ -244,6 +247,7 @@ impl Metrics {
             node_condition: reg(&mut r, "nodelet_node_condition", "Node pressure conditions, 1 when the condition is true", Family::default()),
             eviction_reaction: reg(&mut r, "nodelet_eviction_reaction_seconds", "Seconds from a kernel memory threshold notification to the eviction kill issued", hist()),
             pleg_discard_events: reg(&mut r, "kubelet_pleg_discard_events", "The number of discard events in PLEG", Counter::default()),
+            pod_worker_panics: reg(&mut r, "nodelet_pod_worker_panics", "Panics caught in pod workers (the pod is synced again after the back-off)", Counter::default()),
             pleg_relist_duration: reg(&mut r, "kubelet_pleg_relist_duration_seconds", "Duration in seconds for relisting pods in PLEG", hist()),
             pleg_relist_interval: reg(&mut r, "kubelet_pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG", hist()),
             own_oom_score_adj: reg(&mut r, "nodelet_process_oom_score_adj", "oom_score_adj of the agent process in force", Gauge::default()),

@@ -194,7 +194,7 @@ impl ApiObjects {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            crate::clock::sleep(Duration::from_millis(10)).await;
         }
     }
 

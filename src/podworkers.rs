@@ -7,6 +7,13 @@
 //! termination is complete (kubelet's "restart requested" for static pods that reuse a UID).
 //! After a sync the pod is queued for its next periodic sync in the [`WorkQueue`] — soon while it
 //! is in motion, after `syncFrequency` otherwise, after a back-off on error.
+//!
+//! Workers are supervised: a panic inside a pod's sync or kill is caught ([`crate::crash`]),
+//! logged once with the pod, counted (`nodelet_pod_worker_panics_total`), reported on the pod as
+//! a `FailedSync` warning event ([`PodSyncer::sync_panicked`]) and retried after the back-off, as
+//! a sync error is. Should a worker's own loop ever unwind, it takes itself out of the routing
+//! table on the way, so the next update for that pod starts a fresh worker rather than being
+//! delivered to a dead one.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,8 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, error, warn, Instrument};
+
+use crate::crash;
 
 use crate::pod::{config_hash, pod_uid};
 use crate::status::failed::Failure;
@@ -42,6 +52,12 @@ pub trait PodSyncer: Send + Sync + 'static {
         pod: Arc<Pod>,
         opts: KillPodOptions,
     ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Called after a sync or kill of `pod` panicked with `message` (the panic is already logged
+    /// and counted): report it where the pod's owner looks (the runtime manager records a
+    /// `FailedSync` warning event, as kubelet does for a sync error). Does nothing by default.
+    fn sync_panicked(&self, pod: &Pod, message: &str) {
+        let _ = (pod, message);
+    }
 }
 
 /// How a pod is killed (kubelet's `KillPodOptions`).
@@ -145,6 +161,8 @@ struct Inner<S> {
     queue: WorkQueue,
     periods: Periods,
     rt: tokio::runtime::Handle,
+    /// `nodelet_pod_worker_panics_total`.
+    panics: Counter,
 }
 
 /// The set of pod workers. Cheap to clone; safe to call from the sync-loop thread (never blocks
@@ -162,12 +180,14 @@ impl<S: PodSyncer> Clone for PodWorkers<S> {
 }
 
 impl<S: PodSyncer> PodWorkers<S> {
-    /// Workers spawned on `rt`, calling `syncer`, queueing periodic syncs in `queue`.
+    /// Workers spawned on `rt`, calling `syncer`, queueing periodic syncs in `queue`; each
+    /// panic caught in a worker increments `panics` (`nodelet_pod_worker_panics_total`).
     pub fn new(
         syncer: Arc<S>,
         queue: WorkQueue,
         periods: Periods,
         rt: tokio::runtime::Handle,
+        panics: Counter,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -176,6 +196,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 queue,
                 periods,
                 rt,
+                panics,
             }),
         }
     }
@@ -280,7 +301,46 @@ impl<S: PodSyncer> PodWorkers<S> {
     }
 }
 
+/// Takes a worker out of the routing table if its loop unwinds, so that the next update for the
+/// pod starts a new worker (a normal exit removes the worker itself, under the lock).
+struct Deregister<'a, S: PodSyncer> {
+    inner: &'a Inner<S>,
+    uid: &'a str,
+    worker: &'a Arc<Worker>,
+}
+
+impl<S: PodSyncer> Drop for Deregister<'_, S> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        self.inner.panics.inc();
+        let mut workers = self.inner.workers.lock().unwrap_or_else(|e| e.into_inner());
+        if workers
+            .get(self.uid)
+            .is_some_and(|w| Arc::ptr_eq(w, self.worker))
+        {
+            workers.remove(self.uid);
+        }
+    }
+}
+
+impl<S: PodSyncer> Inner<S> {
+    /// Reports a caught panic of `pod`'s `what` ("sync" or "kill"): one log line, the counter,
+    /// the syncer's report.
+    fn panicked(&self, pod: &Pod, what: &str, p: &crash::Panic) {
+        error!(panic = %p.0, work = what, "pod worker panicked; retrying after the back-off");
+        self.panics.inc();
+        self.syncer.sync_panicked(pod, &p.0);
+    }
+}
+
 async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Worker>) {
+    let _deregister = Deregister {
+        inner: &inner,
+        uid: &uid,
+        worker: &w,
+    };
     // A sync the pod asked for at a given time (a back-off ending): the worker's own timer, so
     // the restart is on time rather than on the next 1 s tick.
     let mut wake: Option<(tokio::time::Instant, Arc<Pod>)> = None;
@@ -309,14 +369,18 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
                 wake = None;
                 // Boxed, here and for the kill: the sync's state (about 20 KB) is held only while
                 // it runs, not by every idle worker between syncs.
-                let due = match Box::pin(inner.syncer.sync_pod(pod.clone())).await {
-                    Ok(Requeue::After(d)) => {
+                let due = match crash::catch(Box::pin(inner.syncer.sync_pod(pod.clone()))).await {
+                    Ok(Ok(Requeue::After(d))) => {
                         wake = Some((tokio::time::Instant::now() + d, pod));
                         d.min(inner.periods.resync)
                     }
-                    Ok(Requeue::Normal) => inner.periods.resync,
-                    Err(e) => {
+                    Ok(Ok(Requeue::Normal)) => inner.periods.resync,
+                    Ok(Err(e)) => {
                         warn!(error = %e, "pod sync failed; will retry");
+                        inner.periods.backoff
+                    }
+                    Err(p) => {
+                        inner.panicked(&pod, "sync", &p);
                         inner.periods.backoff
                     }
                 };
@@ -328,11 +392,23 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
             Work::Kill(pod, opts) => {
                 wake = None;
                 inner.queue.forget(&uid);
-                if let Err(e) =
-                    Box::pin(inner.syncer.terminate_pod(pod.clone(), opts.clone())).await
-                {
-                    warn!(error = %e, "killing pod failed; will retry");
-                    tokio::time::sleep(inner.periods.backoff).await;
+                let killed = crash::catch(Box::pin(
+                    inner.syncer.terminate_pod(pod.clone(), opts.clone()),
+                ))
+                .await;
+                let failed = match killed {
+                    Ok(Ok(())) => false,
+                    Ok(Err(e)) => {
+                        warn!(error = %e, "killing pod failed; will retry");
+                        true
+                    }
+                    Err(p) => {
+                        inner.panicked(&pod, "kill", &p);
+                        true
+                    }
+                };
+                if failed {
+                    crate::clock::sleep(inner.periods.backoff).await;
                     let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
                     if st.pending.is_none() {
                         st.pending = Some(Work::Kill(pod, opts));
@@ -380,6 +456,7 @@ mod tests {
             WorkQueue::default(),
             periods,
             tokio::runtime::Handle::current(),
+            Counter::default(),
         )
     }
 
@@ -396,6 +473,42 @@ mod tests {
             grace,
             failure: None,
         })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_sync_is_caught_counted_reported_and_the_pod_synced_again() {
+        let rec = RecordingSyncer::new();
+        let panics = Counter::default();
+        let queue = WorkQueue::default();
+        let periods = Periods {
+            resync: Duration::from_secs(60),
+            backoff: Duration::from_secs(10),
+        };
+        let w = PodWorkers::new(
+            rec.clone(),
+            queue.clone(),
+            periods,
+            tokio::runtime::Handle::current(),
+            panics.clone(),
+        );
+        rec.panic_next();
+        w.update_pod(pod("u", "v1"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            rec.calls(),
+            vec!["sync v1", "panicked v1: injected panic in the sync of v1"]
+        );
+        assert_eq!(panics.get(), 1);
+        assert!(w.is_known("u"), "the worker lives on");
+        // Retried after the back-off, through the work queue, not before.
+        let now = tokio::time::Instant::now().into_std();
+        assert!(queue.take_due(now + Duration::from_secs(9)).is_empty());
+        assert_eq!(queue.take_due(now + Duration::from_secs(10)), vec!["u"]);
+        // The next version is synced by the same worker.
+        w.update_pod(pod("u", "v2"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(rec.calls().last().map(String::as_str), Some("sync v2"));
+        assert_eq!(panics.get(), 1);
     }
 
     #[tokio::test(start_paused = true)]

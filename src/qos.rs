@@ -177,8 +177,10 @@ pub fn container_oom_score_adj(pod: &Pod, container: &Container, memory_capacity
                 .map(|a| a.memory_request)
                 .unwrap_or(0);
             let capacity = memory_capacity.max(1);
-            let score =
-                |request: i64| 1000 - (1000 * i128::from(request) / i128::from(capacity)) as i64;
+            let score = |request: i64| {
+                1000 - i64::try_from(1000 * i128::from(request) / i128::from(capacity))
+                    .unwrap_or(i64::MAX)
+            };
             let mut adj = score(request);
             let sidecar = container.restart_policy.as_deref() == Some("Always")
                 && pod.spec.as_ref().is_some_and(|s| {

@@ -44,7 +44,8 @@ pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
     // value = digits * 10^(exp10) * 2^(exp2), digits an integer.
     let digits: String = format!("{int_part}{frac_part}");
     let digits: i128 = digits.parse().map_err(|_| err("number too large"))?;
-    let mut exp10: i32 = -(frac_part.len() as i32) + 3; // milli-units
+    let frac_len = i32::try_from(frac_part.len()).map_err(|_| err("number too long"))?;
+    let mut exp10: i32 = -frac_len + 3; // milli-units
     let mut exp2: u32 = 0;
     match suffix {
         "" => {}

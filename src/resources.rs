@@ -430,7 +430,7 @@ fn combine(apps: impl Iterator<Item = i64>, inits: &[(i64, bool)]) -> i64 {
     total.max(init_need)
 }
 
-/// Computes [`PodAmounts`]: kubelet's pod requests and limits (see [`combine`]), each amount
+/// Computes [`PodAmounts`]: kubelet's pod requests and limits (see `combine`), each amount
 /// that [`PodLevelResources`] sets replaced by it, plus `overhead`.
 pub fn pod_amounts(pod: &Pod) -> PodAmounts {
     let Some(spec) = pod.spec.as_ref() else {

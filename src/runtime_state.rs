@@ -83,7 +83,7 @@ pub async fn run(
                 None => info!("container runtime is up again"),
             }
         }
-        tokio::time::sleep(CHECK_PERIOD).await;
+        crate::clock::sleep(CHECK_PERIOD).await;
     }
 }
 

@@ -41,7 +41,7 @@ pub struct ServerState {
 /// container runtime does not answer ([`crate::runtime_state`]).
 async fn healthz(State(s): State<ServerState>) -> (StatusCode, String) {
     let health = match s.pleg.get() {
-        Some(p) => p.healthy(std::time::Instant::now()),
+        Some(p) => p.healthy(crate::clock::monotonic_now()),
         None => Err("pleg has yet to be successful (waiting for the container runtime)".into()),
     };
     let mut failed = String::new();

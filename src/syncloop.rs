@@ -288,7 +288,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 },
                 recv(ch.pleg) -> ev => if let Ok(ev) = ev { self.handle_pleg(ev) },
                 recv(ch.probes) -> r => if let Ok(r) = r { self.handle_probe(r) },
-                recv(sync_tick) -> _ => self.handle_sync_tick(Instant::now()),
+                recv(sync_tick) -> _ => self.handle_sync_tick(crate::clock::monotonic_now()),
                 recv(housekeeping) -> _ => self.handle_housekeeping(),
                 recv(ch.stop) -> _ => return,
             }
@@ -320,6 +320,7 @@ mod tests {
             queue.clone(),
             periods,
             tokio::runtime::Handle::current(),
+            prometheus_client::metrics::counter::Counter::default(),
         );
         (rec, queue, workers)
     }

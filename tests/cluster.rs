@@ -16,6 +16,8 @@
 //! compacted under its watch, running the pod created meanwhile.
 //!
 //! Skipped, with a message, where the control plane is not running.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

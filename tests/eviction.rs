@@ -1,6 +1,8 @@
 //! Eviction on this machine's cgroup v1 memory hierarchy with a real containerd: a kubepods limit
 //! made small with systemReserved, the allocatableMemory.available signal, a BestEffort pod that
 //! allocates steadily, a Guaranteed pod beside it. Needs `scripts/env/up.sh`.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! node's hostname, addresses, resolver and hosts file; its ports are ports on the host, a pod
 //! that wants a port already taken is refused as kubelet refuses it, and renaming its container
 //! replaces the container. A pod on the pod network gets kubelet's managed /etc/hosts.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

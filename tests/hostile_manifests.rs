@@ -2,6 +2,8 @@
 //! a directory of broken, nested and huge manifests leaves no memory behind once it is gone; a
 //! pod cgroup that cannot be removed is reported once, not on every housekeeping pass. On the
 //! real containerd; needs `scripts/env/up.sh`.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 mod hostile_dir;

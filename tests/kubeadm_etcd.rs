@@ -3,6 +3,8 @@
 //! probes on 127.0.0.1, resource requests, seccompProfile RuntimeDefault), on the etcd image the
 //! environment scripts build from Debian's etcd-server: it runs and stays Ready, and the data it
 //! holds survives an edit of its manifest and its removal and return.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

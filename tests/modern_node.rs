@@ -6,6 +6,8 @@
 //! The guest has two containerds: `containerd.service` with the systemd cgroup driver and
 //! `containerd-cgroupfs.service` with the cgroupfs driver (`NODELET_CRI_ENDPOINT` names the
 //! latter, the harness's default there).
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

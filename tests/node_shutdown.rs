@@ -6,6 +6,8 @@
 //! The unit `systemd/nodelet.service` is installed as it ships, with a drop-in for the test
 //! (the binary in the mounted checkout, a 10 s watchdog, the log on the checkout's disk so that
 //! it outlives the guest), on the guest's containerd with the systemd cgroup driver.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,5 +1,7 @@
 //! The operator surface: metrics, the systemd unit and sd_notify, check-config, JSON logs.
 //! The metrics and log tests need `scripts/env/up.sh`.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

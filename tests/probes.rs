@@ -2,6 +2,8 @@
 //! httpGet readiness probe on busybox httpd with a TCP liveness probe, a startup probe that holds
 //! liveness back, preStop hooks whose time comes out of the grace period, and an HTTPS preStop
 //! hook that falls back to HTTP.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

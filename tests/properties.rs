@@ -10,6 +10,8 @@
 //!   duration in their canonical spelling parse to the value they spell.
 //!
 //! Pure decoding: no runtime needed. `PROPTEST_CASES` sets the number of cases (default 256).
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -39,18 +41,23 @@ fn track(delta: isize) {
     });
 }
 
+// SAFETY: every method hands the caller's arguments unchanged to the system allocator, which
+// upholds GlobalAlloc's contract; the counting beside it allocates nothing.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         track(layout.size() as isize);
-        System.alloc(layout)
+        // SAFETY: the caller's layout, as GlobalAlloc::alloc requires of it.
+        unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         track(-(layout.size() as isize));
-        System.dealloc(ptr, layout)
+        // SAFETY: `ptr` came from this allocator (that is, from System) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         track(new_size as isize - layout.size() as isize);
-        System.realloc(ptr, layout, new_size)
+        // SAFETY: `ptr` came from System with `layout`; `new_size` as the caller guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
 

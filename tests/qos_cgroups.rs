@@ -1,5 +1,7 @@
 //! QoS cgroups, pod cgroups, container resources and oom_score_adj on this machine's cgroups
 //! (v1 hierarchies), with a real containerd. Needs `scripts/env/up.sh`.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

@@ -3,6 +3,8 @@
 //! container and lists every pod Running within seconds; on the quiet node it then trusts
 //! containerd's event stream (a relist every 10 s, not every second) and housekeeping and log
 //! rotation list nothing of their own.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

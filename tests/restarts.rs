@@ -1,5 +1,7 @@
 //! Restarts, CrashLoopBackOff and termination reasons on a real containerd, seen through the
 //! PLEG. Needs `scripts/env/up.sh`.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

@@ -3,6 +3,8 @@
 //! recovers without being restarted, and loses or duplicates no pod; a pod added meanwhile starts
 //! once the runtime is back. Alone in its test binary: it stops the shared containerd, which is
 //! started again by `scripts/env/up.sh` (also when the test fails half-way).
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 mod runtime_ctl;

@@ -1,6 +1,8 @@
 //! Sidecars (init containers with `restartPolicy: Always`) on the real containerd: started in
 //! their turn and kept running, counted in the pod's cgroup as kubelet counts them, and stopped
 //! after the app container.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

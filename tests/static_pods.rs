@@ -1,5 +1,7 @@
 //! Static pods on a real containerd: the walking skeleton end to end.
 //! Needs the environment of `scripts/env/up.sh` (run by `scripts/test.sh`).
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

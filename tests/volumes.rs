@@ -3,6 +3,8 @@
 //! a read-only root filesystem, refused subPaths and unsupported volume kinds, and the pod
 //! directory gone with the pod; local ConfigMaps and Secrets (volumes, env, atomic updates, a
 //! missing object holding a container) and the downward API.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 mod common;
 

@@ -329,7 +329,7 @@ pub async fn run(client: kube::Client, node: String, recorder: Recorder) {
         }
         for ev in recorder.since(last_seq) {
             last_seq = ev.seq;
-            match correlator.correlate(&ev, start.elapsed(), SystemTime::now()) {
+            match correlator.correlate(&ev, start.elapsed(), crate::clock::wall_now()) {
                 Some(r) => {
                     if pending.len() == MAX_PENDING {
                         pending.pop_front();
@@ -345,7 +345,7 @@ pub async fn run(client: kube::Client, node: String, recorder: Recorder) {
         while let Some(req) = pending.front() {
             let wait = limit.wait(start.elapsed());
             if !wait.is_zero() {
-                tokio::time::sleep(wait).await;
+                crate::clock::sleep(wait).await;
             }
             match send(&client, req).await {
                 Sent::Done => {
@@ -368,7 +368,7 @@ pub async fn run(client: kube::Client, node: String, recorder: Recorder) {
                         warn!(error = %e, pending = pending.len(), "cannot post events; will retry with back-off");
                         failing = true;
                     }
-                    tokio::time::sleep(backoff).await;
+                    crate::clock::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_EVENT_BACKOFF);
                     break;
                 }

@@ -96,7 +96,7 @@ async fn renew(
     node_uid: Option<&str>,
     current: Option<Lease>,
 ) -> Result<Lease, kube::Error> {
-    let fresh = lease(name, node_uid, SystemTime::now());
+    let fresh = lease(name, node_uid, crate::clock::wall_now());
     let base = match current {
         Some(l) => Some(l),
         None => match leases.get_opt(name).await? {

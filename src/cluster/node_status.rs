@@ -17,7 +17,7 @@
 //! `lastTransitionTime` while its status stays the same.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -256,7 +256,7 @@ pub async fn run(
 ) {
     let nodes: Api<Node> = Api::all(client);
     let status_now = |previous: &[NodeCondition]| {
-        let now = crate::pod::api_time(SystemTime::now());
+        let now = crate::pod::api_time(crate::clock::wall_now());
         let conds = conditions(
             &inputs.pressure.view(),
             inputs.runtime.ready(),
@@ -272,7 +272,7 @@ pub async fn run(
         match register(&nodes, &facts, status.clone()).await {
             Ok(uid) => {
                 info!(node = %facts.name, uid = %uid, "node registered with the API server");
-                break (uid, Some((status, Instant::now())));
+                break (uid, Some((status, crate::clock::monotonic_now())));
             }
             Err(e) => {
                 let msg = e.to_string();
@@ -280,7 +280,7 @@ pub async fn run(
                     warn!(node = %facts.name, error = %msg, "unable to register node with the API server; retrying");
                     reported = Some(msg);
                 }
-                tokio::time::sleep(delay).await;
+                crate::clock::sleep(delay).await;
                 delay = (delay * 2).min(REGISTER_RETRY_MAX);
             }
         }
@@ -313,7 +313,7 @@ pub async fn run(
             .and_then(|(s, _)| s.conditions.clone())
             .unwrap_or_default();
         let status = status_now(&previous);
-        if !post_due(last.as_ref(), &status, Instant::now()) {
+        if !post_due(last.as_ref(), &status, crate::clock::monotonic_now()) {
             continue;
         }
         let patch = serde_json::json!({ "status": status });
@@ -326,7 +326,7 @@ pub async fn run(
                     info!(node = %facts.name, "node status posted again");
                     failing = false;
                 }
-                last = Some((status, Instant::now()));
+                last = Some((status, crate::clock::monotonic_now()));
             }
             Err(e) => {
                 if !failing {

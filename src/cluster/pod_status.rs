@@ -91,7 +91,7 @@ pub async fn run(client: kube::Client, status: crate::status::StatusManager) {
     let mut failing = false;
     let mut delay = STATUS_SYNC_PERIOD;
     loop {
-        tokio::time::sleep(delay).await;
+        crate::clock::sleep(delay).await;
         let held = status.pods_where(is_api_pod);
         refused.retain(|uid| held.iter().any(|p| crate::pod::pod_uid(p) == uid));
         let pods = due(&held, &mut posted);

@@ -271,7 +271,7 @@ impl ContainerManager {
     }
 
     fn timed<T>(&self, operation: &str, f: impl FnOnce() -> T) -> T {
-        let t = std::time::Instant::now();
+        let t = crate::clock::monotonic_now();
         let r = f();
         if let Some(m) = &self.metrics {
             crate::metrics::Metrics::observe(

@@ -285,7 +285,7 @@ pub fn qos_configs(
         ..Default::default()
     };
     if let Some(p) = qos_reserved_memory_percent {
-        let pct = |v: i64| (i128::from(v) * i128::from(p) / 100).min(i128::from(i64::MAX)) as i64;
+        let pct = |v: i64| i64::try_from(i128::from(v) * i128::from(p) / 100).unwrap_or(i64::MAX);
         let b = allocatable_memory
             .saturating_sub(pct(totals.guaranteed_memory_request))
             .max(0);

@@ -4,7 +4,7 @@
 //!
 //! - A slice is made with `StartTransientUnit(name, "replace", properties, [])`: `Description`,
 //!   `Wants=` its parent slice, `DefaultDependencies=false`, the accounting switches, and the
-//!   resources as systemd properties ([`slice_properties`]). A slice that already exists (made
+//!   resources as systemd properties (`slice_properties`). A slice that already exists (made
 //!   by an earlier agent, or by runc for a container before its pod's slice) gets the same
 //!   properties with `SetUnitProperties(name, runtime = true, properties)`.
 //! - The values are then also written to the slice's cgroup files, as libcontainer does after
@@ -261,9 +261,9 @@ impl CgroupManager for SystemdCgroups {
             Err(e) => return Err(e),
         }
         // The job runs on: wait for systemd to make the cgroup before anything goes in it.
-        let deadline = std::time::Instant::now() + REALIZE_WAIT;
-        while !self.fs.exists(cgroup) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+        let deadline = crate::clock::monotonic_now() + REALIZE_WAIT;
+        while !self.fs.exists(cgroup) && crate::clock::monotonic_now() < deadline {
+            crate::clock::sleep_blocking(Duration::from_millis(10));
         }
         // As libcontainer: the values to the files too (hugetlb has no systemd property).
         self.fs.update(cgroup, &as_systemd_applies(cfg))
@@ -285,9 +285,9 @@ impl CgroupManager for SystemdCgroups {
                     if message.contains("NoSuchUnit") || message.contains("not loaded") => {}
                 Err(e) => return Err(e),
             }
-            let deadline = std::time::Instant::now() + REALIZE_WAIT;
-            while self.fs.exists(cgroup) && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
+            let deadline = crate::clock::monotonic_now() + REALIZE_WAIT;
+            while self.fs.exists(cgroup) && crate::clock::monotonic_now() < deadline {
+                crate::clock::sleep_blocking(Duration::from_millis(10));
             }
         }
         self.fs.destroy(cgroup)

@@ -134,6 +134,8 @@ fn entry<'a>(
 }
 
 /// A `PodSandbox` (CRI v1 field numbers).
+// Enums and int64 fields are varints truncated to their width, as prost decodes them.
+#[allow(clippy::cast_possible_truncation)]
 fn sandbox(mut b: &[u8], keep: &BriefKeys) -> Result<api::PodSandbox, Status> {
     let mut s = api::PodSandbox::default();
     while !b.is_empty() {
@@ -154,6 +156,8 @@ fn sandbox(mut b: &[u8], keep: &BriefKeys) -> Result<api::PodSandbox, Status> {
 }
 
 /// A `Container` (CRI v1 field numbers).
+// Enums and int64 fields are varints truncated to their width, as prost decodes them.
+#[allow(clippy::cast_possible_truncation)]
 fn container(mut b: &[u8], keep: &BriefKeys) -> Result<api::Container, Status> {
     let mut c = api::Container::default();
     while !b.is_empty() {

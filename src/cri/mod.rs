@@ -17,12 +17,28 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::clock::Stopwatch;
 use crate::metrics::Metrics;
 
 pub mod brief;
 
 pub use brief::BriefKeys;
 pub use k8s_cri::v1 as api;
+/// One timed CRI call: `cri_call!(self, runtime.method, "operation", message, deadline)` sends
+/// `message` through `self.runtime` (or `self.image`) with the deadline (see `Cri::request`),
+/// and counts and times the answer as kubelet's `operation` (`Cri::record`). Every unary call of
+/// [`Cri`] but the brief lists goes through it.
+macro_rules! cri_call {
+    ($cri:ident, $client:ident . $method:ident, $op:literal, $msg:expr, $deadline:expr $(,)?) => {{
+        let watch = Stopwatch::start();
+        let r = $cri
+            .$client
+            .clone()
+            .$method($cri.request($msg, $deadline))
+            .await;
+        $cri.record(watch, $op, r)
+    }};
+}
 
 /// A failed CRI call.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -235,6 +251,11 @@ impl Cri {
         }
     }
 
+    /// The deadline of an ordinary call: the configured `runtimeRequestTimeout`.
+    fn bounded(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+
     /// A request with a deadline of `timeout`, at most [`MAX_DEADLINE`]: a grace period of
     /// `i64::MAX` seconds is valid in a manifest, and gRPC's timeout header cannot carry it
     /// (tonic refuses such a duration with a panic).
@@ -254,10 +275,9 @@ impl Cri {
         labels: HashMap<String, String>,
         keep: &'static BriefKeys,
     ) -> CriResult<Vec<Resp::Item>> {
-        let started = std::time::Instant::now();
+        let watch = Stopwatch::start();
         let r = self.brief_call(Resp::request(labels), keep).await;
-        self.record(started, Resp::OPERATION, r)
-            .map(Resp::into_items)
+        self.record(watch, Resp::OPERATION, r).map(Resp::into_items)
     }
 
     async fn brief_call<Req, Resp>(
@@ -274,7 +294,7 @@ impl Cri {
         grpc.ready()
             .await
             .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
-        let mut request = self.request(req, Some(self.timeout));
+        let mut request = self.request(req, self.bounded());
         request.extensions_mut().insert(tonic::GrpcMethod::new(
             "runtime.v1.RuntimeService",
             Resp::METHOD,
@@ -289,12 +309,12 @@ impl Cri {
 
     fn record<T>(
         &self,
-        started: std::time::Instant,
+        watch: Stopwatch,
         operation: &'static str,
         r: Result<tonic::Response<T>, tonic::Status>,
     ) -> CriResult<T> {
         self.metrics
-            .runtime_operation(operation, r.is_ok(), started.elapsed().as_secs_f64());
+            .runtime_operation(operation, r.is_ok(), watch.seconds());
         r.map(tonic::Response::into_inner).map_err(|s| CriError {
             operation,
             code: s.code(),
@@ -308,30 +328,28 @@ impl Cri {
     /// the CRI plugin's configuration as JSON, among others). Used once at start, to compare
     /// the runtime's cgroup driver with the agent's.
     pub async fn status_info(&self) -> CriResult<std::collections::HashMap<String, String>> {
-        let started = std::time::Instant::now();
-        let r = self
-            .runtime
-            .clone()
-            .status(self.request(cri::StatusRequest { verbose: true }, Some(self.timeout)))
-            .await;
-        self.record(started, "status", r).map(|r| r.info)
+        cri_call!(
+            self,
+            runtime.status,
+            "status",
+            cri::StatusRequest { verbose: true },
+            self.bounded()
+        )
+        .map(|r| r.info)
     }
 }
 
 impl RuntimeService for Cri {
     async fn version(&self) -> CriResult<cri::VersionResponse> {
-        let started = std::time::Instant::now();
-        let r = self
-            .runtime
-            .clone()
-            .version(self.request(
-                cri::VersionRequest {
-                    version: "v1".into(),
-                },
-                Some(self.timeout),
-            ))
-            .await;
-        self.record(started, "version", r)
+        cri_call!(
+            self,
+            runtime.version,
+            "version",
+            cri::VersionRequest {
+                version: "v1".into(),
+            },
+            self.bounded(),
+        )
     }
 
     async fn run_pod_sandbox(
@@ -339,81 +357,81 @@ impl RuntimeService for Cri {
         config: cri::PodSandboxConfig,
         runtime_handler: &str,
     ) -> CriResult<String> {
-        let started = std::time::Instant::now();
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
             runtime_handler: runtime_handler.into(),
         };
-        let r = self
-            .runtime
-            .clone()
-            .run_pod_sandbox(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "run_podsandbox", r)
-            .map(|r| r.pod_sandbox_id)
+        cri_call!(
+            self,
+            runtime.run_pod_sandbox,
+            "run_podsandbox",
+            req,
+            self.bounded()
+        )
+        .map(|r| r.pod_sandbox_id)
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
-        let started = std::time::Instant::now();
         let req = cri::StopPodSandboxRequest {
             pod_sandbox_id: id.into(),
         };
-        let r = self
-            .runtime
-            .clone()
-            .stop_pod_sandbox(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "stop_podsandbox", r).map(drop)
+        cri_call!(
+            self,
+            runtime.stop_pod_sandbox,
+            "stop_podsandbox",
+            req,
+            self.bounded()
+        )
+        .map(drop)
     }
 
     async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
-        let started = std::time::Instant::now();
         let req = cri::RemovePodSandboxRequest {
             pod_sandbox_id: id.into(),
         };
-        let r = self
-            .runtime
-            .clone()
-            .remove_pod_sandbox(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "remove_podsandbox", r).map(drop)
+        cri_call!(
+            self,
+            runtime.remove_pod_sandbox,
+            "remove_podsandbox",
+            req,
+            self.bounded()
+        )
+        .map(drop)
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> CriResult<Option<cri::PodSandboxStatus>> {
-        let started = std::time::Instant::now();
         let req = cri::PodSandboxStatusRequest {
             pod_sandbox_id: id.into(),
             verbose: false,
         };
-        let r = self
-            .runtime
-            .clone()
-            .pod_sandbox_status(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "podsandbox_status", r)
-            .map(|r| r.status)
+        cri_call!(
+            self,
+            runtime.pod_sandbox_status,
+            "podsandbox_status",
+            req,
+            self.bounded()
+        )
+        .map(|r| r.status)
     }
 
     async fn list_pod_sandbox(
         &self,
         labels: HashMap<String, String>,
     ) -> CriResult<Vec<cri::PodSandbox>> {
-        let started = std::time::Instant::now();
         let filter = cri::PodSandboxFilter {
             label_selector: labels,
             ..Default::default()
         };
-        let r = self
-            .runtime
-            .clone()
-            .list_pod_sandbox(self.request(
-                cri::ListPodSandboxRequest {
-                    filter: Some(filter),
-                },
-                Some(self.timeout),
-            ))
-            .await;
-        self.record(started, "list_podsandbox", r).map(|r| r.items)
+        cri_call!(
+            self,
+            runtime.list_pod_sandbox,
+            "list_podsandbox",
+            cri::ListPodSandboxRequest {
+                filter: Some(filter),
+            },
+            self.bounded(),
+        )
+        .map(|r| r.items)
     }
 
     async fn create_container(
@@ -422,36 +440,36 @@ impl RuntimeService for Cri {
         config: cri::ContainerConfig,
         sandbox_config: cri::PodSandboxConfig,
     ) -> CriResult<String> {
-        let started = std::time::Instant::now();
         let req = cri::CreateContainerRequest {
             pod_sandbox_id: sandbox_id.into(),
             config: Some(config),
             sandbox_config: Some(sandbox_config),
         };
-        let r = self
-            .runtime
-            .clone()
-            .create_container(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "create_container", r)
-            .map(|r| r.container_id)
+        cri_call!(
+            self,
+            runtime.create_container,
+            "create_container",
+            req,
+            self.bounded()
+        )
+        .map(|r| r.container_id)
     }
 
     async fn start_container(&self, id: &str) -> CriResult<()> {
-        let started = std::time::Instant::now();
         let req = cri::StartContainerRequest {
             container_id: id.into(),
         };
-        let r = self
-            .runtime
-            .clone()
-            .start_container(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "start_container", r).map(drop)
+        cri_call!(
+            self,
+            runtime.start_container,
+            "start_container",
+            req,
+            self.bounded()
+        )
+        .map(drop)
     }
 
     async fn stop_container(&self, id: &str, grace_seconds: i64) -> CriResult<()> {
-        let started = std::time::Instant::now();
         let req = cri::StopContainerRequest {
             container_id: id.into(),
             timeout: grace_seconds,
@@ -459,48 +477,48 @@ impl RuntimeService for Cri {
         let deadline = self
             .timeout
             .saturating_add(Duration::from_secs(grace_seconds.max(0) as u64));
-        let r = self
-            .runtime
-            .clone()
-            .stop_container(self.request(req, Some(deadline)))
-            .await;
-        self.record(started, "stop_container", r).map(drop)
+        cri_call!(
+            self,
+            runtime.stop_container,
+            "stop_container",
+            req,
+            Some(deadline)
+        )
+        .map(drop)
     }
 
     async fn remove_container(&self, id: &str) -> CriResult<()> {
-        let started = std::time::Instant::now();
         let req = cri::RemoveContainerRequest {
             container_id: id.into(),
         };
-        let r = self
-            .runtime
-            .clone()
-            .remove_container(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "remove_container", r).map(drop)
+        cri_call!(
+            self,
+            runtime.remove_container,
+            "remove_container",
+            req,
+            self.bounded()
+        )
+        .map(drop)
     }
 
     async fn list_containers(
         &self,
         labels: HashMap<String, String>,
     ) -> CriResult<Vec<cri::Container>> {
-        let started = std::time::Instant::now();
         let filter = cri::ContainerFilter {
             label_selector: labels,
             ..Default::default()
         };
-        let r = self
-            .runtime
-            .clone()
-            .list_containers(self.request(
-                cri::ListContainersRequest {
-                    filter: Some(filter),
-                },
-                Some(self.timeout),
-            ))
-            .await;
-        self.record(started, "list_containers", r)
-            .map(|r| r.containers)
+        cri_call!(
+            self,
+            runtime.list_containers,
+            "list_containers",
+            cri::ListContainersRequest {
+                filter: Some(filter),
+            },
+            self.bounded(),
+        )
+        .map(|r| r.containers)
     }
 
     async fn list_pod_sandbox_brief(
@@ -523,38 +541,35 @@ impl RuntimeService for Cri {
         &self,
         labels: HashMap<String, String>,
     ) -> CriResult<Vec<cri::ContainerStats>> {
-        let started = std::time::Instant::now();
         let filter = cri::ContainerStatsFilter {
             label_selector: labels,
             ..Default::default()
         };
-        let r = self
-            .runtime
-            .clone()
-            .list_container_stats(self.request(
-                cri::ListContainerStatsRequest {
-                    filter: Some(filter),
-                },
-                Some(self.timeout),
-            ))
-            .await;
-        self.record(started, "list_container_stats", r)
-            .map(|r| r.stats)
+        cri_call!(
+            self,
+            runtime.list_container_stats,
+            "list_container_stats",
+            cri::ListContainerStatsRequest {
+                filter: Some(filter),
+            },
+            self.bounded(),
+        )
+        .map(|r| r.stats)
     }
 
     async fn container_status(&self, id: &str) -> CriResult<Option<cri::ContainerStatus>> {
-        let started = std::time::Instant::now();
         let req = cri::ContainerStatusRequest {
             container_id: id.into(),
             verbose: false,
         };
-        let r = self
-            .runtime
-            .clone()
-            .container_status(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "container_status", r)
-            .map(|r| r.status)
+        cri_call!(
+            self,
+            runtime.container_status,
+            "container_status",
+            req,
+            self.bounded()
+        )
+        .map(|r| r.status)
     }
 
     async fn exec_sync(
@@ -563,38 +578,32 @@ impl RuntimeService for Cri {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> CriResult<cri::ExecSyncResponse> {
-        let started = std::time::Instant::now();
         let req = cri::ExecSyncRequest {
             container_id: id.into(),
             cmd,
             timeout: timeout.as_secs() as i64,
         };
         let deadline = (!timeout.is_zero()).then(|| timeout.saturating_add(self.timeout));
-        let r = self
-            .runtime
-            .clone()
-            .exec_sync(self.request(req, deadline))
-            .await;
-        self.record(started, "exec_sync", r)
+        cri_call!(self, runtime.exec_sync, "exec_sync", req, deadline)
     }
 
     async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
-        let started = std::time::Instant::now();
         let req = cri::ReopenContainerLogRequest {
             container_id: id.into(),
         };
-        let r = self
-            .runtime
-            .clone()
-            .reopen_container_log(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "reopen_container_log", r).map(drop)
+        cri_call!(
+            self,
+            runtime.reopen_container_log,
+            "reopen_container_log",
+            req,
+            self.bounded()
+        )
+        .map(drop)
     }
 }
 
 impl ImageService for Cri {
     async fn image_status(&self, image: &str) -> CriResult<Option<cri::Image>> {
-        let started = std::time::Instant::now();
         let req = cri::ImageStatusRequest {
             image: Some(cri::ImageSpec {
                 image: image.into(),
@@ -602,12 +611,14 @@ impl ImageService for Cri {
             }),
             verbose: false,
         };
-        let r = self
-            .image
-            .clone()
-            .image_status(self.request(req, Some(self.timeout)))
-            .await;
-        self.record(started, "image_status", r).map(|r| r.image)
+        cri_call!(
+            self,
+            image.image_status,
+            "image_status",
+            req,
+            self.bounded()
+        )
+        .map(|r| r.image)
     }
 
     async fn pull_image(
@@ -615,7 +626,6 @@ impl ImageService for Cri {
         image: &str,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> CriResult<String> {
-        let started = std::time::Instant::now();
         let req = cri::PullImageRequest {
             image: Some(cri::ImageSpec {
                 image: image.into(),
@@ -624,18 +634,18 @@ impl ImageService for Cri {
             auth: None,
             sandbox_config,
         };
-        let r = self.image.clone().pull_image(self.request(req, None)).await;
-        self.record(started, "pull_image", r).map(|r| r.image_ref)
+        cri_call!(self, image.pull_image, "pull_image", req, None).map(|r| r.image_ref)
     }
 
     async fn image_fs_mountpoints(&self) -> CriResult<Vec<String>> {
-        let started = std::time::Instant::now();
-        let r = self
-            .image
-            .clone()
-            .image_fs_info(self.request(cri::ImageFsInfoRequest {}, Some(self.timeout)))
-            .await;
-        self.record(started, "image_fs_info", r).map(|r| {
+        cri_call!(
+            self,
+            image.image_fs_info,
+            "image_fs_info",
+            cri::ImageFsInfoRequest {},
+            self.bounded()
+        )
+        .map(|r| {
             r.image_filesystems
                 .into_iter()
                 .filter_map(|f| f.fs_id.map(|id| id.mountpoint))

@@ -507,7 +507,7 @@ impl<N: EvictionNode> Manager<N> {
         let issued = SystemTime::UNIX_EPOCH + Duration::from_nanos(self.clock.epoch_ns() as u64);
         let nanos = |t: SystemTime| {
             t.duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i64)
+                .map_or(0, crate::clock::duration_ns)
         };
         self.metrics
             .evictions

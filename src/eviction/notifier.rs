@@ -249,7 +249,7 @@ impl MemcgNotifier {
             .name("memcg-notifier".into())
             .spawn(move || loop {
                 let keys = self.wait(Duration::from_secs(1));
-                let at = std::time::SystemTime::now();
+                let at = crate::clock::wall_now();
                 for key in keys {
                     if tx.send((at, key)).is_err() {
                         return;

@@ -311,7 +311,7 @@ pub struct AgentNode<S: PodSyncer> {
     pub notifier: Option<Arc<MemcgNotifier>>,
     /// Containers' writable layers, for local storage limits; `None`: not measured.
     pub runtime_stats: Option<RuntimeStats>,
-    /// Where the cgroup v2 tripwire is set ([`ContainerManager::set_kubepods_memory_high`]);
+    /// Where the cgroup v2 tripwire is set ([`crate::cm::ContainerManager::set_kubepods_memory_high`]);
     /// `None`: not set.
     pub cm: Option<Arc<crate::cm::ContainerManager>>,
 }

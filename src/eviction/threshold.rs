@@ -48,6 +48,8 @@ impl ThresholdValue {
     pub fn amount(self, capacity: i64) -> i64 {
         match self {
             Self::Quantity(q) => q,
+            // `as` from f64 saturates (and NaN is 0): a percentage of an i64 capacity fits.
+            #[allow(clippy::cast_possible_truncation)]
             Self::Percentage(p) => (capacity as f64 * p) as i64,
         }
     }

@@ -71,7 +71,7 @@ pub struct Backoff {
 }
 
 fn ns(d: Duration) -> i64 {
-    d.as_nanos().min(i64::MAX as u128) as i64
+    crate::clock::duration_ns(d)
 }
 
 impl Backoff {

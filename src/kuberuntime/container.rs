@@ -321,6 +321,8 @@ pub fn memory_qos(
     if request != limit {
         let top = if limit != 0 { limit } else { allocatable };
         if top > 0 {
+            // `as` from f64 saturates: the value is at most `top`, an i64.
+            #[allow(clippy::cast_possible_truncation)]
             let high = ((request as f64 + (top - request) as f64 * factor) / PAGE_SIZE as f64)
                 .floor() as i64
                 * PAGE_SIZE;

@@ -150,7 +150,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .filter(|c| c.state() == ContainerState::Running);
         let (side, main): (Vec<_>, Vec<_>) =
             running.partition(|c| c.is_init && sidecars.contains(&c.name.as_str()));
-        let started = std::time::Instant::now();
+        let started = crate::clock::monotonic_now();
         let ips = self.hook_ips(pod, rt);
         self.stop_containers(
             pod,

@@ -4,8 +4,6 @@
 //! `killContainer`: the hook runs at most the grace period; the container then gets what is
 //! left, but at least [`super::MIN_GRACE_PERIOD_SECONDS`], see [`super::kill::stop_timeout`]).
 
-use std::time::Instant;
-
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{info, warn};
 
@@ -101,7 +99,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             pod_ips,
             host_network: super::sandbox::is_host_network(pod),
         };
-        let started = Instant::now();
+        let started = crate::clock::monotonic_now();
         let limit = std::time::Duration::from_secs(u64::try_from(grace.max(0)).unwrap_or(0));
         let run = handlers::run_hook(self.probes.handler_context(), &h, &t);
         match tokio::time::timeout(limit, run).await {

@@ -295,4 +295,14 @@ impl<R: CriRuntime> PodSyncer for KubeRuntimeManager<R> {
         Metrics::observe(&self.metrics.pod_worker_duration, "kill", secs);
         r
     }
+
+    /// A `FailedSync` warning event on the pod, as kubelet records for a sync error
+    /// (`events.FailedSync`, "error syncing pod").
+    fn sync_panicked(&self, pod: &Pod, message: &str) {
+        self.recorder.warning(
+            crate::events::Involved::pod(pod),
+            "FailedSync",
+            format!("error syncing pod: panic: {message}"),
+        );
+    }
 }

@@ -27,11 +27,12 @@ pub fn prepare(pod_dir: &Path, name: &str, attempt: u32) -> std::io::Result<Path
     use std::os::unix::fs::PermissionsExt;
     let dir = pod_dir.join("containers").join(name);
     std::fs::create_dir_all(&dir)?;
-    let now = std::time::SystemTime::now()
+    let now = crate::clock::wall_now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
-    let id = crate::hash::fnv1a64(format!("{name}/{attempt}/{now}").as_bytes()) as u32;
+    let hash = crate::hash::fnv1a64(format!("{name}/{attempt}/{now}").as_bytes());
+    let id = u32::try_from(hash & 0xffff_ffff).expect("masked to 32 bits");
     let path = dir.join(format!("{id:08x}"));
     std::fs::write(&path, b"")?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;

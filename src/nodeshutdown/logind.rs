@@ -109,7 +109,7 @@ impl Logind {
         let mut wait = Duration::from_millis(100);
         let mut now = delay;
         for _ in 0..5 {
-            std::thread::sleep(wait);
+            crate::clock::sleep_blocking(wait);
             now = self.delay()?;
             if now >= needed {
                 return Ok(now);

@@ -317,12 +317,12 @@ pub fn run(
                     match l.watch(&stop, |shutting_down, l| {
                         state.set(shutting_down);
                         if shutting_down {
-                            let start = crate::pod::api_time(std::time::SystemTime::now()).0.to_string();
+                            let start = crate::pod::api_time(crate::clock::wall_now()).0.to_string();
                             info!("shutdown: logind announced the node's shutdown; stopping pods by priority");
                             node.node_event("Shutdown", "Shutdown manager detected shutdown event");
                             write_state(&settings.root_dir, &start, None);
-                            let n = stop_pods(node.as_mut(), &groups, std::thread::sleep, std::time::Instant::now);
-                            let end = crate::pod::api_time(std::time::SystemTime::now()).0.to_string();
+                            let n = stop_pods(node.as_mut(), &groups, crate::clock::sleep_blocking, crate::clock::monotonic_now);
+                            let end = crate::pod::api_time(crate::clock::wall_now()).0.to_string();
                             write_state(&settings.root_dir, &start, Some(&end));
                             info!(pods = n, "shutdown: pods stopped; releasing the inhibitor lock");
                             l.release();

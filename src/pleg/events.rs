@@ -47,7 +47,7 @@ pub async fn run(socket: PathBuf, pleg: Arc<Pleg>) {
             Err(_) => {}
         }
         pleg.set_stream_healthy(false);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        crate::clock::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -76,7 +76,7 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
     tokio::pin!(subscribe);
     let mut stream = tokio::select! {
         r = &mut subscribe => r?.into_inner(),
-        () = tokio::time::sleep(SUBSCRIBE_SETTLE) => {
+        () = crate::clock::sleep(SUBSCRIBE_SETTLE) => {
             pleg.set_stream_healthy(true);
             info!("following containerd task events; PLEG relist is the safety net");
             subscribe.await?.into_inner()

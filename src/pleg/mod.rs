@@ -294,7 +294,7 @@ impl<R: RuntimeService> Pleg<R> {
                 c.exit_code = exit_code;
                 c.finished_at = exited_at_ns;
                 // The cache marks it OOMKilled when containerd reported the OOM kill.
-                self.cache.set(&uid, st, Instant::now());
+                self.cache.set(&uid, st, crate::clock::monotonic_now());
             }
         }
         debug!(uid = %uid, container = %container_id, exit_code, "PLEG event from containerd task exit");
@@ -315,7 +315,7 @@ impl<R: RuntimeService> Pleg<R> {
     ///
     /// Errors: a failed list call (the previous snapshot is kept; the next relist retries).
     pub async fn relist(&self) -> Result<Vec<PodLifecycleEvent>, CriError> {
-        let start = Instant::now();
+        let start = crate::clock::monotonic_now();
         // Unfiltered, so that housekeeping can take the runtime's pods (other agents' too)
         // from this listing instead of listing again.
         let (sandboxes, containers) = tokio::try_join!(

@@ -246,7 +246,7 @@ pub async fn run(
         }
         Handler::Grpc { port, service } => grpc(t, *port, service, timeout).await,
         Handler::Sleep(d) => {
-            tokio::time::sleep(*d).await;
+            crate::clock::sleep(*d).await;
             Outcome::ok("")
         }
     }

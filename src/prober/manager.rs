@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -286,7 +285,7 @@ async fn run_worker(
             pod_ips: &pod_ips,
             host_network,
         };
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let mut outcome = handlers::run(&inner.ctx, &spec.handler, &target, spec.timeout).await;
         // A probe that could not be run is tried again at once, up to kubelet's
         // `maxProbeRetries` attempts in all; one that runs ends the tries.

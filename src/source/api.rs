@@ -1,7 +1,7 @@
 //! The API pod source (kubelet's `pkg/kubelet/config/apiserver.go`): the pods bound to this node
 //! (`spec.nodeName=<node>`), followed by a reflector (kube-rs `watcher`: list, then watch from
 //! the resource version, re-list when the watch expires), merged with the file source through
-//! the same [`PodConfig`](super::PodConfig) and admission.
+//! the same [`PodConfig`] and admission.
 //!
 //! A pod is checked as a manifest is ([`super::validation::validate_pod`]); one nodelet refuses
 //! is never run and gets status Failed, reason `UnsupportedPodSpec`, naming the field.

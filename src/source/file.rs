@@ -143,7 +143,7 @@ fn read_manifest(path: &Path) -> Result<Option<Vec<u8>>, String> {
             meta.len()
         ));
     }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
+    let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     match std::fs::File::open(path)
         .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut buf))
     {

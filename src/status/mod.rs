@@ -50,7 +50,7 @@ impl StatusManager {
     pub fn set(&self, pod: Arc<Pod>, mut status: PodStatus) {
         let uid = crate::pod::pod_uid(&pod).to_owned();
         let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let now = crate::pod::api_time(std::time::SystemTime::now());
+        let now = crate::pod::api_time(crate::clock::wall_now());
         let old = map.get(&uid);
         // A pod edited since (its UID is kept across edits) is admitted and run anew: its old
         // terminal phase (refused at admission, say) is not its fate.

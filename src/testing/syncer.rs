@@ -1,8 +1,11 @@
 //! A recording pod syncer for the pod worker and sync loop tests: each call is recorded as
 //! `sync <name>`, `kill <name> <grace>` or `kill <name> <grace> <reason>: <message>` for a kill
 //! with a failure (`<name>` is `metadata.name`, else the UID); a gated
-//! syncer makes each call wait for a permit, so a test can hold work in progress.
+//! syncer makes each call wait for a permit, so a test can hold work in progress; after
+//! [`RecordingSyncer::panic_next`] the next sync is recorded and then panics, and the
+//! [`PodSyncer::sync_panicked`] reports are kept as `panicked <name>: <message>` calls.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -13,6 +16,7 @@ use crate::podworkers::{KillPodOptions, PodSyncer, Requeue};
 pub struct RecordingSyncer {
     calls: Mutex<Vec<String>>,
     gate: Option<tokio::sync::Semaphore>,
+    panic_next: AtomicBool,
 }
 
 impl RecordingSyncer {
@@ -21,6 +25,7 @@ impl RecordingSyncer {
         Arc::new(Self {
             calls: Mutex::new(Vec::new()),
             gate: None,
+            panic_next: AtomicBool::new(false),
         })
     }
 
@@ -29,6 +34,7 @@ impl RecordingSyncer {
         Arc::new(Self {
             calls: Mutex::new(Vec::new()),
             gate: Some(tokio::sync::Semaphore::new(0)),
+            panic_next: AtomicBool::new(false),
         })
     }
 
@@ -37,6 +43,11 @@ impl RecordingSyncer {
         if let Some(g) = &self.gate {
             g.add_permits(n);
         }
+    }
+
+    /// Makes the next sync panic (after it is recorded).
+    pub fn panic_next(&self) {
+        self.panic_next.store(true, Ordering::SeqCst);
     }
 
     /// The calls so far.
@@ -70,7 +81,17 @@ impl PodSyncer for RecordingSyncer {
             .lock()
             .unwrap()
             .push(format!("sync {}", name(&pod)));
+        if self.panic_next.swap(false, Ordering::SeqCst) {
+            panic!("injected panic in the sync of {}", name(&pod));
+        }
         Ok(Requeue::Normal)
+    }
+
+    fn sync_panicked(&self, pod: &Pod, message: &str) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("panicked {}: {message}", name(pod)));
     }
 
     async fn terminate_pod(&self, pod: Arc<Pod>, opts: KillPodOptions) -> Result<(), String> {

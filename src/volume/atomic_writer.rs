@@ -271,7 +271,7 @@ fn set_dirs(dir: &Path, gid: Option<u32>) -> std::io::Result<()> {
 
 /// kubelet's version directory name: `2006_01_02_15_04_05.` and nanoseconds, here in UTC.
 fn chrono_stamp() -> String {
-    let now = std::time::SystemTime::now()
+    let now = crate::clock::wall_now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     let secs = now.as_secs() as i64;
