@@ -10,10 +10,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crossbeam_channel::Receiver;
 use tracing::{error, info, warn};
 
 use crate::cm::cgroupfs::{Cgroupfs, Hierarchies};
-use crate::cm::{detect_capacity, CmError, ContainerManager};
+use crate::cm::{detect_capacity, CmError, ContainerManager, NodeConfig};
 use crate::config::Config;
 use crate::container::cache::PodCache;
 use crate::cri::{Cri, ImageService, RuntimeService};
@@ -21,11 +22,14 @@ use crate::events::Recorder;
 use crate::kuberuntime::sandbox::parse_resolv_conf;
 use crate::kuberuntime::{KubeRuntimeManager, Settings};
 use crate::metrics::Metrics;
-use crate::pleg::Pleg;
+use crate::pleg::{Pleg, PodLifecycleEvent};
 use crate::podworkers::{Periods, PodWorkers, WorkQueue};
+use crate::prober::ProbeResult;
+use crate::runtime_state::RuntimeState;
 use crate::source::checkpoint::CheckpointStore;
 use crate::source::file::FileSource;
-use crate::source::PodConfig;
+use crate::source::{PodConfig, PodUpdate};
+use crate::status::failed::FailedPods;
 use crate::status::StatusManager;
 use crate::syncloop::{Channels, SyncLoop};
 
@@ -87,12 +91,185 @@ pub enum AgentError {
     CgroupDriverMismatch(String),
 }
 
+/// What every subsystem is wired to: made once in [`run`], lent to each start function.
+struct Core {
+    rt: tokio::runtime::Runtime,
+    node_name: String,
+    node_ip: IpAddr,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    status: StatusManager,
+    pressure: crate::eviction::NodePressure,
+    failed: FailedPods,
+    cri: Cri,
+    cm: Arc<ContainerManager>,
+    runtime_state: RuntimeState,
+    /// Closed when the agent stops: every thread's loop ends.
+    stop: Receiver<()>,
+}
+
 /// Runs the agent until SIGTERM or SIGINT, with the typed configuration (validated at load;
 /// nothing here re-reads the file's strings).
+///
+/// The order is kubelet's: the node's facts and the container manager (cgroups) first, the
+/// HTTP endpoints before the runtime answers (operators see the agent waiting), then the runtime,
+/// the cluster, the PLEG, the runtime manager and pod workers, the pod sources, the eviction
+/// manager, node shutdown and the sync loop.
 ///
 /// Errors: [`AgentError`] for anything that prevents start-up; once running, runtime failures
 /// are logged and retried, never fatal.
 pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
+    let (node_name, node_ip, node_config) = prepare_node(&config, &flags)?;
+    let metrics = Metrics::new();
+    let recorder = Recorder::default();
+    let settings = runtime_settings(&config, &flags, &node_name, node_ip, &node_config);
+    let driver_is_systemd = node_config.layout.systemd;
+    let cm = start_container_manager(node_config, &metrics, &recorder)?;
+    apply_own_oom_score_adj(config.oom_score_adj, &metrics);
+    raise_open_files_limit();
+    info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("nodelet-rt")
+        .enable_all()
+        .build()
+        .map_err(AgentError::Runtime)?;
+    let cri = rt.block_on(async {
+        Cri::new(
+            &config.runtime_socket,
+            &config.image_socket,
+            config.runtime_request_timeout,
+            metrics.clone(),
+        )
+    });
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let core = Core {
+        rt,
+        node_name,
+        node_ip,
+        metrics,
+        recorder,
+        status: StatusManager::default(),
+        pressure: crate::eviction::NodePressure::default(),
+        failed: FailedPods::persistent(flags.root_dir.join("evicted-pods.json")),
+        cri,
+        cm,
+        runtime_state: RuntimeState::default(),
+        stop: stop_rx,
+    };
+
+    let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
+    serve_http(&core, &config, &pleg_slot)?;
+    let Some(runtime_version) = core
+        .rt
+        .block_on(async { wait_for_runtime(&core.cri).await })
+    else {
+        return Ok(());
+    };
+    check_runtime_cgroup_driver(&core, driver_is_systemd, &config)?;
+    core.rt.spawn(crate::runtime_state::run(
+        core.cri.clone(),
+        core.runtime_state.clone(),
+        core.metrics.runtime_up.clone(),
+    ));
+    let cluster_client = join_cluster(&core, &config, &flags, &runtime_version)?;
+    let (pleg, cache, pleg_rx) = start_pleg(&core, &config, &pleg_slot);
+    // imagefs: the filesystem CRI names for images, when the runtime says.
+    let imagefs = core
+        .rt
+        .block_on(core.cri.image_fs_mountpoints())
+        .ok()
+        .and_then(|m| m.into_iter().next())
+        .map(PathBuf::from);
+    let objects = crate::objects::LocalObjects::default();
+    let api_objects = crate::objects::ApiObjects::default();
+    let (manager, probe_rx) =
+        start_runtime_manager(&core, settings, cache, objects.clone(), api_objects.clone())?;
+    start_qos_resync(&core);
+    let queue = WorkQueue::default();
+    let periods = Periods {
+        resync: config.sync_frequency,
+        backoff: Duration::from_secs(10),
+    };
+    let workers = PodWorkers::new(
+        manager.clone(),
+        queue.clone(),
+        periods,
+        core.rt.handle().clone(),
+        core.metrics.pod_worker_panics.clone(),
+    );
+
+    let mut threads = Vec::new();
+    let (sources_ready, config_rx) = start_sources(
+        &core,
+        &config,
+        &flags,
+        Sources {
+            objects,
+            api_objects,
+            cluster_client,
+            pleg: pleg.clone(),
+        },
+        &mut threads,
+    );
+    // Pods already running are adopted as their manifests arrive, not admitted again.
+    let adopted: HashSet<String> = core
+        .rt
+        .block_on(manager.runtime_pods())
+        .map(|pods| pods.ours.iter().map(|p| p.uid.clone()).collect())
+        .unwrap_or_default();
+    let listed_by_pleg = pleg.clone();
+    let housekeeper = crate::housekeeping::housekeeper(
+        manager,
+        workers.clone(),
+        Box::new(move || listed_by_pleg.runtime_pods()),
+        core.metrics.clone(),
+        core.rt.handle().clone(),
+        flags.release_free_heap,
+    );
+    threads.push(start_eviction_manager(
+        &core, &config, &flags, &workers, imagefs,
+    ));
+    threads.extend(start_node_shutdown(&core, &config, &flags, &workers));
+    let mut sync_loop = SyncLoop::new(
+        workers,
+        queue,
+        sources_ready.clone(),
+        housekeeper,
+        core.recorder.clone(),
+        config.max_pods,
+    )
+    .with_admission(admitter(&core, &config, &flags), core.status.clone())
+    .with_adopted(adopted);
+    sync_loop.on_iteration = watchdog();
+    notify_ready_when(sources_ready);
+    let channels = Channels {
+        config: config_rx,
+        pleg: pleg_rx,
+        probes: probe_rx,
+        stop: core.stop.clone(),
+    };
+    threads.push(spawn_thread("sync-loop", move || sync_loop.run(channels)));
+
+    core.rt.block_on(wait_for_signal());
+    info!("stopping nodelet; pods keep running");
+    drop(stop_tx);
+    for t in threads {
+        let _ = t.join();
+    }
+    let Core { rt, failed, .. } = core;
+    rt.shutdown_timeout(Duration::from_secs(2));
+    failed.flush();
+    Ok(())
+}
+
+/// The node's name and IP, the directories the agent writes, and the node's cgroup settings
+/// with what this kernel offers (hugepage sizes; MemoryQoS only on cgroup v2).
+fn prepare_node(
+    config: &Config,
+    flags: &Flags,
+) -> Result<(String, IpAddr, NodeConfig), AgentError> {
     let node_name =
         crate::node::node_name(flags.hostname_override.as_deref()).map_err(AgentError::NodeName)?;
     let node_ip = flags.node_ip.unwrap_or_else(crate::node::node_ip);
@@ -102,8 +279,25 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             source,
         })?;
     }
-    let node_config = config.node_config(detect_capacity());
-    let metrics = Metrics::new();
+    let mut node_config = config.node_config(detect_capacity());
+    node_config.policy.hugepage_sizes = crate::cm::hugepage_sizes();
+    if node_config.policy.memory_qos_throttling_factor.is_some() && !Hierarchies::current().is_v2()
+    {
+        // kubelet: MemoryQoS works on cgroup v2 only.
+        warn!("featureGates.MemoryQoS needs cgroup v2 alone; this node has cgroup v1 hierarchies, so it is off");
+        node_config.policy.memory_qos_throttling_factor = None;
+    }
+    Ok((node_name, node_ip, node_config))
+}
+
+/// What the runtime manager needs to know of the node to build sandboxes and containers.
+fn runtime_settings(
+    config: &Config,
+    flags: &Flags,
+    node_name: &str,
+    node_ip: IpAddr,
+    node_config: &NodeConfig,
+) -> Settings {
     let resolv = match &config.resolv_conf {
         // An empty resolvConf means no host resolver for pods, as in kubelet.
         None => Default::default(),
@@ -115,17 +309,9 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             }
         },
     };
-    let mut node_config = node_config;
-    node_config.policy.hugepage_sizes = crate::cm::hugepage_sizes();
-    if node_config.policy.memory_qos_throttling_factor.is_some() && !Hierarchies::current().is_v2()
-    {
-        // kubelet: MemoryQoS works on cgroup v2 only.
-        warn!("featureGates.MemoryQoS needs cgroup v2 alone; this node has cgroup v1 hierarchies, so it is off");
-        node_config.policy.memory_qos_throttling_factor = None;
-    }
-    let settings = Settings {
-        node_name: node_name.clone(),
-        hostname: crate::node::hostname(&node_name),
+    Settings {
+        node_name: node_name.to_owned(),
+        hostname: crate::node::hostname(node_name),
         node_ip: node_ip.to_string(),
         pod_logs_dir: config.pod_logs_dir.clone(),
         resolv_conf: resolv,
@@ -150,11 +336,17 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         apparmor: crate::admission::apparmor::host_enabled(),
         crash_backoff: config.crash_loop_back_off,
         pull_backoff: config.image_pull_back_off,
-    };
-    let recorder = Recorder::default();
-    // The systemd driver owns the QoS and pod cgroups as slices, through systemd's D-Bus API.
-    let driver_is_systemd = node_config.layout.systemd;
-    let cgroups: Arc<dyn crate::cm::cgroupfs::CgroupManager> = if driver_is_systemd {
+    }
+}
+
+/// The container manager with the configured cgroup driver (the systemd driver owns the QoS and
+/// pod cgroups as slices, through systemd's D-Bus API), its node-level cgroups made.
+fn start_container_manager(
+    node_config: NodeConfig,
+    metrics: &Arc<Metrics>,
+    recorder: &Recorder,
+) -> Result<Arc<ContainerManager>, AgentError> {
+    let cgroups: Arc<dyn crate::cm::cgroupfs::CgroupManager> = if node_config.layout.systemd {
         Arc::new(
             crate::cm::systemd::SystemdCgroups::new(Hierarchies::current())
                 .map_err(CmError::from)?,
@@ -168,62 +360,52 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             .with_recorder(recorder.clone()),
     );
     cm.start()?;
-    apply_own_oom_score_adj(config.oom_score_adj, &metrics);
-    raise_open_files_limit();
-    info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
+    Ok(cm)
+}
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("nodelet-rt")
-        .enable_all()
-        .build()
-        .map_err(AgentError::Runtime)?;
-    let status = StatusManager::default();
-    let pressure = crate::eviction::NodePressure::default();
-    let failed =
-        crate::status::failed::FailedPods::persistent(flags.root_dir.join("evicted-pods.json"));
-    let cri = rt.block_on(async {
-        Cri::new(
-            &config.runtime_socket,
-            &config.image_socket,
-            config.runtime_request_timeout,
-            metrics.clone(),
-        )
-    });
-
-    let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
-    let runtime_state = crate::runtime_state::RuntimeState::default();
-    // Serve health and pods before the runtime answers, so operators can see the agent waiting.
-    // The healthz listener, and the read-only port when configured; both serve every endpoint.
+/// The healthz listener, and the read-only port when configured; both serve every endpoint,
+/// from before the runtime answers, so operators can see the agent waiting.
+fn serve_http(
+    core: &Core,
+    config: &Config,
+    pleg: &Arc<std::sync::OnceLock<Arc<Pleg>>>,
+) -> Result<(), AgentError> {
     for addr in [config.healthz_address, config.read_only_address]
         .into_iter()
         .flatten()
     {
         let state = crate::server::ServerState {
-            status: status.clone(),
-            metrics: metrics.clone(),
-            recorder: recorder.clone(),
-            pleg: pleg_slot.clone(),
-            pressure: pressure.clone(),
-            runtime: runtime_state.clone(),
+            status: core.status.clone(),
+            metrics: core.metrics.clone(),
+            recorder: core.recorder.clone(),
+            pleg: pleg.clone(),
+            pressure: core.pressure.clone(),
+            runtime: core.runtime_state.clone(),
         };
-        let server = rt
+        let server = core
+            .rt
             .block_on(crate::server::serve(addr, state))
             .map_err(|source| AgentError::Listen { addr, source })?;
-        rt.spawn(async move {
+        core.rt.spawn(async move {
             if let Err(e) = server.await {
                 error!(error = %e, "HTTP server stopped");
             }
         });
         info!(%addr, "serving /healthz /pods /node /metrics /metrics/probes /events");
     }
+    Ok(())
+}
 
-    let Some(runtime_version) = rt.block_on(async { wait_for_runtime(&cri).await }) else {
-        return Ok(());
-    };
-    // Both sides must place containers the same way (kubelet refuses a mismatch too).
-    let runtime_driver = rt
-        .block_on(cri.status_info())
+/// Both sides must place containers the same way: the runtime's cgroup driver (from its verbose
+/// status) against `cgroupDriver` (kubelet refuses a mismatch too).
+fn check_runtime_cgroup_driver(
+    core: &Core,
+    driver_is_systemd: bool,
+    config: &Config,
+) -> Result<(), AgentError> {
+    let runtime_driver = core
+        .rt
+        .block_on(core.cri.status_info())
         .ok()
         .and_then(|i| crate::cm::runtime_driver::runtime_uses_systemd(&i));
     crate::cm::runtime_driver::check(
@@ -231,55 +413,68 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         runtime_driver,
         &config.container_runtime_endpoint,
     )
-    .map_err(AgentError::CgroupDriverMismatch)?;
-    rt.spawn(crate::runtime_state::run(
-        cri.clone(),
-        runtime_state.clone(),
-        metrics.runtime_up.clone(),
-    ));
-    let mut cluster_client = None;
-    if let Some(path) = &flags.kubeconfig {
-        let client = rt.block_on(crate::cluster::client(path))?;
-        cluster_client = Some(client.clone());
-        let facts = crate::cluster::node_status::NodeFacts {
-            name: node_name.clone(),
-            ip: node_ip.to_string(),
-            hostname: crate::node::hostname(&node_name),
-            labels: crate::admission::node_affinity::NodeIdentity::new(
-                &node_name,
-                &flags.node_labels,
-            )
-            .labels,
-            capacity: cm.capacity(),
-            allocatable: cm.allocatable(),
-            max_pods: config.max_pods,
-            info: crate::cluster::node_status::system_info(&runtime_version),
-        };
-        crate::cluster::spawn(
-            rt.handle(),
-            client,
-            facts,
-            crate::cluster::node_status::StatusInputs {
-                pressure: pressure.clone(),
-                runtime: runtime_state.clone(),
-            },
-            status.clone(),
-            recorder.clone(),
-        );
-        info!(kubeconfig = %path.display(), "cluster mode: registering the node with the API server");
-    }
+    .map_err(AgentError::CgroupDriverMismatch)
+}
 
-    // PLEG: relist (and containerd's event stream) → pod cache and the sync loop's PLEG channel.
+/// With `--kubeconfig`: registers the node and keeps its status and Lease
+/// ([`crate::cluster::spawn`]); returns the client for the API pod source.
+fn join_cluster(
+    core: &Core,
+    config: &Config,
+    flags: &Flags,
+    runtime_version: &str,
+) -> Result<Option<kube::Client>, AgentError> {
+    let Some(path) = &flags.kubeconfig else {
+        return Ok(None);
+    };
+    let client = core.rt.block_on(crate::cluster::client(path))?;
+    let facts = crate::cluster::node_status::NodeFacts {
+        name: core.node_name.clone(),
+        ip: core.node_ip.to_string(),
+        hostname: crate::node::hostname(&core.node_name),
+        labels: crate::admission::node_affinity::NodeIdentity::new(
+            &core.node_name,
+            &flags.node_labels,
+        )
+        .labels,
+        capacity: core.cm.capacity(),
+        allocatable: core.cm.allocatable(),
+        max_pods: config.max_pods,
+        info: crate::cluster::node_status::system_info(runtime_version),
+    };
+    crate::cluster::spawn(
+        core.rt.handle(),
+        client.clone(),
+        facts,
+        crate::cluster::node_status::StatusInputs {
+            pressure: core.pressure.clone(),
+            runtime: core.runtime_state.clone(),
+        },
+        core.status.clone(),
+        core.recorder.clone(),
+    );
+    info!(kubeconfig = %path.display(), "cluster mode: registering the node with the API server");
+    Ok(Some(client))
+}
+
+/// The PLEG: relist (and containerd's event stream) → the pod cache and the sync loop's PLEG
+/// channel; container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`) over what it
+/// lists.
+fn start_pleg(
+    core: &Core,
+    config: &Config,
+    slot: &std::sync::OnceLock<Arc<Pleg>>,
+) -> (Arc<Pleg>, PodCache, Receiver<PodLifecycleEvent>) {
     let cache = PodCache::default();
     let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
     let pleg = Pleg::new(
-        cri.clone(),
-        node_name.clone(),
+        core.cri.clone(),
+        core.node_name.clone(),
         cache.clone(),
         pleg_tx,
-        metrics.clone(),
+        core.metrics.clone(),
     );
-    let _ = pleg_slot.set(pleg.clone());
+    let _ = slot.set(pleg.clone());
     // A pod worker that needs a status newer than its last sync asks the PLEG for a relist
     // (shared by every worker waiting) rather than reading the pod itself.
     let weak = Arc::downgrade(&pleg);
@@ -288,140 +483,147 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             p.trigger();
         }
     }));
-    rt.spawn(crate::pleg::events::run(
+    core.rt.spawn(crate::pleg::events::run(
         config.runtime_socket.clone(),
         pleg.clone(),
     ));
-    rt.spawn(pleg.clone().run());
-    // Container log rotation (containerLogMaxSize / containerLogMaxFiles).
+    core.rt.spawn(pleg.clone().run());
     let listed_by_pleg = pleg.clone();
     let log_paths = cache.clone();
-    rt.spawn(crate::kuberuntime::logs::run(
-        cri.clone(),
+    core.rt.spawn(crate::kuberuntime::logs::run(
+        core.cri.clone(),
         Box::new(move || listed_by_pleg.runtime_pods()),
         Box::new(move |id| log_paths.log_path(id)),
         config.container_log,
         config.container_log_monitor_interval,
     ));
+    (pleg, cache, pleg_rx)
+}
 
-    // imagefs: the filesystem CRI names for images, when the runtime says.
-    let imagefs = rt
-        .block_on(cri.image_fs_mountpoints())
-        .ok()
-        .and_then(|m| m.into_iter().next())
-        .map(PathBuf::from);
-    let stats_cri = cri.clone();
+/// The runtime manager (pod spec → CRI calls) with its probe manager; returns the probe results
+/// channel the sync loop reads.
+fn start_runtime_manager(
+    core: &Core,
+    settings: Settings,
+    cache: PodCache,
+    objects: crate::objects::LocalObjects,
+    api_objects: crate::objects::ApiObjects,
+) -> Result<(Arc<KubeRuntimeManager>, Receiver<ProbeResult>), AgentError> {
     // The probe channel: its producer is the probe manager's workers.
     let (probe_tx, probe_rx) = crossbeam_channel::unbounded();
     let probes = crate::prober::ProbeManager::new(crate::prober::manager::ProbeDeps {
         ctx: crate::prober::handlers::HandlerContext::new(crate::prober::handlers::exec_fn(
-            cri.clone(),
+            core.cri.clone(),
         ))
         .map_err(AgentError::Prober)?,
         cache: cache.clone(),
         updates: probe_tx,
-        recorder: recorder.clone(),
-        metrics: metrics.clone(),
+        recorder: core.recorder.clone(),
+        metrics: core.metrics.clone(),
         clock: crate::clock::system(),
     });
-    let objects = crate::objects::LocalObjects::default();
-    let api_objects = crate::objects::ApiObjects::default();
     let manager = Arc::new(KubeRuntimeManager::new(
-        cri,
+        core.cri.clone(),
         settings,
         crate::kuberuntime::Shared {
-            cm: cm.clone(),
-            status: status.clone(),
-            recorder: recorder.clone(),
-            metrics: metrics.clone(),
+            cm: core.cm.clone(),
+            status: core.status.clone(),
+            recorder: core.recorder.clone(),
+            metrics: core.metrics.clone(),
             cache,
-            failed: failed.clone(),
+            failed: core.failed.clone(),
             clock: crate::clock::system(),
             probes,
-            objects: objects.clone(),
-            api_objects: api_objects.clone(),
+            objects,
+            api_objects,
         },
     ));
-    // The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
-    // periodic QoS update).
-    let qos_cm = cm.clone();
-    rt.spawn(async move {
+    Ok((manager, probe_rx))
+}
+
+/// The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
+/// periodic QoS update).
+fn start_qos_resync(core: &Core) {
+    let cm = core.cm.clone();
+    core.rt.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
             tick.tick().await;
-            if let Err(e) = qos_cm.resync_qos() {
+            if let Err(e) = cm.resync_qos() {
                 warn!(error = %e, "cannot update QoS cgroups");
             }
         }
     });
-    let queue = WorkQueue::default();
-    let periods = Periods {
-        resync: config.sync_frequency,
-        backoff: Duration::from_secs(10),
-    };
-    let workers = PodWorkers::new(
-        manager.clone(),
-        queue.clone(),
-        periods,
-        rt.handle().clone(),
-        metrics.pod_worker_panics.clone(),
-    );
+}
 
+/// What the pod sources read beside the configuration.
+struct Sources {
+    objects: crate::objects::LocalObjects,
+    api_objects: crate::objects::ApiObjects,
+    cluster_client: Option<kube::Client>,
+    pleg: Arc<Pleg>,
+}
+
+/// The pod sources (kubelet's `PodConfig`): the static manifest directory on a thread of its own
+/// (pushed to `threads`), the static pod URL and the API server as tasks. Returns their
+/// readiness and the merged updates for the sync loop.
+fn start_sources(
+    core: &Core,
+    config: &Config,
+    flags: &Flags,
+    inputs: Sources,
+    threads: &mut Vec<std::thread::JoinHandle<()>>,
+) -> (crate::source::SourcesReady, Receiver<PodUpdate>) {
     let (config_tx, config_rx) = crossbeam_channel::bounded(50);
-    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     let pod_config = Arc::new(Mutex::new(PodConfig::new(config_tx)));
-    let mut threads = Vec::new();
-    if let Some(static_pod_path) = &config.static_pod_path {
+    let register = |source| {
         pod_config
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .register(crate::source::file::SOURCE);
+            .register(source);
+    };
+    if let Some(static_pod_path) = &config.static_pod_path {
+        register(crate::source::file::SOURCE);
         let src = FileSource::new(
             static_pod_path.clone(),
-            node_name.clone(),
-            recorder.clone(),
-            metrics.clone(),
+            core.node_name.clone(),
+            core.recorder.clone(),
+            core.metrics.clone(),
             Some(CheckpointStore::new(flags.root_dir.join("static-pods"))),
         )
-        .with_objects(objects.clone());
+        .with_objects(inputs.objects);
         let (pc, period, stop) = (
             pod_config.clone(),
             config.file_check_frequency,
-            stop_rx.clone(),
+            core.stop.clone(),
         );
         threads.push(spawn_thread("file-source", move || {
             crate::source::file::run(src, period, pc, stop, crate::clock::system())
         }));
     }
     if let Some(url) = &config.static_pod_url {
-        pod_config
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register(crate::source::url::SOURCE);
-        rt.spawn(crate::source::url::run(
+        register(crate::source::url::SOURCE);
+        core.rt.spawn(crate::source::url::run(
             url.clone(),
             config.static_pod_url_header.clone(),
             config.http_check_frequency,
-            node_name.clone(),
+            core.node_name.clone(),
             pod_config.clone(),
-            recorder.clone(),
-            metrics.clone(),
+            core.recorder.clone(),
+            core.metrics.clone(),
         ));
     }
-    if let Some(client) = cluster_client {
-        pod_config
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register(crate::source::api::SOURCE);
-        let (held, listed) = (status.clone(), pleg.clone());
-        rt.spawn(crate::cluster::objects::run(
+    if let Some(client) = inputs.cluster_client {
+        register(crate::source::api::SOURCE);
+        let (held, listed) = (core.status.clone(), inputs.pleg);
+        core.rt.spawn(crate::cluster::objects::run(
             client.clone(),
             pod_config.clone(),
-            api_objects,
+            inputs.api_objects,
         ));
-        rt.spawn(crate::source::api::run(
+        core.rt.spawn(crate::source::api::run(
             client,
-            node_name.clone(),
+            core.node_name.clone(),
             pod_config.clone(),
             Box::new(move |uid| {
                 held.get(uid).is_some()
@@ -431,132 +633,103 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
             }),
         ));
     }
-    let sources_ready = pod_config
+    let ready = pod_config
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .readiness();
-    // Pods already running are adopted as their manifests arrive, not admitted again.
-    let adopted: HashSet<String> = rt
-        .block_on(manager.runtime_pods())
-        .map(|pods| pods.ours.iter().map(|p| p.uid.clone()).collect())
-        .unwrap_or_default();
-    let listed_by_pleg = pleg.clone();
-    let housekeeper = crate::housekeeping::housekeeper(
-        manager,
-        workers.clone(),
-        Box::new(move || listed_by_pleg.runtime_pods()),
-        metrics.clone(),
-        rt.handle().clone(),
-        flags.release_free_heap,
-    );
-    threads.push(start_eviction_manager(
-        &config,
-        crate::eviction::provider::AgentNode {
-            paths: crate::eviction::provider::Paths {
-                hierarchies: Hierarchies::current(),
-                layout: cm.layout().clone(),
-                memory_capacity: cm.memory_capacity(),
-                nodefs: flags.root_dir.clone(),
-                imagefs,
-                pod_logs_dir: config.pod_logs_dir.clone(),
-            },
-            status: status.clone(),
-            failed: failed.clone(),
-            workers: workers.clone(),
-            recorder: recorder.clone(),
-            notifier: None,
-            runtime_stats: Some(crate::eviction::provider::RuntimeStats {
-                cri: stats_cri,
-                handle: rt.handle().clone(),
-            }),
-            cm: Some(cm.clone()),
-        },
-        pressure.clone(),
-        metrics.clone(),
-        stop_rx.clone(),
-    ));
+    (ready, config_rx)
+}
+
+/// Graceful node shutdown (`shutdownGracePeriod`, by priority), on a thread of its own, when
+/// configured.
+fn start_node_shutdown(
+    core: &Core,
+    config: &Config,
+    flags: &Flags,
+    workers: &PodWorkers<KubeRuntimeManager>,
+) -> Option<std::thread::JoinHandle<()>> {
+    if config.shutdown_groups.is_empty() {
+        return None;
+    }
+    let settings = crate::nodeshutdown::Settings {
+        groups: config.shutdown_groups.clone(),
+        root_dir: flags.root_dir.clone(),
+    };
+    let node = crate::nodeshutdown::AgentShutdownNode {
+        status: core.status.clone(),
+        failed: core.failed.clone(),
+        workers: workers.clone(),
+        recorder: core.recorder.clone(),
+    };
+    let state = core.runtime_state.shutdown();
+    let stop = core.stop.clone();
+    info!(groups = ?config.shutdown_groups, "graceful node shutdown: on");
+    Some(spawn_thread("node-shutdown", move || {
+        crate::nodeshutdown::run(settings, Box::new(node), state, stop)
+    }))
+}
+
+/// Pod admission (kubelet's admit handlers): node shutdown, pressure, node affinity, resources
+/// against allocatable, sysctls.
+fn admitter(core: &Core, config: &Config, flags: &Flags) -> crate::admission::PodAdmitter {
     let extra = crate::admission::node_resources::ExtraCapacity {
         ephemeral_storage: crate::eviction::signals::filesystem(&flags.root_dir)
             .map_or(0, |(bytes, _)| bytes.capacity),
         hugepages: crate::cm::hugepage_capacity(),
     };
     let allocatable = crate::admission::node_resources::Allocatable::new(
-        cm.capacity(),
+        core.cm.capacity(),
         &extra,
-        cm.reserved(),
+        core.cm.reserved(),
         &config.eviction.thresholds,
         config.max_pods,
     );
     info!(allocatable = ?allocatable, "node allocatable for admission");
-    if !config.shutdown_groups.is_empty() {
-        let settings = crate::nodeshutdown::Settings {
-            groups: config.shutdown_groups.clone(),
-            root_dir: flags.root_dir.clone(),
-        };
-        let node = crate::nodeshutdown::AgentShutdownNode {
-            status: status.clone(),
-            failed: failed.clone(),
-            workers: workers.clone(),
-            recorder: recorder.clone(),
-        };
-        let state = runtime_state.shutdown();
-        let stop = stop_rx.clone();
-        info!(groups = ?config.shutdown_groups, "graceful node shutdown: on");
-        threads.push(spawn_thread("node-shutdown", move || {
-            crate::nodeshutdown::run(settings, Box::new(node), state, stop)
-        }));
-    }
-    let admission = crate::admission::PodAdmitter {
-        shutdown: runtime_state.shutdown(),
-        pressure,
-        failed: failed.clone(),
-        recorder: recorder.clone(),
-        metrics: metrics.clone(),
+    crate::admission::PodAdmitter {
+        shutdown: core.runtime_state.shutdown(),
+        pressure: core.pressure.clone(),
+        failed: core.failed.clone(),
+        recorder: core.recorder.clone(),
+        metrics: core.metrics.clone(),
         static_pods_are_critical: config.eviction.static_pods_are_critical,
-        node: crate::admission::node_affinity::NodeIdentity::new(&node_name, &flags.node_labels),
+        node: crate::admission::node_affinity::NodeIdentity::new(
+            &core.node_name,
+            &flags.node_labels,
+        ),
         allocatable,
         allowed_unsafe_sysctls: config.allowed_unsafe_sysctls.clone(),
-    };
-    let mut sync_loop = SyncLoop::new(
-        workers,
-        queue,
-        sources_ready.clone(),
-        housekeeper,
-        recorder,
-        config.max_pods,
-    )
-    .with_admission(admission, status)
-    .with_adopted(adopted);
-    sync_loop.on_iteration = watchdog();
-    notify_ready_when(sources_ready);
-    let channels = Channels {
-        config: config_rx,
-        pleg: pleg_rx,
-        probes: probe_rx,
-        stop: stop_rx,
-    };
-    threads.push(spawn_thread("sync-loop", move || sync_loop.run(channels)));
-
-    rt.block_on(wait_for_signal());
-    info!("stopping nodelet; pods keep running");
-    drop(stop_tx);
-    for t in threads {
-        let _ = t.join();
     }
-    rt.shutdown_timeout(Duration::from_secs(2));
-    failed.flush();
-    Ok(())
 }
 
 /// Starts the eviction manager on a thread of its own, with the kernel memory threshold notifier
 /// (its own thread, waiting in epoll) when `kernelMemcgNotification` is on.
 fn start_eviction_manager(
+    core: &Core,
     config: &Config,
-    mut node: crate::eviction::provider::AgentNode<KubeRuntimeManager>,
-    pressure: crate::eviction::NodePressure,
-    metrics: Arc<Metrics>,
-    stop: crossbeam_channel::Receiver<()>,
+    flags: &Flags,
+    workers: &PodWorkers<KubeRuntimeManager>,
+    imagefs: Option<PathBuf>,
 ) -> std::thread::JoinHandle<()> {
+    let mut node = crate::eviction::provider::AgentNode {
+        paths: crate::eviction::provider::Paths {
+            hierarchies: Hierarchies::current(),
+            layout: core.cm.layout().clone(),
+            memory_capacity: core.cm.memory_capacity(),
+            nodefs: flags.root_dir.clone(),
+            imagefs,
+            pod_logs_dir: config.pod_logs_dir.clone(),
+        },
+        status: core.status.clone(),
+        failed: core.failed.clone(),
+        workers: workers.clone(),
+        recorder: core.recorder.clone(),
+        notifier: None,
+        runtime_stats: Some(crate::eviction::provider::RuntimeStats {
+            cri: core.cri.clone(),
+            handle: core.rt.handle().clone(),
+        }),
+        cm: Some(core.cm.clone()),
+    };
     use crate::eviction::manager::Manager;
     let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
     if config.kernel_memcg_notification {
@@ -577,8 +750,9 @@ fn start_eviction_manager(
         period = ?settings.monitoring_period,
         "starting eviction manager"
     );
-    let mut manager = Manager::new(settings, node, pressure, metrics);
+    let mut manager = Manager::new(settings, node, core.pressure.clone(), core.metrics.clone());
     manager.prime();
+    let stop = core.stop.clone();
     spawn_thread("eviction-manager", move || manager.run(wake_rx, stop))
 }
 
