@@ -94,7 +94,7 @@ impl Side {
         );
         let notifier = MemcgNotifier::new().unwrap();
         let (tx, crossed) = crossbeam_channel::unbounded();
-        notifier.clone().spawn(tx.clone());
+        notifier.clone().spawn(tx.clone(), Box::new(|| {}));
         let s = Self {
             name,
             agent,

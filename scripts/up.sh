@@ -75,3 +75,4 @@ done
 echo "pods (curl -s http://127.0.0.1:10248/pods):"
 summary || { echo "nodelet: not every example pod is running yet; see /var/log/nodelet/nodelet.log" >&2; exit 1; }
 echo "logs under /var/log/pods/; metrics: curl -s http://127.0.0.1:10248/metrics"
+echo "up.sh: done in $((SECONDS / 60)) min $((SECONDS % 60)) s"

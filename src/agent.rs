@@ -28,7 +28,8 @@ use crate::prober::ProbeResult;
 use crate::runtime_state::RuntimeState;
 use crate::source::checkpoint::CheckpointStore;
 use crate::source::file::FileSource;
-use crate::source::{PodConfig, PodUpdate};
+use crate::source::mux::Mux;
+use crate::source::PodUpdate;
 use crate::status::failed::FailedPods;
 use crate::status::StatusManager;
 use crate::syncloop::{Channels, SyncLoop};
@@ -106,6 +107,8 @@ struct Core {
     runtime_state: RuntimeState,
     /// Closed when the agent stops: every thread's loop ends.
     stop: Receiver<()>,
+    /// Requests to fail a pod, to the sync loop (the one writer of the failed-pods record).
+    fail: crossbeam_channel::Sender<crate::status::failed::FailPod>,
 }
 
 /// Runs the agent until SIGTERM or SIGINT, with the typed configuration (validated at load;
@@ -144,6 +147,8 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         )
     });
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let (fail_tx, fail_rx) =
+        crossbeam_channel::bounded(crate::status::failed::FAIL_REQUESTS_CAPACITY);
     let core = Core {
         rt,
         node_name,
@@ -157,6 +162,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         cm,
         runtime_state: RuntimeState::default(),
         stop: stop_rx,
+        fail: fail_tx,
     };
 
     let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
@@ -248,6 +254,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         config: config_rx,
         pleg: pleg_rx,
         probes: probe_rx,
+        failures: fail_rx,
         stop: core.stop.clone(),
     };
     threads.push(spawn_thread("sync-loop", move || sync_loop.run(channels)));
@@ -510,7 +517,7 @@ fn start_runtime_manager(
     api_objects: crate::objects::ApiObjects,
 ) -> Result<(Arc<KubeRuntimeManager>, Receiver<ProbeResult>), AgentError> {
     // The probe channel: its producer is the probe manager's workers.
-    let (probe_tx, probe_rx) = crossbeam_channel::unbounded();
+    let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::manager::UPDATES_CAPACITY);
     let probes = crate::prober::ProbeManager::new(crate::prober::manager::ProbeDeps {
         ctx: crate::prober::handlers::HandlerContext::new(crate::prober::handlers::exec_fn(
             core.cri.clone(),
@@ -564,9 +571,10 @@ struct Sources {
     pleg: Arc<Pleg>,
 }
 
-/// The pod sources (kubelet's `PodConfig`): the static manifest directory on a thread of its own
-/// (pushed to `threads`), the static pod URL and the API server as tasks. Returns their
-/// readiness and the merged updates for the sync loop.
+/// The pod sources (kubelet's `PodConfig` and its mux): the static manifest directory on a
+/// thread of its own (pushed to `threads`), the static pod URL and the API server as tasks, each
+/// sending to the merger thread `pod-config`. Returns their readiness and the merged updates for
+/// the sync loop.
 fn start_sources(
     core: &Core,
     config: &Config,
@@ -575,15 +583,9 @@ fn start_sources(
     threads: &mut Vec<std::thread::JoinHandle<()>>,
 ) -> (crate::source::SourcesReady, Receiver<PodUpdate>) {
     let (config_tx, config_rx) = crossbeam_channel::bounded(50);
-    let pod_config = Arc::new(Mutex::new(PodConfig::new(config_tx)));
-    let register = |source| {
-        pod_config
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register(source);
-    };
+    let mut mux = Mux::new(config_tx);
     if let Some(static_pod_path) = &config.static_pod_path {
-        register(crate::source::file::SOURCE);
+        let sender = mux.register(crate::source::file::SOURCE);
         let src = FileSource::new(
             static_pod_path.clone(),
             core.node_name.clone(),
@@ -592,39 +594,36 @@ fn start_sources(
             Some(CheckpointStore::new(flags.root_dir.join("static-pods"))),
         )
         .with_objects(inputs.objects);
-        let (pc, period, stop) = (
-            pod_config.clone(),
-            config.file_check_frequency,
-            core.stop.clone(),
-        );
+        let (period, stop) = (config.file_check_frequency, core.stop.clone());
         threads.push(spawn_thread("file-source", move || {
-            crate::source::file::run(src, period, pc, stop, crate::clock::system())
+            crate::source::file::run(src, period, sender, stop, crate::clock::system())
         }));
     }
     if let Some(url) = &config.static_pod_url {
-        register(crate::source::url::SOURCE);
         core.rt.spawn(crate::source::url::run(
             url.clone(),
             config.static_pod_url_header.clone(),
             config.http_check_frequency,
             core.node_name.clone(),
-            pod_config.clone(),
+            mux.register(crate::source::url::SOURCE),
             core.recorder.clone(),
             core.metrics.clone(),
         ));
     }
     if let Some(client) = inputs.cluster_client {
-        register(crate::source::api::SOURCE);
+        let sender = mux.register(crate::source::api::SOURCE);
+        let references = mux.references(crate::source::api::SOURCE);
         let (held, listed) = (core.status.clone(), inputs.pleg);
         core.rt.spawn(crate::cluster::objects::run(
             client.clone(),
-            pod_config.clone(),
+            sender.clone(),
+            references,
             inputs.api_objects,
         ));
         core.rt.spawn(crate::source::api::run(
             client,
             core.node_name.clone(),
-            pod_config.clone(),
+            sender,
             Box::new(move |uid| {
                 held.get(uid).is_some()
                     || listed
@@ -633,10 +632,10 @@ fn start_sources(
             }),
         ));
     }
-    let ready = pod_config
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .readiness();
+    let ready = mux.readiness();
+    // The merger ends once every source has stopped (the tasks go with the runtime), so it is
+    // not joined with the threads that stop on the stop channel.
+    mux.spawn();
     (ready, config_rx)
 }
 
@@ -657,7 +656,7 @@ fn start_node_shutdown(
     };
     let node = crate::nodeshutdown::AgentShutdownNode {
         status: core.status.clone(),
-        failed: core.failed.clone(),
+        fail: core.fail.clone(),
         workers: workers.clone(),
         recorder: core.recorder.clone(),
     };
@@ -721,6 +720,7 @@ fn start_eviction_manager(
         },
         status: core.status.clone(),
         failed: core.failed.clone(),
+        fail: core.fail.clone(),
         workers: workers.clone(),
         recorder: core.recorder.clone(),
         notifier: None,
@@ -731,11 +731,15 @@ fn start_eviction_manager(
         cm: Some(core.cm.clone()),
     };
     use crate::eviction::manager::Manager;
-    let (wake_tx, wake_rx) = crossbeam_channel::unbounded();
+    let (wake_tx, wake_rx) = crossbeam_channel::bounded(crate::eviction::notifier::WAKE_CAPACITY);
     if config.kernel_memcg_notification {
         match crate::eviction::notifier::MemcgNotifier::new() {
             Ok(n) => {
-                n.clone().spawn(wake_tx);
+                let metrics = core.metrics.clone();
+                n.clone().spawn(
+                    wake_tx,
+                    Box::new(move || metrics.channel_full("eviction_wake")),
+                );
                 node.notifier = Some(n);
             }
             Err(e) => {

@@ -42,6 +42,18 @@ pub struct SignalLabel {
     pub eviction_signal: String,
 }
 
+/// Label set with one `channel` label: a bounded channel between threads (see the crate's
+/// channel table).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChannelLabel {
+    /// `probe_results`, `eviction_wake` or `manifest_dir_events`.
+    pub channel: String,
+}
+
+/// The bounded channels whose producers count finding them full
+/// (`nodelet_channel_full_total{channel}`).
+pub const FULL_CHANNELS: [&str; 3] = ["probe_results", "eviction_wake", "manifest_dir_events"];
+
 /// Label set with one `condition` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabel {
@@ -137,6 +149,10 @@ pub struct Metrics {
     pub eviction_reaction: Histogram,
     /// PLEG events dropped because the channel was full (`kubelet_pleg_discard_events`).
     pub pleg_discard_events: Counter,
+    /// Times a bounded channel between threads was found full, by channel
+    /// (`nodelet_channel_full_total`); each producer's documentation says what it does then and
+    /// why nothing is lost.
+    pub channel_full: Family<ChannelLabel, Counter>,
     /// Panics caught in pod workers' syncs and kills (`nodelet_pod_worker_panics_total`); see
     /// [`crate::podworkers`].
     pub pod_worker_panics: Counter,
@@ -247,6 +263,7 @@ impl Metrics {
             node_condition: reg(&mut r, "nodelet_node_condition", "Node pressure conditions, 1 when the condition is true", Family::default()),
             eviction_reaction: reg(&mut r, "nodelet_eviction_reaction_seconds", "Seconds from a kernel memory threshold notification to the eviction kill issued", hist()),
             pleg_discard_events: reg(&mut r, "kubelet_pleg_discard_events", "The number of discard events in PLEG", Counter::default()),
+            channel_full: reg(&mut r, "nodelet_channel_full", "Times a bounded channel between threads was found full (a message dropped or coalesced, or its sender made to wait), by channel", Family::default()),
             pod_worker_panics: reg(&mut r, "nodelet_pod_worker_panics", "Panics caught in pod workers (the pod is synced again after the back-off)", Counter::default()),
             pleg_relist_duration: reg(&mut r, "kubelet_pleg_relist_duration_seconds", "Duration in seconds for relisting pods in PLEG", hist()),
             pleg_relist_interval: reg(&mut r, "kubelet_pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG", hist()),
@@ -262,6 +279,11 @@ impl Metrics {
             process_open_fds: reg(&mut r, "process_open_fds", "Number of open file descriptors", Gauge::default()),
             registry: r,
         };
+        for channel in FULL_CHANNELS {
+            let _ = m.channel_full.get_or_create(&ChannelLabel {
+                channel: channel.to_owned(),
+            });
+        }
         Arc::new(m)
     }
 
@@ -283,6 +305,15 @@ impl Metrics {
                 })
                 .set(0);
         }
+    }
+
+    /// Counts one time the bounded `channel` (one of [`FULL_CHANNELS`]) was found full.
+    pub fn channel_full(&self, channel: &str) {
+        self.channel_full
+            .get_or_create(&ChannelLabel {
+                channel: channel.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one refused manifest.

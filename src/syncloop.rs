@@ -23,7 +23,7 @@ use crate::pod::pod_uid;
 use crate::podworkers::{KillPodOptions, PodSyncer, PodWorkers, UpdateType, WorkQueue};
 use crate::prober::ProbeResult;
 use crate::source::{PodOp, PodUpdate, SourcesReady};
-use crate::status::failed::{FailedPods, Failure};
+use crate::status::failed::{FailPod, FailedPods, Failure};
 use crate::status::StatusManager;
 
 /// Period of the sync tick (kubelet: 1 s).
@@ -43,6 +43,9 @@ pub struct Channels {
     pub pleg: Receiver<PodLifecycleEvent>,
     /// Probe results.
     pub probes: Receiver<ProbeResult>,
+    /// Pods to fail (eviction, node shutdown): the loop is the one writer of the failed-pods
+    /// record.
+    pub failures: Receiver<FailPod>,
     /// Stop signal (a message or a closed channel ends the loop).
     pub stop: Receiver<()>,
 }
@@ -162,6 +165,28 @@ impl<S: PodSyncer> SyncLoop<S> {
         };
         self.workers
             .update_pod(pod, UpdateType::Kill(KillPodOptions::failed(failure, None)));
+    }
+
+    /// Fails a running pod for the eviction manager or node shutdown ([`FailPod`]): marks it in
+    /// the failed-pods record (until the agent restarts, for a shutdown) and hands its worker the
+    /// kill with the grace override; the worker writes its Failed status. A pod no source wants
+    /// any more is being removed already: the request is dropped.
+    pub fn handle_fail(&mut self, req: FailPod) {
+        let uid = pod_uid(&req.pod).to_owned();
+        if !self.pods.contains_key(&uid) {
+            debug!(uid, reason = %req.failure.reason, "pod to fail is no longer wanted; dropped");
+            return;
+        }
+        if req.until_restart {
+            self.failed
+                .mark_until_restart(&req.pod, req.failure.clone());
+        } else {
+            self.failed.mark(&req.pod, req.failure.clone());
+        }
+        self.workers.update_pod(
+            req.pod,
+            UpdateType::Kill(KillPodOptions::failed(req.failure, req.grace)),
+        );
     }
 
     /// Handles one batch of pod updates (kubelet's `HandlePodAdditions` / `Updates` / `Removes`).
@@ -288,6 +313,7 @@ impl<S: PodSyncer> SyncLoop<S> {
                 },
                 recv(ch.pleg) -> ev => if let Ok(ev) = ev { self.handle_pleg(ev) },
                 recv(ch.probes) -> r => if let Ok(r) = r { self.handle_probe(r) },
+                recv(ch.failures) -> f => if let Ok(f) = f { self.handle_fail(f) },
                 recv(sync_tick) -> _ => self.handle_sync_tick(crate::clock::monotonic_now()),
                 recv(housekeeping) -> _ => self.handle_housekeeping(),
                 recv(ch.stop) -> _ => return,
@@ -454,10 +480,16 @@ mod tests {
         };
         l.handle_config(update(PodOp::Add, hashed("a", "h1")));
         settle().await;
-        // Evicted: PLEG events and an unchanged manifest do not sync it.
-        admission
-            .failed
-            .mark(&hashed("a", "h1"), Failure::new("Evicted", "low on memory"));
+        // Evicted: the eviction manager's request marks it and hands its worker the kill with the
+        // grace override; PLEG events and an unchanged manifest do not sync it.
+        let evict = |p, message| FailPod {
+            pod: p,
+            failure: Failure::new("Evicted", message),
+            grace: Some(1),
+            until_restart: false,
+        };
+        l.handle_fail(evict(hashed("a", "h1"), "low on memory"));
+        assert!(admission.failed.contains("a"));
         l.handle_pleg(PodLifecycleEvent {
             uid: "a".into(),
             kind: crate::pleg::PodLifecycleEventType::ContainerDied,
@@ -465,7 +497,11 @@ mod tests {
         });
         l.handle_config(update(PodOp::Update, hashed("a", "h1")));
         settle().await;
-        assert_eq!(rec.calls(), vec!["sync a"]);
+        assert_eq!(
+            rec.calls(),
+            vec!["sync a", "kill a Some(1) Evicted: low on memory"]
+        );
+        rec.clear();
         // A changed manifest under DiskPressure is refused at admission: its worker gets the
         // kill with kubelet's reason and message, and writes the Failed status.
         admission.pressure.update(
@@ -476,10 +512,7 @@ mod tests {
         settle().await;
         assert_eq!(
             rec.calls(),
-            vec![
-                "sync a",
-                "kill a None Evicted: Pod was rejected: The node had condition: [DiskPressure]. "
-            ]
+            vec!["kill a None Evicted: Pod was rejected: The node had condition: [DiskPressure]. "]
         );
         assert_eq!(admission.recorder.list()[0].reason, "Evicted");
         // A pod the runtime ran when the agent started is adopted, even under pressure.
@@ -498,11 +531,10 @@ mod tests {
         settle().await;
         assert_eq!(rec.calls(), vec!["sync a", "kill a None"]);
         assert!(!admission.failed.contains("a"));
-        // An eviction that lands after the removal leaves nothing behind after housekeeping: the
-        // record goes, and a worker clears the status no worker owns any more.
-        admission
-            .failed
-            .mark(&hashed("a", "h3"), Failure::new("Evicted", "late"));
+        // An eviction that lands after the removal is dropped, and housekeeping has a worker
+        // clear the status no worker owns any more.
+        l.handle_fail(evict(hashed("a", "h3"), "late"));
+        assert!(!admission.failed.contains("a"));
         status.set(
             hashed("a", "h3"),
             Failure::new("Evicted", "late").status(&hashed("a", "h3")),

@@ -16,7 +16,6 @@
 //! it.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -24,7 +23,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use tracing::{debug, warn};
 
 use crate::objects::{config_map_data, secret_data, ApiObjects, Data, ObjectKind, ObjectRef};
-use crate::source::PodConfig;
+use crate::source::mux::{SourceMsg, SourceSender};
 
 /// How often the referenced objects are compared with the watches, besides when a sync asks.
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
@@ -74,7 +73,7 @@ where
 async fn watch_one(
     client: kube::Client,
     r: ObjectRef,
-    tx: tokio::sync::mpsc::UnboundedSender<(ObjectRef, Option<Data>)>,
+    tx: tokio::sync::mpsc::Sender<(ObjectRef, Option<Data>)>,
 ) {
     let wc = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
     let mut stream = match r.kind {
@@ -106,18 +105,27 @@ async fn watch_one(
             }
         };
         failing = false;
-        if tx.send((r.clone(), data)).is_err() {
+        if tx.send((r.clone(), data)).await.is_err() {
             return;
         }
     }
 }
 
-/// Keeps one watch per object the API source's pods in `config` reference, writing to
-/// `objects` and re-syncing the pods that reference an object that changed, until the task is
-/// dropped.
-pub async fn run(client: kube::Client, config: Arc<Mutex<PodConfig>>, objects: ApiObjects) {
-    let source = crate::source::api::SOURCE;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+/// Bound of the channel from the object watches to this task. A watch that finds it full waits
+/// (an `await`, never a blocked thread); nothing is dropped.
+pub const CHANGES_CAPACITY: usize = 256;
+
+/// Keeps one watch per object the API source's pods reference (`references`, published by the
+/// pod configuration's merger after each snapshot of the API source), writing to `objects` and
+/// having the pods that reference an object that changed synced (through `config`, the API
+/// source's end of the mux), until the task is dropped.
+pub async fn run(
+    client: kube::Client,
+    config: SourceSender,
+    mut references: tokio::sync::watch::Receiver<BTreeSet<ObjectRef>>,
+    objects: ApiObjects,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(CHANGES_CAPACITY);
     let mut watches: HashMap<ObjectRef, tokio::task::AbortHandle> = HashMap::new();
     let mut tick = tokio::time::interval(RECONCILE_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -125,21 +133,18 @@ pub async fn run(client: kube::Client, config: Arc<Mutex<PodConfig>>, objects: A
         tokio::select! {
             _ = tick.tick() => {}
             _ = objects.wanted() => {}
+            r = references.changed() => if r.is_err() { return },
             Some((r, data)) = rx.recv() => {
                 if watches.contains_key(&r) && objects.observe(&r, data) {
                     debug!(kind = r.kind.as_str(), namespace = %r.namespace, name = %r.name, "object changed; re-syncing the pods that use it");
-                    config
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .reconcile(source, &BTreeSet::from([r]));
+                    if !config.send(SourceMsg::ObjectsChanged(BTreeSet::from([r]))).await {
+                        return;
+                    }
                 }
                 continue;
             }
         }
-        let wanted = config
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .references(source);
+        let wanted = references.borrow_and_update().clone();
         watches.retain(|r, handle| {
             let keep = wanted.contains(r);
             if !keep {

@@ -133,6 +133,33 @@ fn parse_percent(s: &str) -> Option<i64> {
 /// the order of [`NodeResources`]' fields.
 const SUMMED: [(&str, &str); 3] = [("cpu", "millicores"), ("memory", "bytes"), ("pid", "pids")];
 
+/// A duration setting of at least `min`: lower bounds keep a typo (`1ns`) from turning a loop into
+/// a busy spin.
+fn at_least(
+    invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    field: &'static str,
+    d: GoDuration,
+    min: Duration,
+) -> Result<Duration, ConfigError> {
+    if d.0 < min {
+        return Err(invalid(
+            field,
+            &format_go_duration(d.0),
+            &format!("must be at least {}", format_go_duration(min)),
+        ));
+    }
+    Ok(d.0)
+}
+
+/// The pod sources' settings, checked.
+struct PodSources {
+    static_pod_path: Option<PathBuf>,
+    file_check_frequency: Duration,
+    static_pod_url: Option<String>,
+    static_pod_url_header: Vec<(String, String)>,
+    http_check_frequency: Duration,
+}
+
 impl KubeletConfiguration {
     /// Checks every field nodelet uses and converts it to its typed value (kubelet's
     /// `ValidateKubeletConfiguration`, plus nodelet's range checks, see the module docs).
@@ -155,28 +182,138 @@ impl KubeletConfiguration {
         if self.kind != "KubeletConfiguration" {
             return Err(invalid("kind", &self.kind, "must be KubeletConfiguration"));
         }
+        let sources = self.pod_sources(&invalid)?;
+        let sync_frequency = at_least(
+            &invalid,
+            "syncFrequency",
+            self.sync_frequency,
+            Duration::from_secs(1),
+        )?;
+        let runtime_request_timeout = at_least(
+            &invalid,
+            "runtimeRequestTimeout",
+            self.runtime_request_timeout,
+            Duration::from_secs(1),
+        )?;
+        let (runtime_socket, image_socket) = self.runtime_endpoints(&invalid)?;
+        let cgroup_layout = self.cgroup_layout(&invalid)?;
+        let (healthz_address, read_only_address) = self.addresses(&invalid)?;
+        if !self.pod_logs_dir.starts_with('/') {
+            return Err(invalid(
+                "podLogsDir",
+                &self.pod_logs_dir,
+                "must be an absolute path",
+            ));
+        }
+        let (cluster_dns, cluster_domain) = self.dns(&invalid)?;
+        crate::admission::sysctls::validate_allowed(&self.allowed_unsafe_sysctls).map_err(
+            |reason| {
+                invalid(
+                    "allowedUnsafeSysctls",
+                    &self.allowed_unsafe_sysctls.join(","),
+                    &reason,
+                )
+            },
+        )?;
+        let (system_reserved, kube_reserved, qos_reserved_memory_percent) =
+            self.node_allocatable(&invalid)?;
+        let period = self.cpu_cfs_quota_period.0;
+        let cpu_cfs_period_us = u64::try_from(period.as_micros())
+            .ok()
+            .filter(|_| (Duration::from_millis(1)..=Duration::from_secs(1)).contains(&period))
+            .ok_or_else(|| {
+                invalid(
+                    "cpuCFSQuotaPeriod",
+                    &format_go_duration(period),
+                    "must be between 1ms and 1s",
+                )
+            })?;
+        if !(-1000..=1000).contains(&self.oom_score_adj) {
+            return Err(invalid(
+                "oomScoreAdj",
+                &self.oom_score_adj.to_string(),
+                "must be between -1000 and 1000",
+            ));
+        }
+        let (crash_loop_back_off, image_pull_back_off) = self.back_offs(&invalid)?;
+        let (container_log, container_log_monitor_interval) = self.container_logs(&invalid)?;
+        if self.pod_pids_limit < -1 {
+            return Err(invalid(
+                "podPidsLimit",
+                &self.pod_pids_limit.to_string(),
+                "must be -1 (unlimited) or positive",
+            ));
+        }
+        if self.max_pods == 0 {
+            return Err(invalid("maxPods", "0", "must be at least 1"));
+        }
+        let eviction = self.eviction_settings(&invalid)?;
+        let shutdown_groups = self.shutdown_groups(&invalid)?;
+        let memory_qos = self.memory_qos(&invalid)?;
+        Ok(Config {
+            static_pod_path: sources.static_pod_path,
+            file_check_frequency: sources.file_check_frequency,
+            static_pod_url: sources.static_pod_url,
+            static_pod_url_header: sources.static_pod_url_header,
+            http_check_frequency: sources.http_check_frequency,
+            sync_frequency,
+            container_runtime_endpoint: self.container_runtime_endpoint.clone(),
+            runtime_socket,
+            image_socket,
+            runtime_request_timeout,
+            cgroup_layout,
+            cgroup_policy: CgroupPolicy {
+                cpu_cfs_quota: self.cpu_cfs_quota,
+                cpu_cfs_period_us,
+                pod_pids_limit: self.pod_pids_limit,
+                hugepage_sizes: Vec::new(),
+                memory_qos_throttling_factor: memory_qos,
+            },
+            system_reserved,
+            kube_reserved,
+            enforce_node_allocatable_pods: self
+                .enforce_node_allocatable
+                .iter()
+                .any(|e| e == "pods"),
+            qos_reserved_memory_percent,
+            healthz_address,
+            read_only_address,
+            pod_logs_dir: PathBuf::from(&self.pod_logs_dir),
+            resolv_conf: (!self.resolv_conf.is_empty()).then(|| PathBuf::from(&self.resolv_conf)),
+            cluster_dns,
+            cluster_domain,
+            // Widening: u32 always fits in usize on the 64-bit Linux targets nodelet runs on.
+            max_pods: self.max_pods as usize,
+            allowed_unsafe_sysctls: self.allowed_unsafe_sysctls.clone(),
+            oom_score_adj: self.oom_score_adj,
+            container_log,
+            container_log_monitor_interval,
+            crash_loop_back_off,
+            image_pull_back_off,
+            eviction,
+            kernel_memcg_notification: self.kernel_memcg_notification,
+            shutdown_groups,
+        })
+    }
+
+    /// The static pod directory and URL, and how often each is read.
+    fn pod_sources(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<PodSources, ConfigError> {
         let static_pod_path = match self.static_pod_path.as_str() {
             "" => None,
             p if p.starts_with('/') => Some(PathBuf::from(p)),
             p => return Err(invalid("staticPodPath", p, "must be an absolute path")),
         };
-        // Lower bounds keep a typo (`1ns`) from turning a loop into a busy spin.
-        let at_least = |field: &'static str, d: GoDuration, min: Duration| {
-            if d.0 < min {
-                return Err(invalid(
-                    field,
-                    &format_go_duration(d.0),
-                    &format!("must be at least {}", format_go_duration(min)),
-                ));
-            }
-            Ok(d.0)
-        };
         let file_check_frequency = at_least(
+            invalid,
             "fileCheckFrequency",
             self.file_check_frequency,
             Duration::from_millis(100),
         )?;
         let http_check_frequency = at_least(
+            invalid,
             "httpCheckFrequency",
             self.http_check_frequency,
             Duration::from_millis(100),
@@ -211,13 +348,20 @@ impl KubeletConfiguration {
                 static_pod_url_header.push((name.clone(), v.clone()));
             }
         }
-        let sync_frequency =
-            at_least("syncFrequency", self.sync_frequency, Duration::from_secs(1))?;
-        let runtime_request_timeout = at_least(
-            "runtimeRequestTimeout",
-            self.runtime_request_timeout,
-            Duration::from_secs(1),
-        )?;
+        Ok(PodSources {
+            static_pod_path,
+            file_check_frequency,
+            static_pod_url,
+            static_pod_url_header,
+            http_check_frequency,
+        })
+    }
+
+    /// The runtime's and the image service's sockets.
+    fn runtime_endpoints(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<(PathBuf, PathBuf), ConfigError> {
         let runtime_socket = socket_path(&self.container_runtime_endpoint).ok_or_else(|| {
             invalid(
                 "containerRuntimeEndpoint",
@@ -236,6 +380,14 @@ impl KubeletConfiguration {
                 )
             })?
         };
+        Ok((runtime_socket, image_socket))
+    }
+
+    /// `cgroupRoot`, `cgroupsPerQOS` and `cgroupDriver`.
+    fn cgroup_layout(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<CgroupLayout, ConfigError> {
         // kubelet: an empty cgroupRoot is the root.
         let cgroup_root = if self.cgroup_root.is_empty() {
             "/".to_owned()
@@ -260,6 +412,18 @@ impl KubeletConfiguration {
                 ))
             }
         };
+        Ok(CgroupLayout {
+            root: cgroup_root,
+            per_qos: self.cgroups_per_qos,
+            systemd,
+        })
+    }
+
+    /// The healthz and read-only listeners (`None`: port 0, off).
+    fn addresses(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<(Option<SocketAddr>, Option<SocketAddr>), ConfigError> {
         let healthz_ip: IpAddr = self.healthz_bind_address.parse().map_err(|_| {
             invalid(
                 "healthzBindAddress",
@@ -271,13 +435,17 @@ impl KubeletConfiguration {
             .address
             .parse()
             .map_err(|_| invalid("address", &self.address, "must be an IP address"))?;
-        if !self.pod_logs_dir.starts_with('/') {
-            return Err(invalid(
-                "podLogsDir",
-                &self.pod_logs_dir,
-                "must be an absolute path",
-            ));
-        }
+        Ok((
+            (self.healthz_port != 0).then(|| SocketAddr::new(healthz_ip, self.healthz_port)),
+            (self.read_only_port != 0).then(|| SocketAddr::new(address_ip, self.read_only_port)),
+        ))
+    }
+
+    /// `clusterDNS` and `clusterDomain` (without its trailing dot).
+    fn dns(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<(Vec<IpAddr>, String), ConfigError> {
         let cluster_dns = self
             .cluster_dns
             .iter()
@@ -294,18 +462,17 @@ impl KubeletConfiguration {
                 "must be a DNS-1123 subdomain such as cluster.local",
             ));
         }
-        crate::admission::sysctls::validate_allowed(&self.allowed_unsafe_sysctls).map_err(
-            |reason| {
-                invalid(
-                    "allowedUnsafeSysctls",
-                    &self.allowed_unsafe_sysctls.join(","),
-                    &reason,
-                )
-            },
-        )?;
+        Ok((cluster_dns, cluster_domain.to_owned()))
+    }
+
+    /// `systemReserved`, `kubeReserved` (their sums checked), `enforceNodeAllocatable` and `qosReserved`'s memory percentage.
+    fn node_allocatable(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<(NodeResources, NodeResources, Option<i64>), ConfigError> {
         let given = |m: &BTreeMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
-        let kube_reserved = reservation("kubeReserved", &self.kube_reserved, &invalid)?;
-        let system_reserved = reservation("systemReserved", &self.system_reserved, &invalid)?;
+        let kube_reserved = reservation("kubeReserved", &self.kube_reserved, invalid)?;
+        let system_reserved = reservation("systemReserved", &self.system_reserved, invalid)?;
         for (i, (key, unit)) in SUMMED.iter().enumerate() {
             let amounts = |r: NodeResources| [r.cpu_milli, r.memory, r.pids][i];
             if amounts(system_reserved)
@@ -369,24 +536,14 @@ impl KubeletConfiguration {
                 }
             }
         }
-        let period = self.cpu_cfs_quota_period.0;
-        let cpu_cfs_period_us = u64::try_from(period.as_micros())
-            .ok()
-            .filter(|_| (Duration::from_millis(1)..=Duration::from_secs(1)).contains(&period))
-            .ok_or_else(|| {
-                invalid(
-                    "cpuCFSQuotaPeriod",
-                    &format_go_duration(period),
-                    "must be between 1ms and 1s",
-                )
-            })?;
-        if !(-1000..=1000).contains(&self.oom_score_adj) {
-            return Err(invalid(
-                "oomScoreAdj",
-                &self.oom_score_adj.to_string(),
-                "must be between -1000 and 1000",
-            ));
-        }
+        Ok((system_reserved, kube_reserved, qos_reserved_memory_percent))
+    }
+
+    /// `crashLoopBackOff` and `imagePullBackOff`.
+    fn back_offs(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<(BackoffPolicy, BackoffPolicy), ConfigError> {
         let backoff = |field: &'static str, initial: GoDuration, max: GoDuration| {
             let reason = "the initial period must be at least 100ms and at most the max period";
             let value = format!(
@@ -420,6 +577,14 @@ impl KubeletConfiguration {
             self.image_pull_back_off.initial_period,
             self.image_pull_back_off.max_period,
         )?;
+        Ok((crash_loop_back_off, image_pull_back_off))
+    }
+
+    /// Container log rotation: `containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMonitorInterval`.
+    fn container_logs(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<(LogPolicy, Duration), ConfigError> {
         let log_max_size = parse_amount(&self.container_log_max_size, Scale::Whole)
             .ok()
             .filter(|v| *v > 0)
@@ -438,20 +603,25 @@ impl KubeletConfiguration {
             ));
         }
         let container_log_monitor_interval = at_least(
+            invalid,
             "containerLogMonitorInterval",
             self.container_log_monitor_interval,
             Duration::from_millis(100),
         )?;
-        if self.pod_pids_limit < -1 {
-            return Err(invalid(
-                "podPidsLimit",
-                &self.pod_pids_limit.to_string(),
-                "must be -1 (unlimited) or positive",
-            ));
-        }
-        if self.max_pods == 0 {
-            return Err(invalid("maxPods", "0", "must be at least 1"));
-        }
+        Ok((
+            LogPolicy {
+                max_size: log_max_size.unsigned_abs(),
+                max_files: self.container_log_max_files as usize,
+            },
+            container_log_monitor_interval,
+        ))
+    }
+
+    /// The eviction manager's thresholds and periods.
+    fn eviction_settings(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<EvictionSettings, ConfigError> {
         let thresholds = crate::eviction::threshold::parse_thresholds(
             &self.eviction_hard,
             &self.eviction_soft,
@@ -460,11 +630,25 @@ impl KubeletConfiguration {
         )
         .map_err(|e| invalid(e.field, &format!("{}={}", e.signal, e.value), &e.reason))?;
         let monitoring_period = at_least(
+            invalid,
             "evictionMonitoringPeriod",
             self.eviction_monitoring_period,
             Duration::from_millis(100),
         )?;
-        let shutdown_groups = self.shutdown_groups(&invalid)?;
+        Ok(EvictionSettings {
+            thresholds,
+            transition: self.eviction_pressure_transition_period.0,
+            monitoring_period,
+            max_pod_grace_seconds: i64::from(self.eviction_max_pod_grace_period),
+            static_pods_are_critical: self.static_pods_are_critical,
+        })
+    }
+
+    /// `featureGates.MemoryQoS` with `memoryThrottlingFactor`: the factor when on.
+    fn memory_qos(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<Option<f64>, ConfigError> {
         let f = self.memory_throttling_factor;
         if !(f > 0.0 && f <= 1.0) {
             return Err(invalid(
@@ -479,65 +663,7 @@ impl KubeletConfiguration {
             .copied()
             .unwrap_or(false)
             .then_some(f);
-        Ok(Config {
-            static_pod_path,
-            file_check_frequency,
-            static_pod_url,
-            static_pod_url_header,
-            http_check_frequency,
-            sync_frequency,
-            container_runtime_endpoint: self.container_runtime_endpoint.clone(),
-            runtime_socket,
-            image_socket,
-            runtime_request_timeout,
-            cgroup_layout: CgroupLayout {
-                root: cgroup_root,
-                per_qos: self.cgroups_per_qos,
-                systemd,
-            },
-            cgroup_policy: CgroupPolicy {
-                cpu_cfs_quota: self.cpu_cfs_quota,
-                cpu_cfs_period_us,
-                pod_pids_limit: self.pod_pids_limit,
-                hugepage_sizes: Vec::new(),
-                memory_qos_throttling_factor: memory_qos,
-            },
-            system_reserved,
-            kube_reserved,
-            enforce_node_allocatable_pods: self
-                .enforce_node_allocatable
-                .iter()
-                .any(|e| e == "pods"),
-            qos_reserved_memory_percent,
-            healthz_address: (self.healthz_port != 0)
-                .then(|| SocketAddr::new(healthz_ip, self.healthz_port)),
-            read_only_address: (self.read_only_port != 0)
-                .then(|| SocketAddr::new(address_ip, self.read_only_port)),
-            pod_logs_dir: PathBuf::from(&self.pod_logs_dir),
-            resolv_conf: (!self.resolv_conf.is_empty()).then(|| PathBuf::from(&self.resolv_conf)),
-            cluster_dns,
-            cluster_domain: cluster_domain.to_owned(),
-            // Widening: u32 always fits in usize on the 64-bit Linux targets nodelet runs on.
-            max_pods: self.max_pods as usize,
-            allowed_unsafe_sysctls: self.allowed_unsafe_sysctls.clone(),
-            oom_score_adj: self.oom_score_adj,
-            container_log: LogPolicy {
-                max_size: log_max_size.unsigned_abs(),
-                max_files: self.container_log_max_files as usize,
-            },
-            container_log_monitor_interval,
-            crash_loop_back_off,
-            image_pull_back_off,
-            eviction: EvictionSettings {
-                thresholds,
-                transition: self.eviction_pressure_transition_period.0,
-                monitoring_period,
-                max_pod_grace_seconds: i64::from(self.eviction_max_pod_grace_period),
-                static_pods_are_critical: self.static_pods_are_critical,
-            },
-            kernel_memcg_notification: self.kernel_memcg_notification,
-            shutdown_groups,
-        })
+        Ok(memory_qos)
     }
 
     /// Graceful node shutdown's groups, with kubelet's checks of the three fields.

@@ -631,17 +631,11 @@ mod tests {
     const TEN_BYTE_MINUS_ONE: [u8; 10] =
         [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
 
+    /// Empty and repeated messages, fields out of order, scalars and varints at their limits.
     #[test]
-    fn wire_level_corner_cases_decode_as_prost_then_trim() {
+    fn messages_and_scalars_at_the_wire_level_decode_as_prost_then_trim() {
         let e = |fields: &[Vec<u8>]| fields.concat();
         let item = |fields: &[Vec<u8>]| ld(1, &fields.concat());
-        let mut groups = Vec::new();
-        for _ in 0..20 {
-            put_key(15, 3, &mut groups);
-        }
-        for _ in 0..20 {
-            put_key(15, 4, &mut groups);
-        }
         check_all(&[
             ("empty answer", vec![]),
             ("empty items", e(&[ld(1, &[]), ld(1, &[])])),
@@ -716,6 +710,22 @@ mod tests {
                     &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
                 )]),
             ),
+        ]);
+    }
+
+    /// Lengths past the end, bad tags and wire types, groups and unknown fields at every level.
+    #[test]
+    fn lengths_tags_wire_types_and_groups_decode_as_prost_then_trim() {
+        let e = |fields: &[Vec<u8>]| fields.concat();
+        let item = |fields: &[Vec<u8>]| ld(1, &fields.concat());
+        let mut groups = Vec::new();
+        for _ in 0..20 {
+            put_key(15, 3, &mut groups);
+        }
+        for _ in 0..20 {
+            put_key(15, 4, &mut groups);
+        }
+        check_all(&[
             ("length over usize", raw(1, 2, &TEN_BYTE_MINUS_ONE)),
             (
                 "length over usize, nested",
@@ -770,6 +780,15 @@ mod tests {
                 ]),
             ),
             ("truncated fixed64", item(&[raw(11, 1, &[0; 7])])),
+        ]);
+    }
+
+    /// Label and annotation entries in every shape, and known fields sent with another wire type.
+    #[test]
+    fn map_entries_and_fields_of_the_wrong_wire_type_decode_as_prost_then_trim() {
+        let e = |fields: &[Vec<u8>]| fields.concat();
+        let item = |fields: &[Vec<u8>]| ld(1, &fields.concat());
+        check_all(&[
             (
                 "entry without key",
                 item(&[ld(8, &ld(2, b"v")), ld(5, &ld(2, b"v"))]),

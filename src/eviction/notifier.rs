@@ -24,6 +24,12 @@ use std::time::Duration;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
+/// Bound of the wake channel (notifier → eviction manager). One pending wake-up is enough for
+/// the eviction manager to run a pass that reads every signal afresh, so a wake-up that finds
+/// the channel full is coalesced with those waiting and counted
+/// (`nodelet_channel_full_total{channel="eviction_wake"}`).
+pub const WAKE_CAPACITY: usize = 64;
+
 /// A notifier that could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("memory threshold notifier for {cgroup}: {message}")]
@@ -239,11 +245,14 @@ impl MemcgNotifier {
             .collect()
     }
 
-    /// Runs the wait loop on a thread of its own, sending each wake-up's wall time and crossed
-    /// key on `tx` until the receiver is dropped.
+    /// Runs the wait loop on a thread of its own, offering each wake-up's wall time and crossed
+    /// key on `tx` until the receiver is dropped. A wake-up that finds `tx` full (see
+    /// [`WAKE_CAPACITY`]) is coalesced with those waiting: `full` is called (the agent counts
+    /// `nodelet_channel_full_total{channel="eviction_wake"}`) and the notifier waits on.
     pub fn spawn(
         self: Arc<Self>,
         tx: crossbeam_channel::Sender<(std::time::SystemTime, String)>,
+        full: Box<dyn Fn() + Send>,
     ) -> std::thread::JoinHandle<()> {
         std::thread::Builder::new()
             .name("memcg-notifier".into())
@@ -251,8 +260,10 @@ impl MemcgNotifier {
                 let keys = self.wait(Duration::from_secs(1));
                 let at = crate::clock::wall_now();
                 for key in keys {
-                    if tx.send((at, key)).is_err() {
-                        return;
+                    match tx.try_send((at, key)) {
+                        Ok(()) => {}
+                        Err(crossbeam_channel::TrySendError::Full(_)) => full(),
+                        Err(crossbeam_channel::TrySendError::Disconnected(_)) => return,
                     }
                 }
             })
@@ -279,8 +290,8 @@ mod tests {
         std::fs::create_dir_all(&cg).unwrap();
         let n = MemcgNotifier::new().unwrap();
         n.register("memory.available", &cg, 16 << 20).unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let _t = n.clone().spawn(tx);
+        let (tx, rx) = crossbeam_channel::bounded(WAKE_CAPACITY);
+        let _t = n.clone().spawn(tx, Box::new(|| {}));
         // A shell that joins the cgroup, then holds ~64 MiB in memory for a moment.
         let mut child = std::process::Command::new("sh")
             .arg("-c")
@@ -337,8 +348,19 @@ mod tests {
             n.wait(Duration::from_millis(50)).is_empty(),
             "quiet until it changes"
         );
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let _t = n.clone().spawn(tx);
+        // The channel holds its bound: with one slot, already taken, the wake-up is coalesced
+        // and counted rather than queued.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        tx.send((crate::clock::wall_now(), "earlier".to_owned()))
+            .unwrap();
+        let full = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = full.clone();
+        let _t = n.clone().spawn(
+            tx,
+            Box::new(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }),
+        );
         let mut child = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
@@ -347,10 +369,20 @@ mod tests {
             ))
             .spawn()
             .unwrap();
-        let got = rx.recv_timeout(Duration::from_secs(10)).map(|(_, k)| k);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while full.load(std::sync::atomic::Ordering::SeqCst) == 0
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = child.wait();
         std::thread::sleep(Duration::from_millis(50));
         let _ = std::fs::remove_dir(&cg);
-        assert_eq!(got.as_deref(), Ok("events"));
+        assert!(
+            full.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+            "counted"
+        );
+        assert_eq!(rx.try_recv().map(|(_, k)| k).as_deref(), Ok("earlier"));
+        assert!(rx.is_empty(), "nothing queued beyond the bound");
     }
 }

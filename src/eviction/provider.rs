@@ -20,8 +20,8 @@ use super::REASON;
 use crate::cm::cgroupfs::Hierarchies;
 use crate::cm::CgroupLayout;
 use crate::events::Recorder;
-use crate::podworkers::{KillPodOptions, PodSyncer, PodWorkers, UpdateType};
-use crate::status::failed::{FailedPods, Failure};
+use crate::podworkers::{PodSyncer, PodWorkers};
+use crate::status::failed::{FailPod, FailedPods, Failure};
 use crate::status::StatusManager;
 
 /// PSI trigger of the cgroup v2 notifier: 100 ms of memory stall in any 1 s window.
@@ -301,9 +301,12 @@ pub struct AgentNode<S: PodSyncer> {
     pub paths: Paths,
     /// Active pods come from here.
     pub status: StatusManager,
-    /// Evicted pods are marked here.
+    /// Pods already failed (read only: no candidates among them).
     pub failed: FailedPods,
-    /// Kills go here.
+    /// Evictions go here, to the sync loop, which marks the pod failed and hands its worker
+    /// the kill.
+    pub fail: crossbeam_channel::Sender<FailPod>,
+    /// Whether an evicted pod's worker is gone (its cleanup done).
     pub workers: PodWorkers<S>,
     /// The Evicted event goes here.
     pub recorder: Recorder,
@@ -460,19 +463,25 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
         }
     }
 
-    /// Marks the pod evicted, records the event, and hands the kill (with the failure the
-    /// worker writes as the pod's status) to the pod's worker.
+    /// Records the event and asks the sync loop to fail the pod ([`FailPod`]): it marks the pod
+    /// evicted and hands the kill (with the failure the worker writes as the pod's status) to
+    /// the pod's worker. Waits while the request channel is full (this is the eviction
+    /// manager's own thread).
     fn kill(&mut self, pod: Arc<Pod>, grace: i64, failure: Failure) {
-        self.failed.mark(&pod, failure.clone());
         self.recorder.warning(
             crate::events::Involved::pod(&pod),
             REASON,
             failure.message.clone(),
         );
-        self.workers.update_pod(
+        let request = FailPod {
             pod,
-            UpdateType::Kill(KillPodOptions::failed(failure, Some(grace))),
-        );
+            failure,
+            grace: Some(grace),
+            until_restart: false,
+        };
+        if self.fail.send(request).is_err() {
+            warn!("the sync loop has stopped; eviction not carried out");
+        }
     }
 
     fn is_cleaned_up(&self, uid: &str) -> bool {

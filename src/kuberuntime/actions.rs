@@ -139,6 +139,95 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
     compute_pod_actions_with(pod, status, &crate::prober::results::NoProbes)
 }
 
+/// The actions when the pod needs a new sandbox (attempt `attempt`): the old one killed if
+/// there is one (`had_sandbox`), then the first init container, or the app containers that
+/// would run again; nothing when the pod has finished under its restart policy.
+fn actions_in_new_sandbox(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    status: &RuntimePodStatus,
+    policy: &str,
+    had_sandbox: bool,
+    attempt: u32,
+) -> PodActions {
+    let mut a = PodActions::default();
+    let inits: &[Container] = spec.init_containers.as_deref().unwrap_or(&[]);
+    // Which app containers would run in a new sandbox.
+    let to_start: Vec<ToStart> = spec
+        .containers
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| match status.latest(&c.name) {
+            Some(rc) if rc.state() == ContainerState::Exited => {
+                should_restart(policy, rc.exit_code)
+            }
+            _ => true,
+        })
+        .map(|(index, c)| ToStart {
+            index,
+            restart_count: next_restart_count(status, &c.name),
+        })
+        .collect();
+    a.kill_pod = had_sandbox;
+    let never_again = policy == "Never" && had_sandbox && !status.containers.is_empty();
+    if (to_start.is_empty() || never_again) && had_sandbox {
+        // Finished under its restart policy: nothing to run again.
+        return a;
+    }
+    a.create_sandbox = Some(attempt);
+    if let Some(first) = inits.first() {
+        a.next_init = Some(ToStart {
+            index: 0,
+            restart_count: next_restart_count(status, &first.name),
+        });
+    } else {
+        a.containers_to_start = to_start;
+    }
+    a
+}
+
+/// Sidecars beside running app containers (in sandbox `sandbox`): started again when they
+/// exited, killed and started again when their spec changed or their state is unknown.
+fn sidecar_actions(
+    a: &mut PodActions,
+    inits: &[Container],
+    status: &RuntimePodStatus,
+    sandbox: &str,
+) {
+    let in_sandbox = |name: &str| {
+        status
+            .instances(name)
+            .find(|c| c.sandbox_id == sandbox)
+            .cloned()
+    };
+    for (index, c) in inits.iter().enumerate().filter(|(_, c)| is_sidecar(c)) {
+        let start = ToStart {
+            index,
+            restart_count: next_restart_count(status, &c.name),
+        };
+        match in_sandbox(&c.name) {
+            Some(rc) if rc.state() == ContainerState::Running => {
+                if rc.hash != container_hash(c) {
+                    a.containers_to_kill.push((
+                        rc.id.clone(),
+                        c.name.clone(),
+                        KillReason::SpecChanged,
+                    ));
+                    a.sidecars_to_start.push(start);
+                }
+            }
+            Some(rc) if rc.state() == ContainerState::Unknown => {
+                a.containers_to_kill.push((
+                    rc.id.clone(),
+                    c.name.clone(),
+                    KillReason::UnknownState,
+                ));
+                a.sidecars_to_start.push(start);
+            }
+            _ => a.sidecars_to_start.push(start),
+        }
+    }
+}
+
 /// Computes the actions for `pod` given the runtime's view of it and the probe results (a
 /// sidecar with a startup probe holds the next container back until the probe succeeds).
 ///
@@ -169,38 +258,7 @@ pub fn compute_pod_actions_with(
         Some(_) => None,
     };
     if let Some(attempt) = recreate {
-        // Which app containers would run in a new sandbox.
-        let to_start: Vec<ToStart> = spec
-            .containers
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| match status.latest(&c.name) {
-                Some(rc) if rc.state() == ContainerState::Exited => {
-                    should_restart(policy, rc.exit_code)
-                }
-                _ => true,
-            })
-            .map(|(index, c)| ToStart {
-                index,
-                restart_count: next_restart_count(status, &c.name),
-            })
-            .collect();
-        a.kill_pod = newest.is_some();
-        let never_again = policy == "Never" && newest.is_some() && !status.containers.is_empty();
-        if (to_start.is_empty() || never_again) && newest.is_some() {
-            // Finished under its restart policy: nothing to run again.
-            return a;
-        }
-        a.create_sandbox = Some(attempt);
-        if let Some(first) = inits.first() {
-            a.next_init = Some(ToStart {
-                index: 0,
-                restart_count: next_restart_count(status, &first.name),
-            });
-        } else {
-            a.containers_to_start = to_start;
-        }
-        return a;
+        return actions_in_new_sandbox(spec, status, policy, newest.is_some(), attempt);
     }
     let sandbox = newest.map(|s| s.id.clone()).unwrap_or_default();
     a.sandbox_id = Some(sandbox.clone());
@@ -268,33 +326,7 @@ pub fn compute_pod_actions_with(
 
     // Sidecars keep running beside the app containers: restarted when they exit or change.
     if regular_created {
-        for (index, c) in inits.iter().enumerate().filter(|(_, c)| is_sidecar(c)) {
-            let start = ToStart {
-                index,
-                restart_count: next_restart_count(status, &c.name),
-            };
-            match in_sandbox(&c.name) {
-                Some(rc) if rc.state() == ContainerState::Running => {
-                    if rc.hash != container_hash(c) {
-                        a.containers_to_kill.push((
-                            rc.id.clone(),
-                            c.name.clone(),
-                            KillReason::SpecChanged,
-                        ));
-                        a.sidecars_to_start.push(start);
-                    }
-                }
-                Some(rc) if rc.state() == ContainerState::Unknown => {
-                    a.containers_to_kill.push((
-                        rc.id.clone(),
-                        c.name.clone(),
-                        KillReason::UnknownState,
-                    ));
-                    a.sidecars_to_start.push(start);
-                }
-                _ => a.sidecars_to_start.push(start),
-            }
-        }
+        sidecar_actions(&mut a, inits, status, &sandbox);
     }
 
     // App containers.

@@ -33,21 +33,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     pub(super) async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
         let uid = pod_uid(pod).to_owned();
         if let Some(failure) = self.failed.failure(pod) {
-            // Failed by eviction (its kill is queued behind this sync) or refused at admission:
-            // nothing is started until the manifest changes. The status written when it was
-            // killed stands; without one (the agent restarted since) it is made from what the
-            // runtime still holds.
-            let written = self.status.get(&uid).is_some_and(|s| {
-                s.phase.as_deref() == Some("Failed")
-                    && s.reason.as_deref() == Some(failure.reason.as_str())
-                    && s.message.as_deref() == Some(failure.message.as_str())
-            });
-            if !written {
-                // The pod cache's view, without a runtime call (the kill reads the runtime).
-                let cached = self.cache.latest(&uid);
-                let rt = cached.as_deref().cloned().unwrap_or_default();
-                self.record_failure(pod, &failure, &rt);
-            }
+            self.show_failed(pod, &uid, &failure);
             return Ok(Requeue::Normal);
         }
         let rt = self.current_status(&uid).await?;
@@ -102,15 +88,81 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 debug!(pod = %pod_ref(pod), uid, "objects not read from the apiserver yet");
             }
         }
-        // Volumes before any container (kubelet's WaitForAttachAndMount): a failure holds the
-        // pod in ContainerCreating with a FailedMount event, and the next sync tries again.
-        let volumes = match crate::volume::set_up_pod(
+        let volumes = self.set_up_volumes(pod, &uid, &rt)?;
+        let volumes = &volumes;
+        let to_kill = self.kills_announced(pod, &actions.containers_to_kill);
+        // Stopped before anything starts: a replacement may need the same host port.
+        self.stop_containers(pod, &self.hook_ips(pod, &rt), to_kill)
+            .await?;
+
+        let first_err = self
+            .start_containers(pod, &actions, &sb, &ips, volumes)
+            .await;
+        // The status written is the one this sync started from, with what failed to start
+        // (kubelet's: computed before SyncPod acts). What was started shows at the next sync,
+        // which the PLEG's events bring, from the pod cache once it is newer than now.
+        self.mark_synced(&uid);
+        crate::gc::remove_dead_containers(&self.cri, &rt).await;
+        self.record_status(pod, &rt);
+        // Counted from the pod's first sandbox, which may have been created just now (after
+        // the status this sync started from).
+        let now = self.clock.epoch_ns();
+        let started = rt
+            .start_time()
+            .or(actions.create_sandbox.is_some().then_some(now));
+        let deadline = match active_deadline::check(pod, started, now) {
+            Deadline::In(d) => Some(d),
+            // Reached during this sync: the next one (at once) kills the pod.
+            Deadline::Exceeded => Some(std::time::Duration::ZERO),
+            Deadline::None => None,
+        };
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        // PLEG events bring the pod back when its containers change; a container in back-off
+        // is started again when its delay is over, and the pod when its deadline comes.
+        Ok(match (wait, deadline) {
+            (Some(a), Some(b)) => Requeue::After(a.min(b)),
+            (Some(d), None) | (None, Some(d)) => Requeue::After(d),
+            (None, None) => Requeue::Normal,
+        })
+    }
+
+    /// A failed pod's sync: nothing is started until the manifest changes.
+    fn show_failed(&self, pod: &Arc<Pod>, uid: &str, failure: &crate::status::failed::Failure) {
+        // Failed by eviction (its kill is queued behind this sync) or refused at admission:
+        // nothing is started until the manifest changes. The status written when it was
+        // killed stands; without one (the agent restarted since) it is made from what the
+        // runtime still holds.
+        let written = self.status.get(uid).is_some_and(|s| {
+            s.phase.as_deref() == Some("Failed")
+                && s.reason.as_deref() == Some(failure.reason.as_str())
+                && s.message.as_deref() == Some(failure.message.as_str())
+        });
+        if !written {
+            // The pod cache's view, without a runtime call (the kill reads the runtime).
+            let cached = self.cache.latest(uid);
+            let rt = cached.as_deref().cloned().unwrap_or_default();
+            self.record_failure(pod, failure, &rt);
+        }
+    }
+
+    /// The pod's volumes, before any container (kubelet's `WaitForAttachAndMount`): a failure
+    /// holds the pod in ContainerCreating with a `FailedMount` event, and the next sync tries
+    /// again. Returns each volume's directory by name.
+    fn set_up_volumes(
+        &self,
+        pod: &Arc<Pod>,
+        uid: &str,
+        rt: &RuntimePodStatus,
+    ) -> Result<std::collections::BTreeMap<String, PathBuf>, SyncError> {
+        match crate::volume::set_up_pod(
             pod,
-            &hosts_file::pod_dir(&self.settings.root_dir, &uid),
+            &hosts_file::pod_dir(&self.settings.root_dir, uid),
             self.objects_for(pod),
             &self.settings.allocatable,
         ) {
-            Ok(v) => v,
+            Ok(v) => Ok(v),
             Err(e) => {
                 warn!(pod = %pod_ref(pod), uid, error = %e, "volume set-up failed");
                 self.recorder.warning(
@@ -118,18 +170,25 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     "FailedMount",
                     e.to_string(),
                 );
-                self.mark_synced(&uid);
-                self.record_status(pod, &rt);
-                return Err(SyncError::Start {
+                self.mark_synced(uid);
+                self.record_status(pod, rt);
+                Err(SyncError::Start {
                     container: String::new(),
                     reason: "FailedMount",
                     message: e.to_string(),
-                });
+                })
             }
-        };
-        let volumes = &volumes;
-        let to_kill: Vec<(String, String, i64)> = actions
-            .containers_to_kill
+        }
+    }
+
+    /// The containers to kill with their grace periods, each announced by a `Killing` event
+    /// with kubelet's message for its reason.
+    fn kills_announced(
+        &self,
+        pod: &Pod,
+        kills: &[(String, String, actions::KillReason)],
+    ) -> Vec<(String, String, i64)> {
+        kills
             .iter()
             .map(|(id, name, reason)| {
                 let probe = match reason {
@@ -163,20 +222,29 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     .normal(crate::events::Involved::pod(pod), "Killing", why);
                 (id.clone(), name.clone(), grace)
             })
-            .collect();
-        // Stopped before anything starts: a replacement may need the same host port.
-        self.stop_containers(pod, &self.hook_ips(pod, &rt), to_kill)
-            .await?;
+            .collect()
+    }
 
+    /// Starts what `actions` says: the next init container, or the sidecars that exited and
+    /// then the app containers, one at a time in spec order. Returns the first failure; a
+    /// failure does not hold back the containers after it.
+    async fn start_containers(
+        &self,
+        pod: &Pod,
+        actions: &PodActions,
+        sb: &SandboxInfo,
+        ips: &[String],
+        volumes: &std::collections::BTreeMap<String, PathBuf>,
+    ) -> Option<SyncError> {
         let mut first_err = None;
         if let Some(init) = &actions.next_init {
-            if let Err(e) = self.start_one(pod, init, true, &sb, &ips, volumes).await {
+            if let Err(e) = self.start_one(pod, init, true, sb, ips, volumes).await {
                 first_err = Some(e);
             }
         } else {
             // Sidecars that exited come back first, in order; then the app containers.
             for s in &actions.sidecars_to_start {
-                if let Err(e) = self.start_one(pod, s, true, &sb, &ips, volumes).await {
+                if let Err(e) = self.start_one(pod, s, true, sb, ips, volumes).await {
                     first_err.get_or_insert(e);
                 }
             }
@@ -185,39 +253,12 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             // postStart that waits for it is ready before the app starts. A failure does not
             // hold back the containers after it.
             for s in &actions.containers_to_start {
-                if let Err(e) = self.start_one(pod, s, false, &sb, &ips, volumes).await {
+                if let Err(e) = self.start_one(pod, s, false, sb, ips, volumes).await {
                     first_err.get_or_insert(e);
                 }
             }
         }
-        // The status written is the one this sync started from, with what failed to start
-        // (kubelet's: computed before SyncPod acts). What was started shows at the next sync,
-        // which the PLEG's events bring, from the pod cache once it is newer than now.
-        self.mark_synced(&uid);
-        crate::gc::remove_dead_containers(&self.cri, &rt).await;
-        self.record_status(pod, &rt);
-        // Counted from the pod's first sandbox, which may have been created just now (after
-        // the status this sync started from).
-        let now = self.clock.epoch_ns();
-        let started = rt
-            .start_time()
-            .or(actions.create_sandbox.is_some().then_some(now));
-        let deadline = match active_deadline::check(pod, started, now) {
-            Deadline::In(d) => Some(d),
-            // Reached during this sync: the next one (at once) kills the pod.
-            Deadline::Exceeded => Some(std::time::Duration::ZERO),
-            Deadline::None => None,
-        };
-        if let Some(e) = first_err {
-            return Err(e);
-        }
-        // PLEG events bring the pod back when its containers change; a container in back-off
-        // is started again when its delay is over, and the pod when its deadline comes.
-        Ok(match (wait, deadline) {
-            (Some(a), Some(b)) => Requeue::After(a.min(b)),
-            (Some(d), None) | (None, Some(d)) => Requeue::After(d),
-            (None, None) => Requeue::Normal,
-        })
+        first_err
     }
 
     /// A pod past its `activeDeadlineSeconds` (kubelet's active deadline handler): marked
@@ -403,56 +444,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             )
             .map_err(|e| fail("CreateContainerConfigError", e))?;
         }
-        let inputs = container::ContainerInputs {
-            restart_count: start.restart_count,
-            image_ref: &image.id,
-            pod_ips,
-            is_init,
-            env_sources: container::EnvSources {
-                objects: self.objects_for(pod),
-            },
-        };
-        let mut config = container::container_config(&self.settings, pod, c, &inputs)
-            .map_err(|e| fail("CreateContainerConfigError", e.message))?;
-        // subPathExpr expands with the env the config was just built with.
-        let vars: std::collections::HashMap<String, String> = config
-            .envs
-            .iter()
-            .map(|kv| (kv.key.clone(), kv.value.clone()))
-            .collect();
-        let read_only = crate::volume::read_only_volumes(pod);
-        let mounts = crate::volume::mounts::container_mounts(c, volumes, &read_only, &|s| {
-            container::expand(s, &vars)
-        })
-        .map_err(|e| fail("CreateContainerConfigError", e))?;
-        config.mounts.extend(mounts);
-        if let Some(path) = c
-            .termination_message_path
-            .as_deref()
-            .filter(|p| !p.is_empty())
-        {
-            let pod_dir = hosts_file::pod_dir(&self.settings.root_dir, uid);
-            let host = super::termination_message::prepare(&pod_dir, &c.name, start.restart_count)
-                .map_err(|e| {
-                    fail(
-                        "CreateContainerConfigError",
-                        format!("cannot create the termination message file: {e}"),
-                    )
-                })?;
-            config
-                .mounts
-                .push(super::termination_message::mount(&host, path));
-        }
-        match hosts_file::ensure_hosts_file(&self.settings, pod, pod_ips) {
-            Ok(Some(mount)) => config.mounts.push(mount),
-            Ok(None) => {}
-            Err(e) => {
-                return Err(fail(
-                    "CreateContainerConfigError",
-                    format!("cannot write the pod's hosts file: {e}"),
-                ))
-            }
-        }
+        let config = self
+            .container_config_with_mounts(pod, c, start, is_init, &image.id, pod_ips, volumes)
+            .map_err(|e| fail("CreateContainerConfigError", e))?;
         let log_dir = PathBuf::from(&sb.config.log_directory).join(&c.name);
         std::fs::create_dir_all(&log_dir).map_err(|e| {
             fail(
@@ -508,6 +502,63 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         );
         info!(pod = %pod_ref(pod), uid, container = %c.name, restart_count = start.restart_count, init = is_init, "started container");
         Ok(())
+    }
+
+    /// The CRI config of container `c` with its mounts: volumes (subPathExpr expanded with the
+    /// container's env), the termination message file and the pod's hosts file. Errors: the
+    /// message of a `CreateContainerConfigError`.
+    #[allow(clippy::too_many_arguments)]
+    fn container_config_with_mounts(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        start: &ToStart,
+        is_init: bool,
+        image_ref: &str,
+        pod_ips: &[String],
+        volumes: &std::collections::BTreeMap<String, PathBuf>,
+    ) -> Result<api::ContainerConfig, String> {
+        let uid = pod_uid(pod);
+        let inputs = container::ContainerInputs {
+            restart_count: start.restart_count,
+            image_ref,
+            pod_ips,
+            is_init,
+            env_sources: container::EnvSources {
+                objects: self.objects_for(pod),
+            },
+        };
+        let mut config =
+            container::container_config(&self.settings, pod, c, &inputs).map_err(|e| e.message)?;
+        // subPathExpr expands with the env the config was just built with.
+        let vars: std::collections::HashMap<String, String> = config
+            .envs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect();
+        let read_only = crate::volume::read_only_volumes(pod);
+        let mounts = crate::volume::mounts::container_mounts(c, volumes, &read_only, &|s| {
+            container::expand(s, &vars)
+        })?;
+        config.mounts.extend(mounts);
+        if let Some(path) = c
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            let pod_dir = hosts_file::pod_dir(&self.settings.root_dir, uid);
+            let host = super::termination_message::prepare(&pod_dir, &c.name, start.restart_count)
+                .map_err(|e| format!("cannot create the termination message file: {e}"))?;
+            config
+                .mounts
+                .push(super::termination_message::mount(&host, path));
+        }
+        match hosts_file::ensure_hosts_file(&self.settings, pod, pod_ips) {
+            Ok(Some(mount)) => config.mounts.push(mount),
+            Ok(None) => {}
+            Err(e) => return Err(format!("cannot write the pod's hosts file: {e}")),
+        }
+        Ok(config)
     }
 
     /// CrashLoopBackOff (kubelet's `doBackOff`): a container that exited and is due to restart

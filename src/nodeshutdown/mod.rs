@@ -222,9 +222,10 @@ pub fn stop_pods(
 pub struct AgentShutdownNode<S: crate::podworkers::PodSyncer> {
     /// Active pods come from here.
     pub status: crate::status::StatusManager,
-    /// Stopped pods are marked here.
-    pub failed: crate::status::failed::FailedPods,
-    /// Kills go here.
+    /// Stops go here, to the sync loop, which marks the pod until the agent restarts and
+    /// hands its worker the kill.
+    pub fail: crossbeam_channel::Sender<crate::status::failed::FailPod>,
+    /// Whether a stopped pod's worker is gone.
     pub workers: crate::podworkers::PodWorkers<S>,
     /// Events.
     pub recorder: crate::events::Recorder,
@@ -236,14 +237,15 @@ impl<S: crate::podworkers::PodSyncer> ShutdownNode for AgentShutdownNode<S> {
     }
 
     fn kill(&mut self, pod: Arc<Pod>, grace: i64, failure: Failure) {
-        self.failed.mark_until_restart(&pod, failure.clone());
-        self.workers.update_pod(
+        let request = crate::status::failed::FailPod {
             pod,
-            crate::podworkers::UpdateType::Kill(crate::podworkers::KillPodOptions::failed(
-                failure,
-                Some(grace),
-            )),
-        );
+            failure,
+            grace: Some(grace),
+            until_restart: true,
+        };
+        if self.fail.send(request).is_err() {
+            tracing::warn!("the sync loop has stopped; pod not stopped for the shutdown");
+        }
     }
 
     fn is_gone(&self, uid: &str) -> bool {

@@ -56,13 +56,21 @@ struct Inner {
 #[derive(Clone)]
 pub struct ProbeManager(Arc<Inner>);
 
+/// Bound of the probe results channel (probe workers → sync loop). A result that changed is kept
+/// in the shared results before it is announced, so when the channel is full the announcement is
+/// dropped and counted (`nodelet_channel_full_total{channel="probe_results"}`) and the pod's
+/// next sync reads the result anyway (within `syncFrequency`, or sooner on any other event).
+/// kubelet's results channels hold 20 per kind; a burst of 110 pods × 3 probes fits in this one.
+pub const UPDATES_CAPACITY: usize = 1000;
+
 /// What a probe manager works with.
 pub struct ProbeDeps {
     /// Exec and HTTP for the handlers.
     pub ctx: HandlerContext,
     /// Where workers read their containers.
     pub cache: PodCache,
-    /// Changed results go here (the sync loop's probe channel).
+    /// Changed results go here (the sync loop's probe channel, bounded by [`UPDATES_CAPACITY`]);
+    /// never waited on.
     pub updates: Sender<ProbeResult>,
     /// `Unhealthy` events.
     pub recorder: Recorder,
@@ -193,12 +201,15 @@ impl Inner {
         };
         if self.results.set(uid, container, id, kind, success) {
             debug!(pod = %pod_ref(pod), uid, container, kind = kind.as_str(), success, "probe result changed");
-            let _ = self.updates.send(ProbeResult {
+            let sent = self.updates.try_send(ProbeResult {
                 uid: uid.to_owned(),
                 container: container.to_owned(),
                 kind,
                 success,
             });
+            if let Err(crossbeam_channel::TrySendError::Full(_)) = sent {
+                self.metrics.channel_full("probe_results");
+            }
         }
     }
 
@@ -344,5 +355,43 @@ async fn run_worker(
             inner.publish(&pod, &container.name, &view.id, kind, Publish::Set(v));
         }
         last_end = tokio::time::Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_results_channel_drops_the_notification_counts_it_and_keeps_the_result() {
+        let clock = crate::clock::FakeClock::new(0);
+        let runtime = crate::testing::runtime::FakeRuntime::new(clock.clone());
+        let metrics = Metrics::new();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let m = ProbeManager::new(ProbeDeps {
+            ctx: HandlerContext::new(crate::prober::handlers::exec_fn(runtime)).unwrap(),
+            cache: PodCache::default(),
+            updates: tx,
+            recorder: Recorder::default(),
+            metrics: metrics.clone(),
+            clock: clock.shared(),
+        });
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("u".into());
+        m.0.publish(&pod, "c", "id1", ProbeKind::Readiness, Publish::Set(false));
+        m.0.publish(&pod, "c", "id1", ProbeKind::Readiness, Publish::Set(true));
+        assert_eq!(rx.len(), 1, "the channel holds its bound");
+        assert!(
+            !rx.recv().unwrap().success,
+            "the first notification went through"
+        );
+        assert_eq!(
+            m.0.results.result("u", "c", "id1", ProbeKind::Readiness),
+            Some(true),
+            "the dropped notification's result is kept for the next sync"
+        );
+        assert!(metrics
+            .encode()
+            .contains("nodelet_channel_full_total{channel=\"probe_results\"} 1"));
     }
 }

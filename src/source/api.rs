@@ -1,7 +1,7 @@
 //! The API pod source (kubelet's `pkg/kubelet/config/apiserver.go`): the pods bound to this node
 //! (`spec.nodeName=<node>`), followed by a reflector (kube-rs `watcher`: list, then watch from
 //! the resource version, re-list when the watch expires), merged with the file source through
-//! the same [`PodConfig`] and admission.
+//! the same [`PodConfig`](super::PodConfig) and admission.
 //!
 //! A pod is checked as a manifest is ([`super::validation::validate_pod`]); one nodelet refuses
 //! is never run and gets status Failed, reason `UnsupportedPodSpec`, naming the field.
@@ -16,7 +16,7 @@
 //! nothing of it runs (kubelet's final delete).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{watcher, WatchStreamExt};
 use tracing::{info, warn};
 
-use super::PodConfig;
+use super::mux::{SourceMsg, SourceSender};
 use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
 /// The source's name.
@@ -107,13 +107,13 @@ pub type StillHere = Box<dyn Fn(&str) -> bool + Send + Sync>;
 /// How often pods being deleted are checked for their final delete.
 pub const FINAL_DELETE_PERIOD: Duration = Duration::from_secs(1);
 
-/// Follows the pods bound to `node_name` until the task is dropped, setting the API source's
-/// pods in `config` after the first complete list and after every change, and deleting from the
+/// Follows the pods bound to `node_name` until the task is dropped, sending the API source's
+/// pods to `config` (the mux) after the first complete list and after every change, and deleting from the
 /// API (grace 0, on the UID) each pod marked for deletion once `still_here` says it is gone.
 pub async fn run(
     client: kube::Client,
     node_name: String,
-    config: Arc<Mutex<PodConfig>>,
+    config: SourceSender,
     still_here: StillHere,
 ) {
     let api: kube::Api<Pod> = kube::Api::all(client.clone());
@@ -224,7 +224,6 @@ pub async fn run(
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .map(|p| Arc::new(prepare((*p).clone())))
             .collect();
-        let mut c = config.lock().unwrap_or_else(|e| e.into_inner());
         if !newly_deleting.is_empty() {
             // Once with the deletion grace (an UPDATE), then out (a REMOVE that stops the pod
             // with that grace).
@@ -234,7 +233,9 @@ pub async fn run(
                     .iter()
                     .map(|p| Arc::new(prepare((*p).clone()))),
             );
-            c.set(SOURCE, with);
+            if !config.send(SourceMsg::Snapshot(with)).await {
+                return;
+            }
             for p in newly_deleting {
                 info!(
                     pod = p.metadata.name.as_deref().unwrap_or(""),
@@ -252,7 +253,9 @@ pub async fn run(
                 );
             }
         }
-        c.set(SOURCE, running);
+        if !config.send(SourceMsg::Snapshot(running)).await {
+            return;
+        }
     }
 }
 

@@ -12,6 +12,7 @@ pub mod api;
 pub mod checkpoint;
 pub mod file;
 pub mod manifest;
+pub mod mux;
 pub mod url;
 pub mod validation;
 

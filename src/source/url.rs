@@ -13,14 +13,15 @@
 //! documents are served from `staticPodPath` only: a body holding one is refused.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
 use super::manifest::decode_manifest;
-use super::{ManifestError, PodConfig};
+use super::mux::{SourceMsg, SourceSender};
+use super::ManifestError;
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::pod::CONFIG_SOURCE_ANNOTATION;
@@ -206,14 +207,14 @@ async fn fetch(
     }
 }
 
-/// Fetches `url` every `period` until the task is dropped, setting the HTTP source's pods in
-/// `config` when a body decodes and differs from the last one.
+/// Fetches `url` every `period` until the task is dropped, sending the HTTP source's pods to
+/// `config` (the mux) when a body decodes and differs from the last one.
 pub async fn run(
     url: String,
     headers: Vec<(String, String)>,
     period: Duration,
     node_name: String,
-    config: Arc<Mutex<PodConfig>>,
+    config: SourceSender,
     recorder: Recorder,
     metrics: Arc<Metrics>,
 ) {
@@ -270,10 +271,10 @@ pub async fn run(
                     info!(url = %shown, "HTTP pod source: fetched again");
                 }
                 if let Some(pods) = pods {
-                    config
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .set(SOURCE, pods.into_iter().map(Arc::new).collect());
+                    let pods = pods.into_iter().map(Arc::new).collect();
+                    if !config.send(SourceMsg::Snapshot(pods)).await {
+                        return;
+                    }
                 }
             }
             Err((message, reason)) => {

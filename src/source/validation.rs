@@ -46,6 +46,16 @@ pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
 
 /// Validates a decoded manifest before defaults are applied. Returns the first failure.
 pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
+    validate_metadata(pod)?;
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(err("spec", "", "is required"));
+    };
+    validate_containers(spec)?;
+    validate_pod_fields(pod, spec)
+}
+
+/// `metadata`: name, UID, annotations' size, namespace.
+fn validate_metadata(pod: &Pod) -> Result<(), FieldError> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     if name.is_empty() {
         return Err(err("metadata.name", "", "is required"));
@@ -89,9 +99,12 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
             ));
         }
     }
-    let Some(spec) = pod.spec.as_ref() else {
-        return Err(err("spec", "", "is required"));
-    };
+    Ok(())
+}
+
+/// `spec.initContainers` and `spec.containers`: each container, its termination message path,
+/// its resource field references, `restartPolicy` (sidecars) and names unique across both lists.
+fn validate_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), FieldError> {
     if spec.containers.is_empty() {
         return Err(err(
             "spec.containers",
@@ -122,34 +135,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
                     ));
                 }
             }
-            for (j, e) in c.env.iter().flatten().enumerate() {
-                let Some(r) = e
-                    .value_from
-                    .as_ref()
-                    .and_then(|v| v.resource_field_ref.as_ref())
-                else {
-                    continue;
-                };
-                let at = format!("{list}[{i}].env[{j}].valueFrom.resourceFieldRef");
-                crate::fieldpath::validate_resource_field(
-                    &r.resource,
-                    r.divisor.as_ref().map(|d| d.0.as_str()),
-                )
-                .map_err(|(what, reason)| err(format!("{at}.{what}"), "", &reason))?;
-                if let Some(name) = r.container_name.as_deref().filter(|n| !n.is_empty()) {
-                    let known = init
-                        .iter()
-                        .chain(spec.containers.iter())
-                        .any(|x| x.name == name);
-                    if !known {
-                        return Err(err(
-                            format!("{at}.containerName"),
-                            name,
-                            "is not a container of the pod",
-                        ));
-                    }
-                }
-            }
+            validate_resource_field_refs(list, i, c, spec)?;
             if let Some(p) = c.restart_policy.as_deref() {
                 let field = format!("{list}[{i}].restartPolicy");
                 if list == "spec.containers" {
@@ -168,6 +154,56 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
             }
         }
     }
+    Ok(())
+}
+
+/// The `valueFrom.resourceFieldRef` of container `i` of `list`: a known resource and divisor,
+/// and a `containerName` that names a container of the pod.
+fn validate_resource_field_refs(
+    list: &str,
+    i: usize,
+    c: &k8s_openapi::api::core::v1::Container,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<(), FieldError> {
+    for (j, e) in c.env.iter().flatten().enumerate() {
+        let Some(r) = e
+            .value_from
+            .as_ref()
+            .and_then(|v| v.resource_field_ref.as_ref())
+        else {
+            continue;
+        };
+        let at = format!("{list}[{i}].env[{j}].valueFrom.resourceFieldRef");
+        crate::fieldpath::validate_resource_field(
+            &r.resource,
+            r.divisor.as_ref().map(|d| d.0.as_str()),
+        )
+        .map_err(|(what, reason)| err(format!("{at}.{what}"), "", &reason))?;
+        if let Some(name) = r.container_name.as_deref().filter(|n| !n.is_empty()) {
+            let known = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(spec.containers.iter())
+                .any(|x| x.name == name);
+            if !known {
+                return Err(err(
+                    format!("{at}.containerName"),
+                    name,
+                    "is not a container of the pod",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The pod-level fields: volumes, AppArmor, security contexts, host ports and namespaces,
+/// resources, `restartPolicy`, `activeDeadlineSeconds`, sysctls, `dnsPolicy`, `hostname`.
+fn validate_pod_fields(
+    pod: &Pod,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<(), FieldError> {
     crate::volume::validate(spec).map_err(|(field, reason)| err(field, "", &reason))?;
     crate::admission::apparmor::validate(pod).map_err(|(field, reason)| err(field, "", &reason))?;
     crate::kuberuntime::security_context::validate(spec)

@@ -245,8 +245,30 @@ struct Entry {
     until_restart: bool,
 }
 
-/// Failed pods by UID. Cheap to clone; shared by the sync loop, the pod workers and the eviction
-/// manager.
+/// Bound of the channel of [`FailPod`] requests (eviction manager and node shutdown → sync loop).
+/// Both senders are threads of their own that send one pod at a time and then wait for it to
+/// stop, so the bound is never reached in practice; a full channel makes the sender wait (never
+/// a tokio thread).
+pub const FAIL_REQUESTS_CAPACITY: usize = 64;
+
+/// A request to fail a running pod, sent to the sync loop, the one writer of [`FailedPods`]: the
+/// loop marks the pod and hands its worker the kill (kubelet's eviction manager and node shutdown
+/// manager call `killPodFunc`, which goes through the pod workers the same way).
+#[derive(Debug, Clone)]
+pub struct FailPod {
+    /// The pod.
+    pub pod: Arc<Pod>,
+    /// Why it fails: its Failed status's reason and message.
+    pub failure: Failure,
+    /// Grace period override, seconds; `None`: the pod's own.
+    pub grace: Option<i64>,
+    /// Marked only until the agent restarts ([`FailedPods::mark_until_restart`]: node shutdown).
+    pub until_restart: bool,
+}
+
+/// Failed pods by UID. Cheap to clone. Written by the sync loop alone (admission refusals,
+/// [`FailPod`] requests, forgetting pods no source wants); read by the pod workers, admission and
+/// the eviction manager.
 #[derive(Clone, Default)]
 pub struct FailedPods {
     pods: Arc<Mutex<HashMap<String, Entry>>>,

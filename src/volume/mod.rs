@@ -27,7 +27,7 @@ pub mod secret;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
 
 use crate::fieldpath::Allocatable;
 use crate::objects::LocalObjects;
@@ -357,6 +357,159 @@ pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (Strin
     Ok(())
 }
 
+/// Paths a volume's items write, as they land on disk.
+type Paths = std::collections::BTreeSet<String>;
+
+/// A file mode the API server accepts: 0 to 0777.
+fn mode_ok(m: Option<i32>) -> bool {
+    m.is_none_or(|m| (0..=0o777).contains(&m))
+}
+/// A projected file's path: inside the volume, and clashing with no other (a file cannot also
+/// be a directory).
+fn check_path(paths: &mut Paths, field: String, p: &str) -> Result<(), (String, String)> {
+    atomic_writer::validate_path(p).map_err(|e| (field.clone(), e))?;
+    // As it lands on disk: `./x` is `x`; a file cannot also be a directory (`x`, `x/y`).
+    let n = atomic_writer::normalize(p);
+    let clash = paths
+        .iter()
+        .find(|e| **e == n || n.starts_with(&format!("{e}/")) || e.starts_with(&format!("{n}/")));
+    if let Some(e) = clash {
+        return Err((field, format!("path {p:?} conflicts with path {e:?}")));
+    }
+    paths.insert(n);
+    Ok(())
+}
+/// The `items` of a configMap or secret source: valid keys, modes and paths.
+fn keys(
+    paths: &mut Paths,
+    field: &str,
+    items: &Option<Vec<KeyToPath>>,
+) -> Result<(), (String, String)> {
+    for (i, it) in items.iter().flatten().enumerate() {
+        let f = format!("{field}.items[{i}]");
+        if !crate::objects::is_valid_key(&it.key) {
+            return Err((
+                format!("{f}.key"),
+                format!("{:?} is not a valid key", it.key),
+            ));
+        }
+        if !mode_ok(it.mode) {
+            return Err((format!("{f}.mode"), "must be between 0 and 0777".into()));
+        }
+        check_path(paths, format!("{f}.path"), &it.path)?;
+    }
+    Ok(())
+}
+/// The `items` of a downwardAPI source: paths, modes, and a field or resource that exists.
+fn downward(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    paths: &mut Paths,
+    field: &str,
+    items: &Option<Vec<DownwardAPIVolumeFile>>,
+) -> Result<(), (String, String)> {
+    for (i, it) in items.iter().flatten().enumerate() {
+        let f = format!("{field}.items[{i}]");
+        check_path(paths, format!("{f}.path"), &it.path)?;
+        if !mode_ok(it.mode) {
+            return Err((format!("{f}.mode"), "must be between 0 and 0777".into()));
+        }
+        match (&it.field_ref, &it.resource_field_ref) {
+            (Some(r), None) => {
+                let p = r.field_path.as_str();
+                let whole = matches!(
+                    p,
+                    "metadata.name"
+                        | "metadata.namespace"
+                        | "metadata.uid"
+                        | "metadata.labels"
+                        | "metadata.annotations"
+                );
+                let one = ["metadata.labels['", "metadata.annotations['"]
+                    .iter()
+                    .any(|pre| p.starts_with(pre) && p.ends_with("']"));
+                if !whole && !one {
+                    return Err((
+                        format!("{f}.fieldRef.fieldPath"),
+                        format!("{p:?} is not a field a downwardAPI volume can project (metadata.name, namespace, uid, labels, annotations)"),
+                    ));
+                }
+            }
+            (None, Some(r)) => {
+                crate::fieldpath::validate_resource_field(
+                    &r.resource,
+                    r.divisor.as_ref().map(|d| d.0.as_str()),
+                )
+                .map_err(|(what, reason)| (format!("{f}.resourceFieldRef.{what}"), reason))?;
+                let name = r.container_name.as_deref().unwrap_or_default();
+                let known = spec
+                    .containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                    .any(|c| c.name == name);
+                if !known {
+                    return Err((
+                        format!("{f}.resourceFieldRef.containerName"),
+                        format!("{name:?} is not a container of the pod"),
+                    ));
+                }
+            }
+            _ => {
+                return Err((
+                    f,
+                    "exactly one of fieldRef and resourceFieldRef is required".into(),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The sources of a projected volume: each exactly one of configMap, secret and downwardAPI
+/// (the other kinds need an API server), with its items.
+fn projected_sources(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    paths: &mut Paths,
+    at: &str,
+    p: &k8s_openapi::api::core::v1::ProjectedVolumeSource,
+) -> Result<(), (String, String)> {
+    for (i, src) in p.sources.iter().flatten().enumerate() {
+        let f = format!("{at}.projected.sources[{i}]");
+        let json = serde_json::to_value(src).unwrap_or_default();
+        let kinds: Vec<String> = json
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .collect();
+        match kinds.as_slice() {
+            [k] if k == "configMap" || k == "secret" || k == "downwardAPI" => {}
+            [k] => {
+                return Err((
+                    format!("{f}.{k}"),
+                    "projected sources of this kind need an API server; nodelet supports configMap, secret and downwardAPI".into(),
+                ))
+            }
+            _ => return Err((f, "must have exactly one source".into())),
+        }
+        if let Some(cm) = &src.config_map {
+            if cm.name.is_empty() {
+                return Err((format!("{f}.configMap.name"), "is required".into()));
+            }
+            keys(paths, &format!("{f}.configMap"), &cm.items)?;
+        }
+        if let Some(s) = &src.secret {
+            if s.name.is_empty() {
+                return Err((format!("{f}.secret.name"), "is required".into()));
+            }
+            keys(paths, &format!("{f}.secret"), &s.items)?;
+        }
+        if let Some(d) = &src.downward_api {
+            downward(spec, paths, &format!("{f}.downwardAPI"), &d.items)?;
+        }
+    }
+    Ok(())
+}
+
 /// Validates the files a configMap, secret, downwardAPI or projected volume writes, as the API
 /// server does: a name for the object, modes within 0–0777, item paths that stay inside the
 /// volume (see [`atomic_writer::validate_path`]) and are unique, keys valid, downward API field
@@ -369,106 +522,6 @@ fn validate_projections(
     v: &Volume,
     at: &str,
 ) -> Result<(), (String, String)> {
-    use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath};
-    type Paths = std::collections::BTreeSet<String>;
-    fn mode_ok(m: Option<i32>) -> bool {
-        m.is_none_or(|m| (0..=0o777).contains(&m))
-    }
-    fn check_path(paths: &mut Paths, field: String, p: &str) -> Result<(), (String, String)> {
-        atomic_writer::validate_path(p).map_err(|e| (field.clone(), e))?;
-        // As it lands on disk: `./x` is `x`; a file cannot also be a directory (`x`, `x/y`).
-        let n = atomic_writer::normalize(p);
-        let clash = paths.iter().find(|e| {
-            **e == n || n.starts_with(&format!("{e}/")) || e.starts_with(&format!("{n}/"))
-        });
-        if let Some(e) = clash {
-            return Err((field, format!("path {p:?} conflicts with path {e:?}")));
-        }
-        paths.insert(n);
-        Ok(())
-    }
-    fn keys(
-        paths: &mut Paths,
-        field: &str,
-        items: &Option<Vec<KeyToPath>>,
-    ) -> Result<(), (String, String)> {
-        for (i, it) in items.iter().flatten().enumerate() {
-            let f = format!("{field}.items[{i}]");
-            if !crate::objects::is_valid_key(&it.key) {
-                return Err((
-                    format!("{f}.key"),
-                    format!("{:?} is not a valid key", it.key),
-                ));
-            }
-            if !mode_ok(it.mode) {
-                return Err((format!("{f}.mode"), "must be between 0 and 0777".into()));
-            }
-            check_path(paths, format!("{f}.path"), &it.path)?;
-        }
-        Ok(())
-    }
-    fn downward(
-        spec: &k8s_openapi::api::core::v1::PodSpec,
-        paths: &mut Paths,
-        field: &str,
-        items: &Option<Vec<DownwardAPIVolumeFile>>,
-    ) -> Result<(), (String, String)> {
-        for (i, it) in items.iter().flatten().enumerate() {
-            let f = format!("{field}.items[{i}]");
-            check_path(paths, format!("{f}.path"), &it.path)?;
-            if !mode_ok(it.mode) {
-                return Err((format!("{f}.mode"), "must be between 0 and 0777".into()));
-            }
-            match (&it.field_ref, &it.resource_field_ref) {
-                (Some(r), None) => {
-                    let p = r.field_path.as_str();
-                    let whole = matches!(
-                        p,
-                        "metadata.name"
-                            | "metadata.namespace"
-                            | "metadata.uid"
-                            | "metadata.labels"
-                            | "metadata.annotations"
-                    );
-                    let one = ["metadata.labels['", "metadata.annotations['"]
-                        .iter()
-                        .any(|pre| p.starts_with(pre) && p.ends_with("']"));
-                    if !whole && !one {
-                        return Err((
-                            format!("{f}.fieldRef.fieldPath"),
-                            format!("{p:?} is not a field a downwardAPI volume can project (metadata.name, namespace, uid, labels, annotations)"),
-                        ));
-                    }
-                }
-                (None, Some(r)) => {
-                    crate::fieldpath::validate_resource_field(
-                        &r.resource,
-                        r.divisor.as_ref().map(|d| d.0.as_str()),
-                    )
-                    .map_err(|(what, reason)| (format!("{f}.resourceFieldRef.{what}"), reason))?;
-                    let name = r.container_name.as_deref().unwrap_or_default();
-                    let known = spec
-                        .containers
-                        .iter()
-                        .chain(spec.init_containers.iter().flatten())
-                        .any(|c| c.name == name);
-                    if !known {
-                        return Err((
-                            format!("{f}.resourceFieldRef.containerName"),
-                            format!("{name:?} is not a container of the pod"),
-                        ));
-                    }
-                }
-                _ => {
-                    return Err((
-                        f,
-                        "exactly one of fieldRef and resourceFieldRef is required".into(),
-                    ))
-                }
-            }
-        }
-        Ok(())
-    }
     let paths = &mut Paths::new();
     if let Some(cm) = &v.config_map {
         if cm.name.is_empty() {
@@ -510,41 +563,7 @@ fn validate_projections(
                 "must be between 0 and 0777".into(),
             ));
         }
-        for (i, src) in p.sources.iter().flatten().enumerate() {
-            let f = format!("{at}.projected.sources[{i}]");
-            let json = serde_json::to_value(src).unwrap_or_default();
-            let kinds: Vec<String> = json
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, _)| k.clone())
-                .collect();
-            match kinds.as_slice() {
-                [k] if k == "configMap" || k == "secret" || k == "downwardAPI" => {}
-                [k] => {
-                    return Err((
-                        format!("{f}.{k}"),
-                        "projected sources of this kind need an API server; nodelet supports configMap, secret and downwardAPI".into(),
-                    ))
-                }
-                _ => return Err((f, "must have exactly one source".into())),
-            }
-            if let Some(cm) = &src.config_map {
-                if cm.name.is_empty() {
-                    return Err((format!("{f}.configMap.name"), "is required".into()));
-                }
-                keys(paths, &format!("{f}.configMap"), &cm.items)?;
-            }
-            if let Some(s) = &src.secret {
-                if s.name.is_empty() {
-                    return Err((format!("{f}.secret.name"), "is required".into()));
-                }
-                keys(paths, &format!("{f}.secret"), &s.items)?;
-            }
-            if let Some(d) = &src.downward_api {
-                downward(spec, paths, &format!("{f}.downwardAPI"), &d.items)?;
-            }
-        }
+        projected_sources(spec, paths, at, p)?;
     }
     Ok(())
 }

@@ -8,10 +8,11 @@
 //! or a temporary copy is not reported as broken. A file still being written (inotify saw writes
 //! and no close yet, or, with no event seen, it changed less than [`SETTLE`] ago) is neither
 //! read nor reported until it is complete: several manifests copied with one `cp` never show as
-//! broken. Dotfiles and directories are ignored. Each re-list sends the full set of pods to
-//! [`PodConfig::set`], publishes the files' ConfigMaps and Secrets ([`crate::objects`]; a file may
-//! hold several documents, at most one of them a Pod) and has the pods that use a changed object
-//! synced ([`PodConfig::reconcile`]).
+//! broken. Dotfiles and directories are ignored. Each re-list sends the full set of pods to the
+//! pod configuration's merger ([`crate::source::mux`], then [`crate::source::PodConfig::set`]),
+//! publishes the files' ConfigMaps and Secrets ([`crate::objects`]; a file may hold several
+//! documents, at most one of them a Pod) and has the pods that use a changed object synced
+//! ([`crate::source::PodConfig::reconcile`]). The watching is in [`watch`].
 //!
 //! Broken manifests are reported (log, event, metric) once per distinct content. A manifest that
 //! breaks after it was good keeps its last good pod running until it is fixed or removed: an
@@ -24,15 +25,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver};
 use k8s_openapi::api::core::v1::Pod;
-use notify::{EventKind, RecursiveMode, Watcher};
+use notify::EventKind;
 
 use super::checkpoint::CheckpointStore;
 use super::manifest::{decode_manifest, Manifest};
-use super::{ManifestError, PodConfig};
+use super::ManifestError;
 use crate::events::Recorder;
 use crate::metrics::Metrics;
+
+pub mod watch;
+pub use watch::{run, ListSchedule, DIR_EVENTS_CAPACITY};
 
 /// Delay after a create or partial-write event before the directory is re-listed.
 pub const SETTLE: Duration = Duration::from_millis(200);
@@ -553,186 +556,6 @@ impl FileSource {
     }
 }
 
-/// True for names editors and tools give finished manifests (`.yaml`, `.yml`, `.json`): a write
-/// to one is acted on at once; other names (temporary files of `sed -i`, editors' swap files) are
-/// given [`SETTLE`] to be renamed or removed first.
-fn has_manifest_extension(p: &Path) -> bool {
-    matches!(
-        p.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml" | "json")
-    )
-}
-
-/// What to do about one inotify event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reaction {
-    /// The watched path itself went away or was replaced: watch it again and re-list.
-    Rewatch,
-    /// A manifest was finished, renamed into place or removed: re-list now.
-    Relist,
-    /// Something else changed: re-list after [`SETTLE`].
-    Settle,
-    /// Reads and other noise.
-    Ignore,
-}
-
-fn react(ev: &notify::Event, watched: &Path) -> Reaction {
-    use notify::event::{AccessKind, AccessMode, ModifyKind};
-    let close_write = matches!(
-        ev.kind,
-        EventKind::Access(AccessKind::Close(AccessMode::Write))
-    );
-    let renamed = matches!(ev.kind, EventKind::Modify(ModifyKind::Name(_)));
-    let removed = matches!(ev.kind, EventKind::Remove(_));
-    if (removed || renamed) && ev.paths.iter().any(|p| p == watched) {
-        return Reaction::Rewatch;
-    }
-    // For a rename the destination (last path) is what will be listed.
-    let finished_manifest = if renamed {
-        ev.paths.last().is_some_and(|p| has_manifest_extension(p))
-    } else {
-        ev.paths.iter().all(|p| has_manifest_extension(p))
-    };
-    match ev.kind {
-        _ if (close_write || renamed || removed) && finished_manifest => Reaction::Relist,
-        _ if close_write => Reaction::Settle,
-        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => Reaction::Settle,
-        _ => Reaction::Ignore,
-    }
-}
-
-/// When the directory is listed next: every `period`, and [`SETTLE`] after an event that may
-/// be followed by more (the earliest such deadline wins). Times come from the caller's clock.
-#[derive(Debug, Clone, Copy)]
-pub struct ListSchedule {
-    period: Duration,
-    next_period: Instant,
-    settle_at: Option<Instant>,
-}
-
-impl ListSchedule {
-    /// A schedule whose first periodic listing is `period` after `now`.
-    pub fn new(now: Instant, period: Duration) -> Self {
-        Self {
-            period,
-            next_period: now + period,
-            settle_at: None,
-        }
-    }
-
-    /// An event that needs a listing once things settle, seen at `now`.
-    pub fn settle(&mut self, now: Instant) {
-        let due = now + SETTLE;
-        self.settle_at = Some(self.settle_at.map_or(due, |t| t.min(due)));
-    }
-
-    /// A listing happened at `now`: the next is a period later, and no settle is pending.
-    pub fn listed(&mut self, now: Instant) {
-        self.settle_at = None;
-        self.next_period = now + self.period;
-    }
-
-    /// True when a listing is due at `now`.
-    pub fn due(&self, now: Instant) -> bool {
-        self.settle_at.is_some_and(|t| t <= now) || self.next_period <= now
-    }
-
-    /// How long from `now` until the next listing is due.
-    pub fn wait(&self, now: Instant) -> Duration {
-        let next = self
-            .settle_at
-            .map_or(self.next_period, |t| t.min(self.next_period));
-        next.saturating_duration_since(now)
-    }
-}
-
-/// Runs the file source on the calling thread until `stop` fires: watches `dir`, re-lists on
-/// changes and as [`ListSchedule`] says, and feeds `config`. When the directory disappears the
-/// watch is dropped, the path is looked for every [`REWATCH_INTERVAL`], and it is watched and
-/// listed again once it is back. Time comes from `clock`.
-pub fn run(
-    mut source: FileSource,
-    period: Duration,
-    config: Arc<std::sync::Mutex<PodConfig>>,
-    stop: Receiver<()>,
-    clock: crate::clock::SharedClock,
-) {
-    let (ev_tx, ev_rx) = crossbeam_channel::unbounded::<notify::Result<notify::Event>>();
-    let mut watcher = match notify::recommended_watcher(move |e| {
-        let _ = ev_tx.send(e);
-    }) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            tracing::warn!(error = %e, "inotify unavailable; relying on periodic listing");
-            None
-        }
-    };
-    let mut watching = false;
-    let mut schedule = ListSchedule::new(clock.now(), period);
-    let mut relist = true;
-    loop {
-        if !watching {
-            if let Some(w) = watcher.as_mut() {
-                let _ = w.unwatch(&source.dir);
-                watching = w.watch(&source.dir, RecursiveMode::NonRecursive).is_ok();
-                // Whatever was written while nothing watched is found by listing now.
-                relist |= watching;
-            }
-        }
-        if relist {
-            if let Some(pods) = source.list_if_changed() {
-                let changed = source.take_changed_objects();
-                let mut config = config.lock().unwrap_or_else(|e| e.into_inner());
-                config.set(SOURCE, pods);
-                if !changed.is_empty() {
-                    config.reconcile(SOURCE, &changed);
-                }
-            }
-            relist = false;
-            schedule.listed(clock.now());
-            if source.take_unsettled() {
-                schedule.settle(clock.now());
-            }
-            watching &= !source.dir_missing();
-        }
-        let mut wait = schedule.wait(clock.now());
-        if !watching && watcher.is_some() {
-            // The path is missing: look for it again soon rather than at the next period.
-            wait = wait.min(REWATCH_INTERVAL);
-        }
-        select! {
-            recv(stop) -> _ => return,
-            recv(ev_rx) -> ev => {
-                let Ok(first) = ev else { return };
-                // With it, the events already queued: they tell which other files are still
-                // being written before anything is listed.
-                for ev in std::iter::once(first).chain(ev_rx.try_iter()) {
-                    match ev {
-                        Ok(ev) => {
-                            source.observe(&ev);
-                            match react(&ev, &source.dir) {
-                                Reaction::Rewatch => {
-                                    watching = false;
-                                    relist = true;
-                                }
-                                Reaction::Relist => relist = true,
-                                Reaction::Settle => schedule.settle(clock.now()),
-                                Reaction::Ignore => {}
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "inotify error; re-watching");
-                            watching = false;
-                            relist = true;
-                        }
-                    }
-                }
-            }
-            recv(clock.after(wait)) -> _ => relist = schedule.due(clock.now()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -990,45 +813,6 @@ mod tests {
     }
 
     #[test]
-    fn events_are_acted_on_by_kind_and_name() {
-        use notify::event::{
-            AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode,
-        };
-        let dir = Path::new("/m");
-        let ev = |kind, paths: &[&str]| notify::Event {
-            kind,
-            paths: paths.iter().map(PathBuf::from).collect(),
-            attrs: Default::default(),
-        };
-        let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
-        assert_eq!(react(&ev(close, &["/m/a.yaml"]), dir), Reaction::Relist);
-        assert_eq!(react(&ev(close, &["/m/sedX1b2"]), dir), Reaction::Settle);
-        assert_eq!(
-            react(
-                &ev(EventKind::Create(CreateKind::File), &["/m/a.yaml"]),
-                dir
-            ),
-            Reaction::Settle
-        );
-        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
-        assert_eq!(
-            react(&ev(rename, &["/m/.a.tmp", "/m/a.yaml"]), dir),
-            Reaction::Relist
-        );
-        assert_eq!(
-            react(&ev(EventKind::Remove(RemoveKind::Folder), &["/m"]), dir),
-            Reaction::Rewatch
-        );
-        assert_eq!(
-            react(
-                &ev(EventKind::Access(AccessKind::Read), &["/m/a.yaml"]),
-                dir
-            ),
-            Reaction::Ignore
-        );
-    }
-
-    #[test]
     fn unreadable_and_special_files_are_handled() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
@@ -1089,29 +873,6 @@ mod tests {
         std::fs::remove_file(m.join("a.yaml")).unwrap();
         assert!(s.list().is_empty());
         assert!(new(&m).list().is_empty());
-    }
-
-    #[test]
-    fn listings_come_each_period_and_a_settle_after_an_event() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut s = ListSchedule::new(t0, Duration::from_secs(20));
-        assert!(!s.due(t0));
-        assert_eq!(s.wait(t0), Duration::from_secs(20));
-        // A temporary file appears: listed 200 ms later, not before.
-        s.settle(t0 + ms(1000));
-        assert_eq!(s.wait(t0 + ms(1000)), SETTLE);
-        // More events meanwhile do not push the listing back.
-        s.settle(t0 + ms(1100));
-        assert!(!s.due(t0 + ms(1199)));
-        assert!(s.due(t0 + ms(1200)));
-        s.listed(t0 + ms(1200));
-        assert!(!s.due(t0 + ms(1300)));
-        assert_eq!(s.wait(t0 + ms(1200)), Duration::from_secs(20));
-        assert!(
-            s.due(t0 + ms(21_200)),
-            "the period counts from the last listing"
-        );
     }
 
     #[test]

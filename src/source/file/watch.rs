@@ -1,0 +1,334 @@
+//! Watching the static pod directory: inotify events (through `notify`) decide when the
+//! [`FileSource`] lists again (`react`), a [`ListSchedule`] keeps the periodic listing and the
+//! settle delay, and [`run`] is the file source's thread (kubelet's `file_linux.go`).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver};
+use notify::{EventKind, RecursiveMode, Watcher};
+
+use super::{FileSource, REWATCH_INTERVAL, SETTLE};
+use crate::metrics::Metrics;
+use crate::source::mux::{SourceMsg, SourceSender};
+
+/// True for names editors and tools give finished manifests (`.yaml`, `.yml`, `.json`): a write
+/// to one is acted on at once; other names (temporary files of `sed -i`, editors' swap files) are
+/// given [`SETTLE`] to be renamed or removed first.
+fn has_manifest_extension(p: &Path) -> bool {
+    matches!(
+        p.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// What to do about one inotify event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reaction {
+    /// The watched path itself went away or was replaced: watch it again and re-list.
+    Rewatch,
+    /// A manifest was finished, renamed into place or removed: re-list now.
+    Relist,
+    /// Something else changed: re-list after [`SETTLE`].
+    Settle,
+    /// Reads and other noise.
+    Ignore,
+}
+
+fn react(ev: &notify::Event, watched: &Path) -> Reaction {
+    use notify::event::{AccessKind, AccessMode, ModifyKind};
+    let close_write = matches!(
+        ev.kind,
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+    );
+    let renamed = matches!(ev.kind, EventKind::Modify(ModifyKind::Name(_)));
+    let removed = matches!(ev.kind, EventKind::Remove(_));
+    if ev.need_rescan() {
+        // The kernel's inotify queue overflowed: events were lost, so list what is there now.
+        return Reaction::Relist;
+    }
+    if (removed || renamed) && ev.paths.iter().any(|p| p == watched) {
+        return Reaction::Rewatch;
+    }
+    // For a rename the destination (last path) is what will be listed.
+    let finished_manifest = if renamed {
+        ev.paths.last().is_some_and(|p| has_manifest_extension(p))
+    } else {
+        ev.paths.iter().all(|p| has_manifest_extension(p))
+    };
+    match ev.kind {
+        _ if (close_write || renamed || removed) && finished_manifest => Reaction::Relist,
+        _ if close_write => Reaction::Settle,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => Reaction::Settle,
+        _ => Reaction::Ignore,
+    }
+}
+
+/// When the directory is listed next: every `period`, and [`SETTLE`] after an event that may
+/// be followed by more (the earliest such deadline wins). Times come from the caller's clock.
+#[derive(Debug, Clone, Copy)]
+pub struct ListSchedule {
+    period: Duration,
+    next_period: Instant,
+    settle_at: Option<Instant>,
+}
+
+impl ListSchedule {
+    /// A schedule whose first periodic listing is `period` after `now`.
+    pub fn new(now: Instant, period: Duration) -> Self {
+        Self {
+            period,
+            next_period: now + period,
+            settle_at: None,
+        }
+    }
+
+    /// An event that needs a listing once things settle, seen at `now`.
+    pub fn settle(&mut self, now: Instant) {
+        let due = now + SETTLE;
+        self.settle_at = Some(self.settle_at.map_or(due, |t| t.min(due)));
+    }
+
+    /// A listing happened at `now`: the next is a period later, and no settle is pending.
+    pub fn listed(&mut self, now: Instant) {
+        self.settle_at = None;
+        self.next_period = now + self.period;
+    }
+
+    /// True when a listing is due at `now`.
+    pub fn due(&self, now: Instant) -> bool {
+        self.settle_at.is_some_and(|t| t <= now) || self.next_period <= now
+    }
+
+    /// How long from `now` until the next listing is due.
+    pub fn wait(&self, now: Instant) -> Duration {
+        let next = self
+            .settle_at
+            .map_or(self.next_period, |t| t.min(self.next_period));
+        next.saturating_duration_since(now)
+    }
+}
+
+/// Bound of the channel from the inotify watcher to the file source's thread: the kernel's own
+/// default bound of an inotify queue (`fs.inotify.max_queued_events`, 16384; a few MB of events
+/// at most). No event may be dropped: the events tell the source which files are still being
+/// written, and it reads them all before it lists (a file caught half-written would be reported
+/// broken, then again once complete). So a watcher that finds the channel full waits (on
+/// notify's own thread, never a tokio one) and the kernel's queue holds what comes meanwhile;
+/// each wait is counted (`nodelet_channel_full_total{channel="manifest_dir_events"}`). Should
+/// the kernel's queue overflow too, it says so and the directory is listed afresh (`react`).
+/// A bound small enough to fill while a burst of files is written would let the source list
+/// before it sees that burst's events: `tests/hostile_manifests.rs` (1,000 entries written at
+/// once) shows the difference.
+pub const DIR_EVENTS_CAPACITY: usize = 16384;
+
+/// Hands an inotify event to the file source's channel (the watcher's own thread calls this),
+/// waiting for room when the channel is full, which is counted. Returns false once the file
+/// source has stopped.
+fn offer_dir_event(
+    tx: &crossbeam_channel::Sender<notify::Result<notify::Event>>,
+    event: notify::Result<notify::Event>,
+    metrics: &Metrics,
+) -> bool {
+    match tx.try_send(event) {
+        Ok(()) => true,
+        Err(crossbeam_channel::TrySendError::Full(event)) => {
+            metrics.channel_full("manifest_dir_events");
+            tx.send(event).is_ok()
+        }
+        Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
+    }
+}
+
+/// Runs the file source on the calling thread until `stop` fires: watches `dir`, re-lists on
+/// changes and as [`ListSchedule`] says, and feeds `config`. When the directory disappears the
+/// watch is dropped, the path is looked for every [`REWATCH_INTERVAL`], and it is watched and
+/// listed again once it is back. Time comes from `clock`.
+pub fn run(
+    mut source: FileSource,
+    period: Duration,
+    config: SourceSender,
+    stop: Receiver<()>,
+    clock: crate::clock::SharedClock,
+) {
+    let (ev_tx, ev_rx) =
+        crossbeam_channel::bounded::<notify::Result<notify::Event>>(DIR_EVENTS_CAPACITY);
+    let metrics = source.metrics.clone();
+    let mut watcher = match notify::recommended_watcher(move |e| {
+        let _ = offer_dir_event(&ev_tx, e, &metrics);
+    }) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(error = %e, "inotify unavailable; relying on periodic listing");
+            None
+        }
+    };
+    let mut watching = false;
+    let mut schedule = ListSchedule::new(clock.now(), period);
+    let mut relist = true;
+    loop {
+        if !watching {
+            if let Some(w) = watcher.as_mut() {
+                let _ = w.unwatch(&source.dir);
+                watching = w.watch(&source.dir, RecursiveMode::NonRecursive).is_ok();
+                // Whatever was written while nothing watched is found by listing now.
+                relist |= watching;
+            }
+        }
+        if relist {
+            if let Some(pods) = source.list_if_changed() {
+                let changed = source.take_changed_objects();
+                if !config.blocking_send(SourceMsg::Snapshot(pods)) {
+                    return;
+                }
+                if !changed.is_empty() && !config.blocking_send(SourceMsg::ObjectsChanged(changed))
+                {
+                    return;
+                }
+            }
+            relist = false;
+            schedule.listed(clock.now());
+            if source.take_unsettled() {
+                schedule.settle(clock.now());
+            }
+            watching &= !source.dir_missing();
+        }
+        let mut wait = schedule.wait(clock.now());
+        if !watching && watcher.is_some() {
+            // The path is missing: look for it again soon rather than at the next period.
+            wait = wait.min(REWATCH_INTERVAL);
+        }
+        select! {
+            recv(stop) -> _ => return,
+            recv(ev_rx) -> ev => {
+                let Ok(first) = ev else { return };
+                // With it, the events already queued: they tell which other files are still
+                // being written before anything is listed.
+                for ev in std::iter::once(first).chain(ev_rx.try_iter()) {
+                    match ev {
+                        Ok(ev) => {
+                            source.observe(&ev);
+                            match react(&ev, &source.dir) {
+                                Reaction::Rewatch => {
+                                    watching = false;
+                                    relist = true;
+                                }
+                                Reaction::Relist => relist = true,
+                                Reaction::Settle => schedule.settle(clock.now()),
+                                Reaction::Ignore => {}
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "inotify error; re-watching");
+                            watching = false;
+                            relist = true;
+                        }
+                    }
+                }
+            }
+            recv(clock.after(wait)) -> _ => relist = schedule.due(clock.now()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_full_dir_events_channel_holds_its_bound_and_the_watcher_waits_counted() {
+        let metrics = Metrics::new();
+        let (tx, rx) = crossbeam_channel::bounded(DIR_EVENTS_CAPACITY);
+        let any = || Ok(notify::Event::new(notify::EventKind::Any));
+        for _ in 0..DIR_EVENTS_CAPACITY {
+            assert!(offer_dir_event(&tx, any(), &metrics));
+        }
+        let m = metrics.clone();
+        let watcher = std::thread::spawn(move || (0..3).all(|_| offer_dir_event(&tx, any(), &m)));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(rx.len(), DIR_EVENTS_CAPACITY, "the channel holds its bound");
+        assert!(!watcher.is_finished(), "the watcher waits rather than drop");
+        let received = rx.iter().take(DIR_EVENTS_CAPACITY + 3).count();
+        assert_eq!(received, DIR_EVENTS_CAPACITY + 3, "nothing was dropped");
+        assert!(watcher.join().unwrap());
+        let waits: u64 = metrics
+            .encode()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("nodelet_channel_full_total{channel=\"manifest_dir_events\"} ")
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!((1..=3).contains(&waits), "each wait counted: {waits}");
+        drop(rx);
+        let (closed, gone) = crossbeam_channel::bounded(1);
+        drop(gone);
+        assert!(
+            !offer_dir_event(&closed, any(), &metrics),
+            "a stopped source is told"
+        );
+    }
+
+    #[test]
+    fn events_are_acted_on_by_kind_and_name() {
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode,
+        };
+        let dir = Path::new("/m");
+        let ev = |kind, paths: &[&str]| notify::Event {
+            kind,
+            paths: paths.iter().map(PathBuf::from).collect(),
+            attrs: Default::default(),
+        };
+        let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        assert_eq!(react(&ev(close, &["/m/a.yaml"]), dir), Reaction::Relist);
+        assert_eq!(react(&ev(close, &["/m/sedX1b2"]), dir), Reaction::Settle);
+        assert_eq!(
+            react(
+                &ev(EventKind::Create(CreateKind::File), &["/m/a.yaml"]),
+                dir
+            ),
+            Reaction::Settle
+        );
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
+        assert_eq!(
+            react(&ev(rename, &["/m/.a.tmp", "/m/a.yaml"]), dir),
+            Reaction::Relist
+        );
+        assert_eq!(
+            react(&ev(EventKind::Remove(RemoveKind::Folder), &["/m"]), dir),
+            Reaction::Rewatch
+        );
+        assert_eq!(
+            react(
+                &ev(EventKind::Access(AccessKind::Read), &["/m/a.yaml"]),
+                dir
+            ),
+            Reaction::Ignore
+        );
+    }
+
+    #[test]
+    fn listings_come_each_period_and_a_settle_after_an_event() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = ListSchedule::new(t0, Duration::from_secs(20));
+        assert!(!s.due(t0));
+        assert_eq!(s.wait(t0), Duration::from_secs(20));
+        // A temporary file appears: listed 200 ms later, not before.
+        s.settle(t0 + ms(1000));
+        assert_eq!(s.wait(t0 + ms(1000)), SETTLE);
+        // More events meanwhile do not push the listing back.
+        s.settle(t0 + ms(1100));
+        assert!(!s.due(t0 + ms(1199)));
+        assert!(s.due(t0 + ms(1200)));
+        s.listed(t0 + ms(1200));
+        assert!(!s.due(t0 + ms(1300)));
+        assert_eq!(s.wait(t0 + ms(1200)), Duration::from_secs(20));
+        assert!(
+            s.due(t0 + ms(21_200)),
+            "the period counts from the last listing"
+        );
+    }
+}
