@@ -167,13 +167,7 @@ mod tests {
     use super::*;
     use crate::objects::SYNC_WAIT;
 
-    fn cm(name: &str) -> ObjectRef {
-        ObjectRef {
-            kind: ObjectKind::ConfigMap,
-            namespace: "default".into(),
-            name: name.into(),
-        }
-    }
+    use crate::testing::pods::config_map_ref as cm;
 
     #[test]
     fn an_observed_object_is_stored_and_a_change_is_reported_once() {

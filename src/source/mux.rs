@@ -147,7 +147,6 @@ fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::objects::ObjectKind;
     use crate::source::PodOp;
 
     fn pod(uid: &str, config_map: Option<&str>) -> Arc<Pod> {
@@ -170,13 +169,7 @@ mod tests {
         Arc::new(p)
     }
 
-    fn cm(name: &str) -> ObjectRef {
-        ObjectRef {
-            kind: ObjectKind::ConfigMap,
-            namespace: "default".into(),
-            name: name.into(),
-        }
-    }
+    use crate::testing::pods::config_map_ref as cm;
 
     #[test]
     fn sources_reach_the_sync_loop_through_one_merger_and_references_follow_snapshots() {

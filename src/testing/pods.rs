@@ -24,3 +24,12 @@ pub fn versioned(uid: &str, hash: &str) -> Pod {
     );
     p
 }
+
+/// The ConfigMap `name` in namespace `default`, as pods reference it.
+pub fn config_map_ref(name: &str) -> crate::objects::ObjectRef {
+    crate::objects::ObjectRef {
+        kind: crate::objects::ObjectKind::ConfigMap,
+        namespace: "default".into(),
+        name: name.into(),
+    }
+}
