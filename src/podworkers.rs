@@ -23,10 +23,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
-use tracing::{debug, error, warn, Instrument};
+use tracing::{debug, warn, Instrument};
 
 use crate::crash;
-
 use crate::pod::{config_hash, pod_uid};
 use crate::status::failed::Failure;
 
@@ -326,10 +325,11 @@ impl<S: PodSyncer> Drop for Deregister<'_, S> {
 }
 
 impl<S: PodSyncer> Inner<S> {
-    /// Reports a caught panic of `pod`'s `what` ("sync" or "kill"): one log line, the counter,
-    /// the syncer's report.
+    /// Reports a caught panic of `pod`'s `what` ("sync" or "kill"): the counter and the
+    /// syncer's report. The panic itself was logged once, at `ERROR` with its location, by the
+    /// panic hook ([`crash::install_hook`]) inside this worker's span (pod, namespace, UID).
     fn panicked(&self, pod: &Pod, what: &str, p: &crash::Panic) {
-        error!(panic = %p.0, work = what, "pod worker panicked; retrying after the back-off");
+        debug!(panic = %p.0, work = what, "pod worker panicked; retrying after the back-off");
         self.panics.inc();
         self.syncer.sync_panicked(pod, &p.0);
     }
