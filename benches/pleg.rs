@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
-use nodelet::container::cache::PodCache;
+use nodelet::container::cache::PodCacheWriter;
 use nodelet::cri::{api, Cri, ImageService, RuntimeService};
 use nodelet::kuberuntime::container::{container_config, ContainerInputs};
 use nodelet::kuberuntime::sandbox::sandbox_config;
@@ -202,14 +202,14 @@ fn main() {
     let with_events = Pleg::new(
         cri.clone(),
         node.clone(),
-        PodCache::default(),
+        PodCacheWriter::default(),
         tx_ev,
         nodelet::metrics::Metrics::new(),
     );
     let relist_only = Pleg::new(
         cri.clone(),
         node.clone(),
-        PodCache::default(),
+        PodCacheWriter::default(),
         tx_rl,
         nodelet::metrics::Metrics::new(),
     );
@@ -321,7 +321,7 @@ fn main() {
     let quiet = Pleg::new(
         counted,
         node.clone(),
-        PodCache::default(),
+        PodCacheWriter::default(),
         tx,
         nodelet::metrics::Metrics::new(),
     );

@@ -696,7 +696,7 @@ fn relist_cost(rt: &tokio::runtime::Runtime, node: &str, rounds: usize) -> Relis
     let pleg = nodelet::pleg::Pleg::new(
         counted,
         node.to_owned(),
-        nodelet::container::cache::PodCache::default(),
+        nodelet::container::cache::PodCacheWriter::default(),
         tx,
         nodelet::metrics::Metrics::new(),
     );

@@ -16,13 +16,14 @@ use tracing::{error, info, warn};
 use crate::cm::cgroupfs::{Cgroupfs, Hierarchies};
 use crate::cm::{detect_capacity, CmError, ContainerManager, NodeConfig};
 use crate::config::Config;
-use crate::container::cache::PodCache;
+use crate::container::cache::{PodCache, PodCacheWriter};
 use crate::cri::{Cri, ImageService, RuntimeService};
 use crate::events::Recorder;
 use crate::kuberuntime::sandbox::parse_resolv_conf;
 use crate::kuberuntime::{KubeRuntimeManager, Settings};
 use crate::metrics::Metrics;
 use crate::pleg::{Pleg, PodLifecycleEvent};
+use crate::podsync::PodSync;
 use crate::podworkers::{Periods, PodWorkers, WorkQueue};
 use crate::prober::ProbeResult;
 use crate::runtime_state::RuntimeState;
@@ -181,17 +182,17 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     ));
     let cluster_client = join_cluster(&core, &config, &flags, &runtime_version)?;
     let (pleg, cache, pleg_rx) = start_pleg(&core, &config, &pleg_slot);
-    // imagefs: the filesystem CRI names for images, when the runtime says.
-    let imagefs = core
-        .rt
-        .block_on(core.cri.image_fs_mountpoints())
-        .ok()
-        .and_then(|m| m.into_iter().next())
-        .map(PathBuf::from);
+    let imagefs = image_fs(&core);
     let objects = crate::objects::LocalObjects::default();
     let api_objects = crate::objects::ApiObjects::default();
-    let (manager, probe_rx) =
-        start_runtime_manager(&core, settings, cache, objects.clone(), api_objects.clone())?;
+    let (manager, probe_rx) = start_runtime_manager(
+        &core,
+        settings,
+        &pleg,
+        cache,
+        objects.clone(),
+        api_objects.clone(),
+    )?;
     start_qos_resync(&core);
     let queue = WorkQueue::default();
     let periods = Periods {
@@ -222,7 +223,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     // Pods already running are adopted as their manifests arrive, not admitted again.
     let adopted: HashSet<String> = core
         .rt
-        .block_on(manager.runtime_pods())
+        .block_on(manager.runtime().runtime_pods())
         .map(|pods| pods.ours.iter().map(|p| p.uid.clone()).collect())
         .unwrap_or_default();
     let listed_by_pleg = pleg.clone();
@@ -464,6 +465,15 @@ fn join_cluster(
     Ok(Some(client))
 }
 
+/// imagefs: the filesystem CRI names for images, when the runtime says.
+fn image_fs(core: &Core) -> Option<PathBuf> {
+    core.rt
+        .block_on(core.cri.image_fs_mountpoints())
+        .ok()
+        .and_then(|m| m.into_iter().next())
+        .map(PathBuf::from)
+}
+
 /// The PLEG: relist (and containerd's event stream) → the pod cache and the sync loop's PLEG
 /// channel; container log rotation (`containerLogMaxSize`, `containerLogMaxFiles`) over what it
 /// lists.
@@ -472,24 +482,16 @@ fn start_pleg(
     config: &Config,
     slot: &std::sync::OnceLock<Arc<Pleg>>,
 ) -> (Arc<Pleg>, PodCache, Receiver<PodLifecycleEvent>) {
-    let cache = PodCache::default();
     let (pleg_tx, pleg_rx) = crossbeam_channel::bounded(crate::pleg::CHANNEL_CAPACITY);
     let pleg = Pleg::new(
         core.cri.clone(),
         core.node_name.clone(),
-        cache.clone(),
+        PodCacheWriter::default(),
         pleg_tx,
         core.metrics.clone(),
     );
+    let cache = pleg.cache();
     let _ = slot.set(pleg.clone());
-    // A pod worker that needs a status newer than its last sync asks the PLEG for a relist
-    // (shared by every worker waiting) rather than reading the pod itself.
-    let weak = Arc::downgrade(&pleg);
-    cache.set_relist_requester(Box::new(move || {
-        if let Some(p) = weak.upgrade() {
-            p.trigger();
-        }
-    }));
     core.rt.spawn(crate::pleg::events::run(
         config.runtime_socket.clone(),
         pleg.clone(),
@@ -507,15 +509,16 @@ fn start_pleg(
     (pleg, cache, pleg_rx)
 }
 
-/// The runtime manager (pod spec → CRI calls) with its probe manager; returns the probe results
-/// channel the sync loop reads.
+/// The runtime manager (pod spec → CRI calls) with its probe manager, under the pod-sync layer
+/// the pod workers call; returns the layer and the probe results channel the sync loop reads.
 fn start_runtime_manager(
     core: &Core,
     settings: Settings,
+    pleg: &Pleg,
     cache: PodCache,
     objects: crate::objects::LocalObjects,
     api_objects: crate::objects::ApiObjects,
-) -> Result<(Arc<KubeRuntimeManager>, Receiver<ProbeResult>), AgentError> {
+) -> Result<(Arc<PodSync>, Receiver<ProbeResult>), AgentError> {
     // The probe channel: its producer is the probe manager's workers.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::manager::UPDATES_CAPACITY);
     let probes = crate::prober::ProbeManager::new(crate::prober::manager::ProbeDeps {
@@ -529,23 +532,36 @@ fn start_runtime_manager(
         metrics: core.metrics.clone(),
         clock: crate::clock::system(),
     });
-    let manager = Arc::new(KubeRuntimeManager::new(
+    let runtime = Arc::new(KubeRuntimeManager::new(
         core.cri.clone(),
         settings,
         crate::kuberuntime::Shared {
+            recorder: core.recorder.clone(),
+            metrics: core.metrics.clone(),
+            cache: cache.clone(),
+            clock: crate::clock::system(),
+            probes: probes.clone(),
+            objects: objects.clone(),
+            api_objects: api_objects.clone(),
+        },
+    ));
+    let layer = PodSync::new(
+        runtime,
+        crate::podsync::Deps {
             cm: core.cm.clone(),
             status: core.status.clone(),
             recorder: core.recorder.clone(),
             metrics: core.metrics.clone(),
             cache,
+            cache_feed: pleg.cache_feed(),
             failed: core.failed.clone(),
             clock: crate::clock::system(),
             probes,
             objects,
             api_objects,
         },
-    ));
-    Ok((manager, probe_rx))
+    );
+    Ok((Arc::new(layer), probe_rx))
 }
 
 /// The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
@@ -645,7 +661,7 @@ fn start_node_shutdown(
     core: &Core,
     config: &Config,
     flags: &Flags,
-    workers: &PodWorkers<KubeRuntimeManager>,
+    workers: &PodWorkers<PodSync>,
 ) -> Option<std::thread::JoinHandle<()>> {
     if config.shutdown_groups.is_empty() {
         return None;
@@ -706,7 +722,7 @@ fn start_eviction_manager(
     core: &Core,
     config: &Config,
     flags: &Flags,
-    workers: &PodWorkers<KubeRuntimeManager>,
+    workers: &PodWorkers<PodSync>,
     imagefs: Option<PathBuf>,
 ) -> std::thread::JoinHandle<()> {
     let mut node = crate::eviction::provider::AgentNode {

@@ -23,8 +23,8 @@ use tracing::{info, warn};
 
 use crate::cri::CriRuntime;
 use crate::kuberuntime::status::{RuntimePods, RuntimePodsView};
-use crate::kuberuntime::KubeRuntimeManager;
 use crate::metrics::Metrics;
+use crate::podsync::PodSync;
 use crate::podworkers::{KillPodOptions, PodWorkers, UpdateType};
 use crate::syncloop::Housekeeper;
 
@@ -66,8 +66,8 @@ impl OrphanScan {
 /// the garbage of a burst of pods (listings, statuses, decoded manifests) leaves the agent's
 /// RSS once the burst is over.
 pub fn housekeeper<R: CriRuntime>(
-    manager: Arc<KubeRuntimeManager<R>>,
-    workers: PodWorkers<KubeRuntimeManager<R>>,
+    manager: Arc<PodSync<R>>,
+    workers: PodWorkers<PodSync<R>>,
     listed: RuntimePodsView,
     metrics: Arc<Metrics>,
     rt: tokio::runtime::Handle,
@@ -92,7 +92,7 @@ pub fn housekeeper<R: CriRuntime>(
             let start = crate::clock::monotonic_now();
             let runtime_pods = match listed() {
                 Some(p) => Ok(p),
-                None => manager.runtime_pods().await.map(Arc::new),
+                None => manager.runtime().runtime_pods().await.map(Arc::new),
             };
             match runtime_pods {
                 Ok(p) => {
@@ -115,8 +115,8 @@ pub fn housekeeper<R: CriRuntime>(
 /// One pass for the `desired` pod UIDs over the runtime's pods `listed`; `scan` decides whether
 /// the cgroup hierarchies and pod directories are read. Returns whether they were.
 pub async fn pass<R: CriRuntime>(
-    manager: &KubeRuntimeManager<R>,
-    workers: &PodWorkers<KubeRuntimeManager<R>>,
+    manager: &PodSync<R>,
+    workers: &PodWorkers<PodSync<R>>,
     desired: &HashSet<String>,
     listed: &RuntimePods,
     scan: &std::sync::Mutex<OrphanScan>,
@@ -137,7 +137,7 @@ pub async fn pass<R: CriRuntime>(
         // first, which waits for dirty pages to be written back.
         let (cm, root, desired, in_use) = (
             manager.cm().clone(),
-            manager.settings().root_dir.clone(),
+            manager.runtime().settings().root_dir.clone(),
             desired.clone(),
             in_use.clone(),
         );

@@ -32,6 +32,7 @@ pub mod objects;
 pub mod plan;
 pub mod pleg;
 pub mod pod;
+pub mod podsync;
 pub mod podworkers;
 pub mod prober;
 pub mod qos;

@@ -38,11 +38,31 @@ pub enum Requeue {
     Normal,
 }
 
-/// What the pod workers call to do the work; implemented by the runtime manager, and by a
-/// recording fake in tests.
+/// What a pod worker needs to know of a sync or kill that did not complete: its message for the
+/// log, and whether it is a back-off rather than a failure.
+pub trait SyncFailure: std::fmt::Display + Send + 'static {
+    /// A container waits out a back-off (`ImagePullBackOff`): nothing new failed, and the
+    /// worker logs it at debug level. `false` by default.
+    fn is_backoff(&self) -> bool {
+        false
+    }
+}
+
+/// A syncer that never fails (test fakes).
+impl SyncFailure for std::convert::Infallible {}
+
+/// What the pod workers call to do the work; implemented by the pod-sync layer
+/// ([`crate::podsync::PodSync`]), and by recording fakes in tests.
 pub trait PodSyncer: Send + Sync + 'static {
-    /// Brings the pod's runtime state to its spec. Errors are messages for the log.
-    fn sync_pod(&self, pod: Arc<Pod>) -> impl Future<Output = Result<Requeue, String>> + Send;
+    /// Why a sync or kill did not complete (the pod-sync layer's typed
+    /// [`crate::podsync::PodSyncError`]).
+    type Error: SyncFailure;
+    /// Brings the pod's runtime state to its spec.
+    ///
+    /// Errors: what kept the sync from completing; the worker syncs the pod again after
+    /// [`Periods::backoff`], logging a back-off ([`SyncFailure::is_backoff`]) at debug level and
+    /// anything else as a warning.
+    fn sync_pod(&self, pod: Arc<Pod>) -> impl Future<Output = Result<Requeue, Self::Error>> + Send;
     /// Stops every container (grace period `opts.grace` seconds, or the pod's own) and removes
     /// the pod's sandboxes, logs and cgroups; writes the pod's last status (Failed with
     /// `opts.failure`, or none for a removed pod).
@@ -50,7 +70,7 @@ pub trait PodSyncer: Send + Sync + 'static {
         &self,
         pod: Arc<Pod>,
         opts: KillPodOptions,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// Called after a sync or kill of `pod` panicked with `message` (the panic is already logged
     /// and counted): report it where the pod's owner looks (the runtime manager records a
     /// `FailedSync` warning event, as kubelet does for a sync error). Does nothing by default.
@@ -375,6 +395,10 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
                         d.min(inner.periods.resync)
                     }
                     Ok(Ok(Requeue::Normal)) => inner.periods.resync,
+                    Ok(Err(e)) if e.is_backoff() => {
+                        debug!(reason = %e, "pod waits out a back-off");
+                        inner.periods.backoff
+                    }
                     Ok(Err(e)) => {
                         warn!(error = %e, "pod sync failed; will retry");
                         inner.periods.backoff
@@ -609,7 +633,8 @@ mod tests {
     struct Later(Mutex<u32>);
 
     impl PodSyncer for Later {
-        async fn sync_pod(&self, _: Arc<Pod>) -> Result<Requeue, String> {
+        type Error = std::convert::Infallible;
+        async fn sync_pod(&self, _: Arc<Pod>) -> Result<Requeue, Self::Error> {
             let mut n = self.0.lock().unwrap();
             *n += 1;
             Ok(if *n == 1 {
@@ -618,7 +643,7 @@ mod tests {
                 Requeue::Normal
             })
         }
-        async fn terminate_pod(&self, _: Arc<Pod>, _: KillPodOptions) -> Result<(), String> {
+        async fn terminate_pod(&self, _: Arc<Pod>, _: KillPodOptions) -> Result<(), Self::Error> {
             Ok(())
         }
     }

@@ -1,9 +1,13 @@
 //! The pod cache (kubelet's `kubecontainer.Cache`): the latest runtime status of each pod with
 //! the time it was read, so that a pod worker never acts on a status older than its last sync.
 //!
-//! Writers: the PLEG (for pods whose containers changed) and the pod workers (each fresh read).
+//! One writer, the PLEG ([`PodCacheWriter`]): its relist (for pods whose containers changed),
+//! containerd's events, and the reads pod workers hand it ([`crate::pleg::feed`]). What a worker
+//! made (sandbox IPs, created containers, the [`Making`] guard) is that worker's own note on its
+//! own pod, read by the relist.
+//!
 //! [`PodCache::get_newer_than`] answers only with a status read at or after the given time; the
-//! PLEG's [`PodCache::update_time`] marks every entry fresh as of a relist that saw no change.
+//! PLEG's [`PodCacheWriter::update_time`] marks every entry fresh as of a relist that saw no change.
 //!
 //! The cache also remembers the containers containerd reported OOM-killed (its `/tasks/oom`
 //! event), and every status written or already held shows them exited as `OOMKilled`:
@@ -108,38 +112,6 @@ struct Waiters {
 }
 
 impl PodCache {
-    /// Records `status` of `uid` as read at `at`; an older write never replaces a newer one.
-    pub fn set(&self, uid: &str, mut status: RuntimePodStatus, at: Instant) {
-        {
-            let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if g.pods.get(uid).is_some_and(|(_, t)| *t > at) {
-                return;
-            }
-            apply_oom(&mut status, &g.oom_killed);
-            g.pods.insert(uid.to_owned(), (Arc::new(status), at));
-            g.unverified.remove(uid);
-        }
-        self.1.changed.notify_waiters();
-    }
-
-    /// Records that a relist saw `uid` change but could not read its status: until a status is
-    /// written for it, [`PodCache::get_newer_than`] answers with its entry only when that was
-    /// read at or after the time asked, so that no sync acts on what was true before the change
-    /// (say, a container not yet started, which would then be started twice).
-    pub fn mark_unverified(&self, uid: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .unverified
-            .insert(uid.to_owned());
-    }
-
-    /// How a waiting pod worker asks the PLEG for a relist (the agent sets the PLEG's
-    /// trigger). Without one, [`PodCache::wait_newer_than`] does not wait.
-    pub fn set_relist_requester(&self, f: Box<dyn Fn() + Send + Sync>) {
-        let _ = self.1.relist.set(f);
-    }
-
     /// kubelet's blocking `GetNewerThan`: the status of `uid` once it is current at or after
     /// `t`, asking the PLEG for a relist (one relist serves every waiting worker) and waiting
     /// at most `max_wait`. `None` when it is not newer by then, or when there is no PLEG to ask.
@@ -170,29 +142,6 @@ impl PodCache {
         }
     }
 
-    /// Records an OOM kill of `container_id`. Returns the UID of the pod whose held status
-    /// changed (the container had already exited), so its worker can act on it.
-    pub fn mark_oom_killed(&self, container_id: &str) -> Option<String> {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if g.oom_killed.len() >= MAX_OOM_KILLED {
-            g.oom_killed.clear();
-        }
-        g.oom_killed.insert(container_id.to_owned());
-        let oom = std::mem::take(&mut g.oom_killed);
-        let mut changed = None;
-        for (uid, (st, _)) in g.pods.iter_mut() {
-            if st.containers.iter().any(|c| c.id == container_id) {
-                let mut copy = (**st).clone();
-                if apply_oom(&mut copy, &oom) {
-                    *st = Arc::new(copy);
-                    changed = Some(uid.clone());
-                }
-            }
-        }
-        g.oom_killed = oom;
-        changed
-    }
-
     /// True when containerd reported `container_id` OOM-killed.
     pub fn is_oom_killed(&self, container_id: &str) -> bool {
         self.0
@@ -200,17 +149,6 @@ impl PodCache {
             .unwrap_or_else(|e| e.into_inner())
             .oom_killed
             .contains(container_id)
-    }
-
-    /// Marks every entry as current at `at` (a relist found no other change).
-    pub fn update_time(&self, at: Instant) {
-        {
-            let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if g.global.is_none_or(|t| t < at) {
-                g.global = Some(at);
-            }
-        }
-        self.1.changed.notify_waiters();
     }
 
     /// The status of `uid` if it is known to be current at or after `t`: read at or after `t`,
@@ -343,10 +281,104 @@ impl PodCache {
         let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         g.sandbox_ips.get(id).map(|(_, ips)| ips.clone())
     }
+}
+
+/// The PLEG's handle on the pod cache, and the only one that writes runtime statuses: its
+/// relist and containerd's events write directly, and pod workers hand what they read to it
+/// through [`crate::pleg::feed::CacheFeed`], applied on the PLEG's task. Not `Clone`: the agent
+/// moves it into the PLEG. Reads go through [`PodCache`] (`Deref`, or [`PodCacheWriter::reader`]).
+#[derive(Default)]
+pub struct PodCacheWriter(PodCache);
+
+impl std::ops::Deref for PodCacheWriter {
+    type Target = PodCache;
+    fn deref(&self) -> &PodCache {
+        &self.0
+    }
+}
+
+impl PodCacheWriter {
+    /// Another writing handle on the same cache, for unit tests that play the PLEG beside one.
+    #[cfg(test)]
+    pub(crate) fn another(&self) -> PodCacheWriter {
+        PodCacheWriter(self.0.clone())
+    }
+
+    /// A reading handle on the same cache (cheap to clone; pod workers, probes, log rotation).
+    pub fn reader(&self) -> PodCache {
+        self.0.clone()
+    }
+
+    /// Records `status` of `uid` as read at `at`; an older write never replaces a newer one.
+    pub fn set(&self, uid: &str, mut status: RuntimePodStatus, at: Instant) {
+        {
+            let mut g = self.0 .0.lock().unwrap_or_else(|e| e.into_inner());
+            if g.pods.get(uid).is_some_and(|(_, t)| *t > at) {
+                return;
+            }
+            apply_oom(&mut status, &g.oom_killed);
+            g.pods.insert(uid.to_owned(), (Arc::new(status), at));
+            g.unverified.remove(uid);
+        }
+        self.0 .1.changed.notify_waiters();
+    }
+
+    /// Records that a relist saw `uid` change but could not read its status: until a status is
+    /// written for it, [`PodCache::get_newer_than`] answers with its entry only when that was
+    /// read at or after the time asked, so that no sync acts on what was true before the change
+    /// (say, a container not yet started, which would then be started twice).
+    pub fn mark_unverified(&self, uid: &str) {
+        self.0
+             .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unverified
+            .insert(uid.to_owned());
+    }
+
+    /// How a waiting pod worker asks the PLEG for a relist (the agent sets the PLEG's
+    /// trigger). Without one, [`PodCache::wait_newer_than`] does not wait.
+    pub fn set_relist_requester(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.0 .1.relist.set(f);
+    }
+
+    /// Records an OOM kill of `container_id`. Returns the UID of the pod whose held status
+    /// changed (the container had already exited), so its worker can act on it.
+    pub fn mark_oom_killed(&self, container_id: &str) -> Option<String> {
+        let mut g = self.0 .0.lock().unwrap_or_else(|e| e.into_inner());
+        if g.oom_killed.len() >= MAX_OOM_KILLED {
+            g.oom_killed.clear();
+        }
+        g.oom_killed.insert(container_id.to_owned());
+        let oom = std::mem::take(&mut g.oom_killed);
+        let mut changed = None;
+        for (uid, (st, _)) in g.pods.iter_mut() {
+            if st.containers.iter().any(|c| c.id == container_id) {
+                let mut copy = (**st).clone();
+                if apply_oom(&mut copy, &oom) {
+                    *st = Arc::new(copy);
+                    changed = Some(uid.clone());
+                }
+            }
+        }
+        g.oom_killed = oom;
+        changed
+    }
+
+    /// Marks every entry as current at `at` (a relist found no other change).
+    pub fn update_time(&self, at: Instant) {
+        {
+            let mut g = self.0 .0.lock().unwrap_or_else(|e| e.into_inner());
+            if g.global.is_none_or(|t| t < at) {
+                g.global = Some(at);
+            }
+        }
+        self.0 .1.changed.notify_waiters();
+    }
 
     /// Forgets a pod (and the OOM kills of its containers).
     pub fn delete(&self, uid: &str) {
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.0 .0.lock().unwrap_or_else(|e| e.into_inner());
         g.sandbox_ips.retain(|_, (u, _)| u != uid);
         g.made_containers.retain(|_, (u, _)| u != uid);
         g.unverified.remove(uid);
@@ -365,7 +397,7 @@ mod tests {
 
     #[test]
     fn a_pod_whose_status_read_failed_is_not_vouched_for_by_later_relists() {
-        let c = PodCache::default();
+        let c = PodCacheWriter::default();
         let t0 = Instant::now();
         let (t1, t2, t3) = (
             t0 + Duration::from_millis(1),
@@ -389,7 +421,7 @@ mod tests {
     #[test]
     fn an_oom_kill_marks_the_exit_whether_it_comes_before_or_after_it() {
         use crate::container::{ContainerState, RuntimeContainer};
-        let c = PodCache::default();
+        let c = PodCacheWriter::default();
         let exited = |id: &str| RuntimePodStatus {
             containers: vec![RuntimeContainer {
                 id: id.into(),
@@ -414,7 +446,7 @@ mod tests {
 
     #[test]
     fn answers_only_with_statuses_newer_than_asked() {
-        let c = PodCache::default();
+        let c = PodCacheWriter::default();
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_secs(1);
         let t2 = t0 + Duration::from_secs(2);
@@ -439,7 +471,7 @@ mod tests {
 
     #[test]
     fn a_first_sync_reads_the_cache_once_a_relist_has_run() {
-        let c = PodCache::default();
+        let c = PodCacheWriter::default();
         assert!(c.get_first("new").is_none(), "no relist yet");
         let t0 = Instant::now();
         c.update_time(t0);
@@ -458,7 +490,7 @@ mod tests {
     #[test]
     fn what_workers_made_is_kept_per_container_name_and_forgotten_with_the_pod() {
         use crate::container::{ContainerState, RuntimeContainer};
-        let c = PodCache::default();
+        let c = PodCacheWriter::default();
         let made = |name: &str, log: &str| MadeContainer {
             name: name.into(),
             image_ref: Some("sha256:1".into()),
@@ -499,7 +531,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_pod_is_in_the_making_until_every_guard_is_dropped() {
-        let c = PodCache::default();
+        let c = PodCacheWriter::default();
         let (a, b) = (c.making("u1"), c.making("u1"));
         drop(a);
         let t0 = tokio::time::Instant::now();

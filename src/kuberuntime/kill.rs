@@ -1,22 +1,16 @@
 //! KillPod (kubelet's `killPodWithSyncResult`, `killContainersWithSyncResult`, `killContainer`):
-//! stop a pod's containers with their grace period, then its sandboxes, and remove what the pod
-//! left on the node (sandboxes, log directory, pod directory, cgroups). The pod's last status is
-//! written here: Failed for a pod killed for a failure, none for a removed pod.
-
-use std::sync::Arc;
+//! stop a pod's containers with their grace period, then its sandboxes, and remove the sandboxes.
+//! What else the pod left on the node (its last status, directories, cgroups) is the pod-sync
+//! layer's ([`crate::podsync`], `SyncTerminatingPod`).
 
 use k8s_openapi::api::core::v1::Pod;
-use tracing::{info, warn};
+use tracing::info;
 
-use super::hosts_file::pod_dir;
-use super::sandbox::pod_logs_dir;
 use super::status::get_pod_status;
-use super::{KubeRuntimeManager, SyncError};
+use super::KubeRuntimeManager;
 use crate::container::{ContainerState, RuntimePodStatus};
 use crate::cri::{CriError, CriRuntime};
-use crate::pod::{is_safe_uid, pod_ref, pod_uid};
-use crate::podworkers::KillPodOptions;
-use crate::status::failed::EVICTED;
+use crate::pod::{pod_ref, pod_uid};
 
 /// Smallest timeout a container is stopped with, seconds (kubelet's
 /// `minimumGracePeriodInSeconds`).
@@ -175,118 +169,51 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         Ok(())
     }
 
-    /// Kills the pod and removes everything of it; then writes its last status: Failed with
-    /// `opts.failure` (or the failure it is recorded with), or none.
-    pub(super) async fn terminate(
+    /// Kills the pod (kubelet's `KillPod`): reads its containers and sandboxes from the
+    /// runtime, stops them with `grace` seconds (the containers, then the sidecars, then the sandboxes), reads them again once
+    /// stopped when `last_states` (so a failed pod's status keeps its containers' last states),
+    /// then removes the sandboxes (and their containers).
+    ///
+    /// Errors: a CRI call that failed; the pod worker tries the kill again.
+    pub async fn kill_pod(
         &self,
-        pod: &Arc<Pod>,
-        opts: KillPodOptions,
-    ) -> Result<(), SyncError> {
-        let uid = pod_uid(pod).to_owned();
-        let rt = get_pod_status(&self.cri, &uid).await?;
+        pod: &Pod,
+        grace: i64,
+        last_states: bool,
+    ) -> Result<KilledPod, CriError> {
+        let uid = pod_uid(pod);
+        let rt = get_pod_status(&self.cri, uid).await?;
         let existed = !rt.sandboxes.is_empty() || !rt.containers.is_empty();
-        let grace = grace_seconds(pod, opts.grace);
         if existed {
             info!(pod = %pod_ref(pod), uid, grace, "killing pod");
         }
         self.kill_running(pod, &rt, grace).await?;
-        let failure = opts.failure.or_else(|| self.failed.failure(pod));
-        if let Some(f) = &failure {
-            // A failed pod's last status keeps its containers' last states: read once they
-            // stopped, before the sandboxes (and their containers) are removed.
-            let stopped = if existed {
-                get_pod_status(&self.cri, &uid).await.unwrap_or(rt.clone())
-            } else {
-                rt.clone()
-            };
-            self.record_failure(pod, f, &stopped);
-        }
+        // Read once they stopped, before the sandboxes (and their containers) are removed.
+        let stopped = if existed && last_states {
+            get_pod_status(&self.cri, uid).await.unwrap_or(rt.clone())
+        } else {
+            rt.clone()
+        };
         for s in &rt.sandboxes {
             self.cri.remove_pod_sandbox(&s.id).await?;
         }
-        self.probes.remove_pod(&uid);
-        self.remove_pod_leftovers(pod, &uid).await;
-        if failure.is_none() {
-            self.status.remove(&uid);
-        }
-        self.forget_pod(&uid);
-        if existed {
-            let what = match &failure {
-                Some(f) if f.reason == EVICTED => "Pod evicted",
-                Some(f) if f.reason == crate::active_deadline::REASON => {
-                    "Pod past its active deadline"
-                }
-                Some(_) => "Pod rejected",
-                None => "Pod removed",
-            };
-            self.recorder.normal(
-                crate::events::Involved::pod(pod),
-                "Killing",
-                format!("{what}: containers stopped, sandbox removed"),
-            );
-            info!(pod = %pod_ref(pod), uid, "pod terminated and removed");
-        }
-        Ok(())
+        Ok(KilledPod { existed, stopped })
     }
 
-    /// Removes the pod's log directory, pod directory and cgroups. Names come from validated
-    /// manifests or from sandbox labels; nothing is removed that is not a direct child of
-    /// podLogsDir, nor anything named by an unsafe UID.
-    ///
-    /// On a blocking thread: removing the pod cgroup first has the kernel reclaim its page
-    /// cache, which waits for dirty pages to be written back
-    /// ([`crate::cm::cgroupfs::CgroupManager::destroy`]).
-    async fn remove_pod_leftovers(&self, pod: &Pod, uid: &str) {
-        let logs = pod_logs_dir(&self.settings, pod);
-        let safe = is_safe_uid(uid) && logs.parent() == Some(self.settings.pod_logs_dir.as_path());
-        if !safe {
-            warn!(pod = %pod_ref(pod), uid, "pod identity is not safe for paths; leaving its directories and cgroups alone");
-            return;
-        }
-        let (dir, cm, uid, pod) = (
-            pod_dir(&self.settings.root_dir, uid),
-            self.cm.clone(),
-            uid.to_owned(),
-            pod_ref(pod),
-        );
-        let removed = tokio::task::spawn_blocking(move || {
-            // The pod's containers are gone: its volumes can go (tmpfs unmounted) before its
-            // directory.
-            crate::volume::tear_down_pod(&dir);
-            for dir in [logs, dir] {
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        warn!(pod = %pod, uid = %uid, path = %dir.display(), error = %e, "cannot remove pod directory");
-                    }
-                }
-            }
-            cm.remove_pod(&uid);
-        })
-        .await;
-        if let Err(e) = removed {
-            warn!(error = %e, "removing a pod's directories and cgroup failed");
-        }
-    }
-
-    /// Forgets what the manager kept about a pod that is gone.
-    fn forget_pod(&self, uid: &str) {
-        self.start_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
-        self.cache.delete(uid);
-        self.started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
-        self.last_sync
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
+    /// Forgets the back-offs of a pod that is gone.
+    pub fn forget_pod(&self, uid: &str) {
         self.crash_backoff.forget_prefix(&format!("{uid}/"));
         self.pull_backoff.forget_prefix(&format!("{uid}/"));
-        self.refresh_status_metrics();
     }
+}
+
+/// What [`KubeRuntimeManager::kill_pod`] found and did.
+#[derive(Debug)]
+pub struct KilledPod {
+    /// The pod had sandboxes or containers.
+    pub existed: bool,
+    /// Its containers as they were once stopped (before removal).
+    pub stopped: RuntimePodStatus,
 }
 
 #[cfg(test)]

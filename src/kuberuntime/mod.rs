@@ -1,14 +1,15 @@
 //! Runtime manager (kubelet's `kuberuntime_manager.go`): turns a pod spec into CRI calls, split as
 //! kubelet splits it:
 //!
-//! - [`sync`] (`SyncPod`): read the pod's state, compute the actions
-//!   ([`actions::compute_pod_actions`]) and carry them out: stop what must stop, create the
-//!   sandbox, start the next init container or the app containers, then record the pod's status;
+//! - [`sync`] (`SyncPod`): compute the actions ([`actions::compute_pod_actions`], the
+//!   crash-loop back-off) and carry them out: stop what must stop, create the sandbox, start the
+//!   next init container or the app containers, each outcome in a [`result::PodSyncResult`];
 //! - [`kill`] (`KillPod`, `killContainer`): stop every container with the grace period, then the
-//!   sandboxes, and remove the pod's log directory, pod directory and cgroups;
-//! - [`status`] (`GetPodStatus`): the runtime's view of a pod, and the pod status the worker
-//!   writes from it.
+//!   sandboxes, and remove them;
+//! - [`status`] (`GetPodStatus`): the runtime's view of a pod.
 //!
+//! What a sync does above the runtime (the pod's status, cgroup, volumes, probes, active
+//! deadline, clean-up) is the pod-sync layer's, [`crate::podsync`], which calls this manager.
 //! The manager drives any [`CriRuntime`] (the socket client in the agent, a recording fake in
 //! unit tests) and reads time from an injected [`crate::clock::Clock`].
 
@@ -21,6 +22,7 @@ pub mod kill;
 pub mod labels;
 pub mod lifecycle;
 pub mod logs;
+pub mod result;
 pub mod sandbox;
 pub mod security_context;
 pub mod status;
@@ -29,26 +31,19 @@ pub mod termination_message;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::clock::SharedClock;
 use crate::cm::resources::CgroupPolicy;
-use crate::cm::ContainerManager;
 use crate::container::cache::PodCache;
 use crate::cri::{Cri, CriError, CriRuntime};
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::objects::LocalObjects;
-use crate::podworkers::{KillPodOptions, PodSyncer, Requeue};
 use crate::prober::ProbeManager;
-use crate::status::failed::FailedPods;
-use crate::status::generate::StartErrors;
-use crate::status::StatusManager;
 use backoff::{Backoff, BackoffPolicy};
 use sandbox::ResolvConf;
 
@@ -128,9 +123,6 @@ pub enum SyncError {
     /// A CRI call failed.
     #[error(transparent)]
     Cri(#[from] CriError),
-    /// The pod cgroup could not be made.
-    #[error("pod cgroup: {0}")]
-    Cgroup(String),
     /// A container could not be started; `reason` is kubelet's waiting reason.
     #[error("{}{reason}: {message}", start_prefix(.container))]
     Start {
@@ -154,48 +146,33 @@ fn start_prefix(container: &str) -> String {
 
 /// What the manager shares with the rest of the agent.
 pub struct Shared {
-    /// The container manager (pod cgroups).
-    pub cm: Arc<ContainerManager>,
-    /// Where pod statuses go (written only by the pod workers, through this manager).
-    pub status: StatusManager,
-    /// Events.
+    /// Events (Started, Killing, BackOff, FailedCreatePodSandBox...).
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// The pod cache, shared with the PLEG.
+    /// The pod cache (read; its entries are the PLEG's, what a worker made is its own note).
     pub cache: PodCache,
-    /// Pods failed by eviction or refused at admission.
-    pub failed: FailedPods,
     /// Time.
     pub clock: SharedClock,
-    /// Probe workers and their results (liveness and startup failures kill; readiness shows).
+    /// Probe results (liveness and startup failures kill) and the hook handlers' context.
     pub probes: ProbeManager,
-    /// Local ConfigMaps and Secrets (env and volumes of static pods).
+    /// Local ConfigMaps and Secrets (env of static pods).
     pub objects: LocalObjects,
-    /// The apiserver's ConfigMaps and Secrets (env and volumes of API pods).
+    /// The apiserver's ConfigMaps and Secrets (env of API pods).
     pub api_objects: crate::objects::ApiObjects,
 }
 
-/// The runtime manager: one per agent, shared by all pod workers, over the CRI runtime `R`.
+/// The runtime manager: one per agent, shared by all pod workers (through the pod-sync layer),
+/// over the CRI runtime `R`.
 pub struct KubeRuntimeManager<R: CriRuntime = Cri> {
     cri: R,
     settings: Settings,
-    cm: Arc<ContainerManager>,
-    status: StatusManager,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     clock: SharedClock,
-    start_errors: Mutex<HashMap<String, StartErrors>>,
     cache: PodCache,
-    last_sync: Mutex<HashMap<String, Instant>>,
     crash_backoff: Backoff,
     pull_backoff: Backoff,
-    /// Pods whose start duration has been observed.
-    started: Mutex<HashSet<String>>,
-    /// When this manager started, nanoseconds since the epoch.
-    agent_start_ns: i64,
-    /// Pods failed by eviction or admission: never started, status Failed.
-    failed: FailedPods,
     probes: ProbeManager,
     objects: LocalObjects,
     api_objects: crate::objects::ApiObjects,
@@ -222,17 +199,10 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             pull_backoff: Backoff::new(settings.pull_backoff),
             cri,
             settings,
-            cm: shared.cm,
-            status: shared.status,
             recorder: shared.recorder,
             metrics: shared.metrics,
-            agent_start_ns: shared.clock.epoch_ns(),
             clock: shared.clock,
-            start_errors: Mutex::new(HashMap::new()),
             cache: shared.cache,
-            last_sync: Mutex::new(HashMap::new()),
-            started: Mutex::new(HashSet::new()),
-            failed: shared.failed,
             probes: shared.probes,
             objects: shared.objects,
             api_objects: shared.api_objects,
@@ -250,11 +220,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
     }
 
-    /// The container manager.
-    pub fn cm(&self) -> &Arc<ContainerManager> {
-        &self.cm
-    }
-
     /// Node facts and paths.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -263,46 +228,5 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// The CRI runtime.
     pub fn cri(&self) -> &R {
         &self.cri
-    }
-
-    fn set_start_error(&self, uid: &str, container: &str, err: Option<(String, String)>) {
-        let mut m = self.start_errors.lock().unwrap_or_else(|e| e.into_inner());
-        let pod = m.entry(uid.to_owned()).or_default();
-        match err {
-            Some(e) => {
-                pod.insert(container.to_owned(), e);
-            }
-            None => {
-                pod.remove(container);
-            }
-        }
-    }
-}
-
-impl<R: CriRuntime> PodSyncer for KubeRuntimeManager<R> {
-    async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
-        let t = self.clock.now();
-        let r = self.sync(&pod).await.map_err(|e| e.to_string());
-        let secs = self.clock.now().duration_since(t).as_secs_f64();
-        Metrics::observe(&self.metrics.pod_worker_duration, "sync", secs);
-        r
-    }
-
-    async fn terminate_pod(&self, pod: Arc<Pod>, opts: KillPodOptions) -> Result<(), String> {
-        let t = self.clock.now();
-        let r = self.terminate(&pod, opts).await.map_err(|e| e.to_string());
-        let secs = self.clock.now().duration_since(t).as_secs_f64();
-        Metrics::observe(&self.metrics.pod_worker_duration, "kill", secs);
-        r
-    }
-
-    /// A `FailedSync` warning event on the pod, as kubelet records for a sync error
-    /// (`events.FailedSync`, "error syncing pod").
-    fn sync_panicked(&self, pod: &Pod, message: &str) {
-        self.recorder.warning(
-            crate::events::Involved::pod(pod),
-            "FailedSync",
-            format!("error syncing pod: panic: {message}"),
-        );
     }
 }

@@ -1,25 +1,17 @@
 //! GetPodStatus (kubelet's `kuberuntime_manager.go` `GetPodStatus`): one pod's sandboxes and
-//! containers, newest first, read through CRI by label `io.kubernetes.pod.uid`; the pod cache
-//! reads ("newer than" the pod's last sync); and the pod status the worker records from them
-//! (kubelet's `generateAPIPodStatus`, with the pod start metric).
+//! containers, newest first, read through CRI by label `io.kubernetes.pod.uid`, and the
+//! runtime's pods as housekeeping sees them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::labels;
 use super::KubeRuntimeManager;
 use crate::container::cache::PodCache;
 use crate::container::{ContainerState, RuntimeContainer, RuntimePodStatus, SandboxStatus};
 use crate::cri::{api, CriError, CriResult, CriRuntime, RuntimeService};
-use crate::pod::pod_uid;
-use crate::status::failed::Failure;
-use crate::status::generate::generate_pod_status;
-
-/// Longest a pod worker waits for the PLEG to bring the pod cache past its last sync before it
-/// reads the pod's status itself.
-pub const STATUS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The runtime's pods as housekeeping sees them.
 #[derive(Debug, Clone, Default)]
@@ -289,150 +281,6 @@ fn runtime_container(c: api::Container, st: api::ContainerStatus) -> RuntimeCont
 }
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
-    /// Writes the pod's status from the runtime's view of it (the pod worker's write).
-    pub(super) fn record_status(&self, pod: &Arc<Pod>, rt: &RuntimePodStatus) {
-        let uid = pod_uid(pod);
-        let st = self.generated_status(pod, rt);
-        let all_running = st
-            .container_statuses
-            .iter()
-            .flatten()
-            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
-        // Only pods this agent started: an adopted pod's start was measured by its predecessor.
-        let started_here = rt
-            .sandboxes
-            .first()
-            .is_some_and(|s| s.created_at >= self.agent_start_ns);
-        if all_running && started_here && st.phase.as_deref() == Some("Running") {
-            self.observe_pod_start(pod, uid);
-        }
-        self.status.set(pod.clone(), st);
-        self.refresh_status_metrics();
-    }
-
-    /// The pod's status from the runtime's view `rt`, its last start errors and its probe
-    /// results ([`generate_pod_status`]).
-    pub(super) fn generated_status(&self, pod: &Pod, rt: &RuntimePodStatus) -> PodStatus {
-        let errors = self
-            .start_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(pod_uid(pod))
-            .cloned()
-            .unwrap_or_default();
-        generate_pod_status(
-            pod,
-            rt,
-            &errors,
-            self.probes.results(),
-            &self.settings.node_ip,
-        )
-    }
-
-    /// Writes the status of a pod failed with `failure`: for a pod that ran, its last status
-    /// from `rt` ([`Failure::terminal_status`]); for one refused before it ran, the plain
-    /// failure ([`Failure::status`]).
-    pub(super) fn record_failure(&self, pod: &Arc<Pod>, failure: &Failure, rt: &RuntimePodStatus) {
-        let st = if failure.ran || !rt.containers.is_empty() {
-            failure.terminal_status(pod, self.generated_status(pod, rt))
-        } else {
-            failure.status(pod)
-        };
-        self.status.set(pod.clone(), st);
-    }
-
-    /// `kubelet_pod_start_duration_seconds`: from `config.seen` to all containers running, once
-    /// per pod.
-    fn observe_pod_start(&self, pod: &Pod, uid: &str) {
-        if !self
-            .started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_owned())
-        {
-            return;
-        }
-        let seen = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(crate::pod::CONFIG_SEEN_ANNOTATION));
-        if let Some(t) = seen.and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok()) {
-            let secs = (self.clock.epoch_ns() as i128 - t.as_nanosecond()) as f64 / 1e9;
-            if secs >= 0.0 {
-                self.metrics.pod_start_duration.observe(secs);
-            }
-        }
-    }
-
-    /// Running pods and containers by state, from the statuses.
-    pub(super) fn refresh_status_metrics(&self) {
-        self.metrics
-            .running_pods
-            .set(self.status.running_pods() as i64);
-        for (state, n) in self.status.container_state_counts() {
-            self.metrics
-                .running_containers
-                .get_or_create(&crate::metrics::ContainerStateLabel {
-                    container_state: state.into(),
-                })
-                .set(n);
-        }
-    }
-
-    /// The pod's runtime status, from the PLEG's cache once it is newer than this pod's last
-    /// sync (asking the PLEG for a relist and waiting up to [`STATUS_WAIT`]), else read from
-    /// the runtime (kubelet's blocking `GetNewerThan` on the pod cache).
-    pub(super) async fn current_status(&self, uid: &str) -> Result<RuntimePodStatus, CriError> {
-        let since = self
-            .last_sync
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(uid)
-            .copied();
-        let cached = match since {
-            Some(t) => self
-                .cache
-                .wait_newer_than(uid, t, STATUS_WAIT)
-                .await
-                .map(|st| (st, t)),
-            // A pod never synced: what the PLEG knows of it (nothing, for a new pod), as
-            // kubelet's first sync reads the cache (no CRI call).
-            None => self.cache.get_first(uid),
-        };
-        if let Some((st, at)) = cached {
-            self.last_sync
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(uid.to_owned(), at);
-            return Ok((*st).clone());
-        }
-        self.fresh_status(uid).await
-    }
-
-    /// Records that the pod was synced now: its next sync acts on a status read after this.
-    pub(super) fn mark_synced(&self, uid: &str) {
-        let now = self.clock.now();
-        self.last_sync
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_owned(), now);
-    }
-
-    /// Reads the pod's status from the runtime, records it in the cache and as this pod's
-    /// last sync time.
-    pub(super) async fn fresh_status(&self, uid: &str) -> Result<RuntimePodStatus, CriError> {
-        let at = self.clock.now();
-        let previous = self.cache.latest(uid);
-        let st = read_pod_status(&self.cri, uid, previous.as_deref(), Some(&self.cache)).await?;
-        self.cache.set(uid, st.clone(), at);
-        self.last_sync
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid.to_owned(), at);
-        Ok(st)
-    }
-
     /// Every pod the runtime has a sandbox for on this node, and the UIDs of other agents'
     /// sandboxes (see [`RuntimePods::from_listings`]): one ListPodSandbox and one
     /// ListContainers, unfiltered.

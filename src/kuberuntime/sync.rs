@@ -1,25 +1,24 @@
-//! SyncPod (kubelet's `kuberuntime_manager.go` `SyncPod`): one sync of a pod. Read its state
-//! (the pod cache when newer than its last sync), compute the actions, hold back containers in
-//! CrashLoopBackOff, kill what must go, make sure the pod cgroup exists, create the sandbox if
-//! needed, start the next init container or the app containers, clean up dead containers and
-//! record the pod's status.
+//! SyncPod (kubelet's `kuberuntime_manager.go` `SyncPod`): the runtime's half of one sync of a
+//! pod. The pod-sync layer ([`crate::podsync`]) reads the pod's state, makes its cgroup and
+//! volumes, and calls [`KubeRuntimeManager::compute_actions`] and then
+//! [`KubeRuntimeManager::sync_pod`], which hold back containers in CrashLoopBackOff, kill what
+//! must go, create the sandbox if needed, start the next init container or the app containers
+//! and clean up dead containers, reporting each action in a [`PodSyncResult`].
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::actions::{self, compute_pod_actions_with, PodActions, ToStart};
 use super::kill::{container_grace_seconds, pod_grace};
+use super::result::{PodSyncResult, StartFailure, SyncAction};
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
-use crate::active_deadline::{self, Deadline};
 use crate::container::{ContainerState, RuntimePodStatus};
 use crate::cri::{api, CriRuntime};
 use crate::pod::{pod_ref, pod_uid};
-use crate::podworkers::{KillPodOptions, Requeue};
-use crate::status::failed::Failure;
 
 /// The sandbox a sync starts containers in: its ID, config and the pod's IPs.
 struct SandboxInfo {
@@ -28,49 +27,98 @@ struct SandboxInfo {
     ips: Vec<String>,
 }
 
+/// What the pod-sync layer made ready for a runtime sync.
+pub struct PodInputs<'a> {
+    /// The pod cgroup's name (the sandbox's `cgroup_parent`), from
+    /// [`crate::cm::ContainerManager::ensure_pod`].
+    pub cgroup: String,
+    /// Each volume's host directory by name (empty for a pod with nothing to start).
+    pub volumes: &'a BTreeMap<String, PathBuf>,
+}
+
+impl PodActions {
+    /// The pod has finished: no sandbox to make or use, nothing to start.
+    pub fn runs_nothing(&self) -> bool {
+        self.create_sandbox.is_none() && self.sandbox_id.is_none()
+    }
+}
+
 impl<R: CriRuntime> KubeRuntimeManager<R> {
-    /// One sync of `pod`; asks to be synced again when a container's back-off ends.
-    pub(super) async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
-        let uid = pod_uid(pod).to_owned();
-        if let Some(failure) = self.failed.failure(pod) {
-            self.show_failed(pod, &uid, &failure);
-            return Ok(Requeue::Normal);
-        }
-        let rt = self.current_status(&uid).await?;
-        if active_deadline::check(pod, rt.start_time(), self.clock.epoch_ns()) == Deadline::Exceeded
-        {
-            return self.deadline_exceeded(pod).await;
-        }
-        let mut actions = compute_pod_actions_with(pod, &rt, self.probes.results());
+    /// The actions a sync of `pod` takes from its runtime state `rt` (kubelet's
+    /// `computePodActions`, with the containers failed probes kill), with the containers in
+    /// CrashLoopBackOff taken out and reported in `result` (kubelet's `doBackOff`).
+    pub fn compute_actions(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        result: &mut PodSyncResult,
+    ) -> PodActions {
+        let mut actions = compute_pod_actions_with(pod, rt, self.probes.results());
         let probe_kills =
-            actions::probe_kills(pod, &rt, self.probes.results(), &actions.containers_to_kill);
+            actions::probe_kills(pod, rt, self.probes.results(), &actions.containers_to_kill);
         actions.containers_to_kill.extend(probe_kills);
-        let wait = self.apply_crash_backoff(pod, &rt, &mut actions);
-        let grace = pod_grace(pod);
+        result.backoff = self.apply_crash_backoff(pod, rt, &mut actions, result);
+        actions
+    }
+
+    /// Carries `actions` out (kubelet's `SyncPod` steps 2–7): stops the pod when it must be
+    /// made again, creates the sandbox in `inputs.cgroup`, stops the containers to kill, starts
+    /// the next init container or the sidecars and app containers, and removes dead containers.
+    /// Every action's outcome goes into `result`; a failure outside a start (a CRI kill or
+    /// status call, the sandbox) stops the sync and is `result.error`.
+    pub async fn sync_pod(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        actions: &PodActions,
+        inputs: PodInputs<'_>,
+        result: &mut PodSyncResult,
+    ) {
+        if let Err(e) = self.sync_steps(pod, rt, actions, inputs, result).await {
+            result.error = Some(e);
+        }
+    }
+
+    async fn sync_steps(
+        &self,
+        pod: &Pod,
+        rt: &RuntimePodStatus,
+        actions: &PodActions,
+        inputs: PodInputs<'_>,
+        result: &mut PodSyncResult,
+    ) -> Result<(), SyncError> {
+        let uid = pod_uid(pod);
         if actions.kill_pod {
             info!(pod = %pod_ref(pod), uid, recreate_sandbox = actions.create_sandbox.is_some(), "stopping pod containers and sandbox");
-            self.kill_running(pod, &rt, grace).await?;
+            self.kill_running(pod, rt, pod_grace(pod)).await?;
         }
-        // The pod cgroup exists with kubelet's values before anything runs in it (kubelet's
-        // `EnsureExists` on every sync); the QoS cgroups are updated first.
-        let cgroup = self
-            .cm
-            .ensure_pod(pod)
-            .map_err(|e| SyncError::Cgroup(e.to_string()))?;
         let sb = if let Some(attempt) = actions.create_sandbox {
-            self.create_sandbox(pod, &rt, attempt, cgroup).await?
+            let sb = self
+                .create_sandbox(pod, rt, attempt, inputs.cgroup)
+                .await
+                .inspect_err(|e| {
+                    result.add(
+                        SyncAction::CreatePodSandbox,
+                        "",
+                        Some(StartFailure {
+                            reason: "CreatePodSandboxError",
+                            message: e.to_string(),
+                        }),
+                    );
+                })?;
+            result.add(SyncAction::CreatePodSandbox, "", None);
+            result.sandbox_created = true;
+            sb
         } else if let Some(id) = actions.sandbox_id.clone() {
             let sb = rt.sandboxes.first().cloned().unwrap_or_default();
             SandboxInfo {
                 id,
-                config: sandbox::sandbox_config(&self.settings, pod, sb.attempt, cgroup),
+                config: sandbox::sandbox_config(&self.settings, pod, sb.attempt, inputs.cgroup),
                 ips: sb.ips,
             }
         } else {
             // Finished pod: nothing to start.
-            self.mark_synced(&uid);
-            self.record_status(pod, &rt);
-            return Ok(Requeue::Normal);
+            return Ok(());
         };
         // A pod on the host network has the node's addresses (kubelet's podIPs for it).
         let ips = if sandbox::is_host_network(pod) {
@@ -78,107 +126,15 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         } else {
             sb.ips.clone()
         };
-        // The pod's probe workers run from its first sync; they read its containers from the
-        // pod cache.
-        self.probes.update_pod(pod, &ips);
-        // An API pod's ConfigMaps and Secrets: their watches given a moment to list.
-        if crate::pod::is_api_pod(pod) {
-            let refs = crate::objects::pod_references(pod);
-            if !refs.is_empty() && !self.api_objects.wait_synced(&refs).await {
-                debug!(pod = %pod_ref(pod), uid, "objects not read from the apiserver yet");
-            }
-        }
-        let volumes = self.set_up_volumes(pod, &uid, &rt)?;
-        let volumes = &volumes;
+        result.pod_ips = Some(ips.clone());
         let to_kill = self.kills_announced(pod, &actions.containers_to_kill);
         // Stopped before anything starts: a replacement may need the same host port.
-        self.stop_containers(pod, &self.hook_ips(pod, &rt), to_kill)
+        self.stop_containers(pod, &self.hook_ips(pod, rt), to_kill)
             .await?;
-
-        let first_err = self
-            .start_containers(pod, &actions, &sb, &ips, volumes)
+        self.start_containers(pod, actions, &sb, &ips, inputs.volumes, result)
             .await;
-        // The status written is the one this sync started from, with what failed to start
-        // (kubelet's: computed before SyncPod acts). What was started shows at the next sync,
-        // which the PLEG's events bring, from the pod cache once it is newer than now.
-        self.mark_synced(&uid);
-        crate::gc::remove_dead_containers(&self.cri, &rt).await;
-        self.record_status(pod, &rt);
-        // Counted from the pod's first sandbox, which may have been created just now (after
-        // the status this sync started from).
-        let now = self.clock.epoch_ns();
-        let started = rt
-            .start_time()
-            .or(actions.create_sandbox.is_some().then_some(now));
-        let deadline = match active_deadline::check(pod, started, now) {
-            Deadline::In(d) => Some(d),
-            // Reached during this sync: the next one (at once) kills the pod.
-            Deadline::Exceeded => Some(std::time::Duration::ZERO),
-            Deadline::None => None,
-        };
-        if let Some(e) = first_err {
-            return Err(e);
-        }
-        // PLEG events bring the pod back when its containers change; a container in back-off
-        // is started again when its delay is over, and the pod when its deadline comes.
-        Ok(match (wait, deadline) {
-            (Some(a), Some(b)) => Requeue::After(a.min(b)),
-            (Some(d), None) | (None, Some(d)) => Requeue::After(d),
-            (None, None) => Requeue::Normal,
-        })
-    }
-
-    /// A failed pod's sync: nothing is started until the manifest changes.
-    fn show_failed(&self, pod: &Arc<Pod>, uid: &str, failure: &crate::status::failed::Failure) {
-        // Failed by eviction (its kill is queued behind this sync) or refused at admission:
-        // nothing is started until the manifest changes. The status written when it was
-        // killed stands; without one (the agent restarted since) it is made from what the
-        // runtime still holds.
-        let written = self.status.get(uid).is_some_and(|s| {
-            s.phase.as_deref() == Some("Failed")
-                && s.reason.as_deref() == Some(failure.reason.as_str())
-                && s.message.as_deref() == Some(failure.message.as_str())
-        });
-        if !written {
-            // The pod cache's view, without a runtime call (the kill reads the runtime).
-            let cached = self.cache.latest(uid);
-            let rt = cached.as_deref().cloned().unwrap_or_default();
-            self.record_failure(pod, failure, &rt);
-        }
-    }
-
-    /// The pod's volumes, before any container (kubelet's `WaitForAttachAndMount`): a failure
-    /// holds the pod in ContainerCreating with a `FailedMount` event, and the next sync tries
-    /// again. Returns each volume's directory by name.
-    fn set_up_volumes(
-        &self,
-        pod: &Arc<Pod>,
-        uid: &str,
-        rt: &RuntimePodStatus,
-    ) -> Result<std::collections::BTreeMap<String, PathBuf>, SyncError> {
-        match crate::volume::set_up_pod(
-            pod,
-            &hosts_file::pod_dir(&self.settings.root_dir, uid),
-            self.objects_for(pod),
-            &self.settings.allocatable,
-        ) {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                warn!(pod = %pod_ref(pod), uid, error = %e, "volume set-up failed");
-                self.recorder.warning(
-                    crate::events::Involved::pod(pod),
-                    "FailedMount",
-                    e.to_string(),
-                );
-                self.mark_synced(uid);
-                self.record_status(pod, rt);
-                Err(SyncError::Start {
-                    container: String::new(),
-                    reason: "FailedMount",
-                    message: e.to_string(),
-                })
-            }
-        }
+        crate::gc::remove_dead_containers(&self.cri, rt).await;
+        Ok(())
     }
 
     /// The containers to kill with their grace periods, each announced by a `Killing` event
@@ -226,7 +182,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     }
 
     /// Starts what `actions` says: the next init container, or the sidecars that exited and
-    /// then the app containers, one at a time in spec order. Returns the first failure; a
+    /// then the app containers, one at a time in spec order, each one's outcome in `result`. A
     /// failure does not hold back the containers after it.
     async fn start_containers(
         &self,
@@ -234,49 +190,27 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         actions: &PodActions,
         sb: &SandboxInfo,
         ips: &[String],
-        volumes: &std::collections::BTreeMap<String, PathBuf>,
-    ) -> Option<SyncError> {
-        let mut first_err = None;
-        if let Some(init) = &actions.next_init {
-            if let Err(e) = self.start_one(pod, init, true, sb, ips, volumes).await {
-                first_err = Some(e);
-            }
-        } else {
-            // Sidecars that exited come back first, in order; then the app containers.
-            for s in &actions.sidecars_to_start {
-                if let Err(e) = self.start_one(pod, s, true, sb, ips, volumes).await {
-                    first_err.get_or_insert(e);
-                }
-            }
-            // One at a time, in spec order: each created, started and its postStart hook
-            // finished before the next (kubelet's `SyncPod`), so a proxy listed first with a
-            // postStart that waits for it is ready before the app starts. A failure does not
-            // hold back the containers after it.
-            for s in &actions.containers_to_start {
-                if let Err(e) = self.start_one(pod, s, false, sb, ips, volumes).await {
-                    first_err.get_or_insert(e);
-                }
-            }
+        volumes: &BTreeMap<String, PathBuf>,
+        result: &mut PodSyncResult,
+    ) {
+        // Sidecars that exited come back first, in order; then the app containers. One at a
+        // time, in spec order: each created, started and its postStart hook finished before the
+        // next (kubelet's `SyncPod`), so a proxy listed first with a postStart that waits for
+        // it is ready before the app starts.
+        let starts: Vec<(&ToStart, bool)> = match &actions.next_init {
+            Some(init) => vec![(init, true)],
+            None => actions
+                .sidecars_to_start
+                .iter()
+                .map(|s| (s, true))
+                .chain(actions.containers_to_start.iter().map(|s| (s, false)))
+                .collect(),
+        };
+        for (s, is_init) in starts {
+            let outcome = self.start_one(pod, s, is_init, sb, ips, volumes).await;
+            let name = container_name(pod, s, is_init);
+            result.add(SyncAction::StartContainer, &name, outcome.err());
         }
-        first_err
-    }
-
-    /// A pod past its `activeDeadlineSeconds` (kubelet's active deadline handler): marked
-    /// Failed with `DeadlineExceeded`, a Normal event, then killed and cleaned up as an evicted
-    /// pod is; it stays Failed until its manifest changes.
-    async fn deadline_exceeded(&self, pod: &Arc<Pod>) -> Result<Requeue, SyncError> {
-        let failure =
-            Failure::new(active_deadline::REASON, active_deadline::MESSAGE).of_running_pod();
-        info!(pod = %pod_ref(pod), uid = pod_uid(pod), "pod is past its active deadline; killing it");
-        self.failed.mark(pod, failure.clone());
-        self.recorder.normal(
-            crate::events::Involved::pod(pod),
-            active_deadline::REASON,
-            active_deadline::MESSAGE,
-        );
-        self.terminate(pod, KillPodOptions::failed(failure, None))
-            .await?;
-        Ok(Requeue::Normal)
     }
 
     /// Creates the pod's sandbox with `attempt` in `cgroup` (RunPodSandbox, then
@@ -284,7 +218,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// stays Pending, visible, with an event.
     async fn create_sandbox(
         &self,
-        pod: &Arc<Pod>,
+        pod: &Pod,
         rt: &RuntimePodStatus,
         attempt: u32,
         cgroup: String,
@@ -338,7 +272,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     "FailedCreatePodSandBox",
                     format!("Failed to create pod sandbox: {e}"),
                 );
-                self.record_status(pod, rt);
                 return Err(e);
             }
         };
@@ -371,10 +304,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         is_init: bool,
         sb: &SandboxInfo,
         pod_ips: &[String],
-        volumes: &std::collections::BTreeMap<String, PathBuf>,
-    ) -> Result<(), SyncError> {
-        let spec = pod.spec.as_ref().ok_or_else(|| SyncError::Start {
-            container: String::new(),
+        volumes: &BTreeMap<String, PathBuf>,
+    ) -> Result<(), StartFailure> {
+        let spec = pod.spec.as_ref().ok_or_else(|| StartFailure {
             reason: "CreateContainerConfigError",
             message: "pod has no spec".into(),
         })?;
@@ -390,7 +322,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let secrets = crate::objects::secret_values(pod, self.objects_for(pod));
         let fail = |reason: &'static str, message: String| {
             let message = crate::objects::redact(&message, &secrets);
-            self.set_start_error(uid, &c.name, Some((reason.to_owned(), message.clone())));
             self.recorder.warning(
                 crate::events::Involved::pod(pod),
                 if reason.starts_with("ErrImage") {
@@ -401,11 +332,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 format!("container {}: {reason}: {message}", c.name),
             );
             warn!(pod = %pod_ref(pod), uid, container = %c.name, reason, error = %message, "container start failed");
-            SyncError::Start {
-                container: c.name.clone(),
-                reason,
-                message,
-            }
+            StartFailure { reason, message }
         };
         let image = c.image.clone().unwrap_or_default();
         let pull_key = format!("{uid}/{image}");
@@ -482,18 +409,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             let _ = self
                 .stop_containers(pod, pod_ips, vec![(id.clone(), c.name.clone(), grace)])
                 .await;
-            self.set_start_error(
-                uid,
-                &c.name,
-                Some(("PostStartHookError".to_owned(), message.clone())),
-            );
-            return Err(SyncError::Start {
-                container: c.name.clone(),
+            return Err(StartFailure {
                 reason: "PostStartHookError",
                 message,
             });
         }
-        self.set_start_error(uid, &c.name, None);
         self.metrics.started_containers.inc();
         self.recorder.normal(
             crate::events::Involved::pod(pod),
@@ -516,7 +436,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         is_init: bool,
         image_ref: &str,
         pod_ips: &[String],
-        volumes: &std::collections::BTreeMap<String, PathBuf>,
+        volumes: &BTreeMap<String, PathBuf>,
     ) -> Result<api::ContainerConfig, String> {
         let uid = pod_uid(pod);
         let inputs = container::ContainerInputs {
@@ -569,6 +489,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         pod: &Pod,
         rt: &RuntimePodStatus,
         actions: &mut PodActions,
+        result: &mut PodSyncResult,
     ) -> Option<Duration> {
         let uid = pod_uid(pod);
         let spec = pod.spec.as_ref()?;
@@ -597,7 +518,14 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                         "BackOff",
                         format!("Back-off restarting failed container {name}: {msg}"),
                     );
-                    self.set_start_error(uid, name, Some(("CrashLoopBackOff".into(), msg)));
+                    result.add(
+                        SyncAction::StartContainer,
+                        name,
+                        Some(StartFailure {
+                            reason: "CrashLoopBackOff",
+                            message: msg,
+                        }),
+                    );
                     wait = Some(wait.map_or(left, |w| w.min(left)));
                     true
                 }
@@ -622,6 +550,19 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .retain(|s| !held(&inits[s.index].name));
         wait
     }
+}
+
+/// The name of the container `s` stands for (an init container when `is_init`).
+fn container_name(pod: &Pod, s: &ToStart, is_init: bool) -> String {
+    let spec = pod.spec.as_ref();
+    let list = if is_init {
+        spec.and_then(|s| s.init_containers.as_deref())
+    } else {
+        spec.map(|s| &s.containers[..])
+    };
+    list.and_then(|l| l.get(s.index))
+        .map(|c| c.name.clone())
+        .unwrap_or_default()
 }
 
 /// The CRI runtime handler a pod's sandbox runs under: its `runtimeClassName` taken as the

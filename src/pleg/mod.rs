@@ -3,7 +3,8 @@
 //!
 //! The generic PLEG relists: ListPodSandbox and ListContainers (two CRI calls however many pods
 //! run), diffed against the previous listing; only pods that changed get status calls (in
-//! parallel, at most [`STATUS_CONCURRENCY`] at once), which refresh the [`PodCache`]. Events
+//! parallel, at most [`STATUS_CONCURRENCY`] at once), which refresh the [`PodCache`]. The PLEG is the cache's one writer: pod workers hand it
+//! their own reads through [`feed`]. Events
 //! go out on a bounded channel of [`CHANNEL_CAPACITY`]; what does not fit is dropped and counted
 //! (`kubelet_pleg_discard_events`), as kubelet does.
 //!
@@ -16,6 +17,7 @@
 //! until it is back.
 
 pub mod events;
+pub mod feed;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use crate::container::cache::PodCache;
+use crate::container::cache::{PodCache, PodCacheWriter};
 use crate::cri::{api, Cri, CriError, RuntimeService};
 use crate::kuberuntime::labels;
 use crate::kuberuntime::status::{pod_status_from, RuntimePods};
@@ -154,7 +156,9 @@ enum Listed {
 pub struct Pleg<R: RuntimeService = Cri> {
     cri: R,
     node_name: String,
-    cache: PodCache,
+    cache: PodCacheWriter,
+    feed: feed::CacheFeed,
+    feed_rx: Mutex<Option<feed::FeedReceiver>>,
     tx: crossbeam_channel::Sender<PodLifecycleEvent>,
     metrics: Arc<Metrics>,
     snapshot: Mutex<Snapshot>,
@@ -165,18 +169,23 @@ pub struct Pleg<R: RuntimeService = Cri> {
 }
 
 impl<R: RuntimeService> Pleg<R> {
-    /// A PLEG for the pods of `node_name`, sending on `tx` and refreshing `cache`.
+    /// A PLEG for the pods of `node_name`, sending on `tx` and refreshing `cache`, which it
+    /// owns from now on (readers: [`Pleg::cache`]; pod workers hand it their reads through
+    /// [`Pleg::cache_feed`]).
     pub fn new(
         cri: R,
         node_name: String,
-        cache: PodCache,
+        cache: PodCacheWriter,
         tx: crossbeam_channel::Sender<PodLifecycleEvent>,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let (feed, feed_rx) = feed::channel();
+        let pleg = Arc::new(Self {
             cri,
             node_name,
             cache,
+            feed,
+            feed_rx: Mutex::new(Some(feed_rx)),
             tx,
             metrics,
             snapshot: Mutex::new(HashMap::new()),
@@ -184,7 +193,27 @@ impl<R: RuntimeService> Pleg<R> {
             last_relist: Mutex::new(None),
             trigger: Notify::new(),
             stream_healthy: AtomicBool::new(false),
-        })
+        });
+        // A pod worker that needs a status newer than its last sync asks for a relist (shared
+        // by every worker waiting) rather than reading the pod itself.
+        let weak = Arc::downgrade(&pleg);
+        pleg.cache.set_relist_requester(Box::new(move || {
+            if let Some(p) = weak.upgrade() {
+                p.trigger();
+            }
+        }));
+        pleg
+    }
+
+    /// A reading handle on the pod cache.
+    pub fn cache(&self) -> PodCache {
+        self.cache.reader()
+    }
+
+    /// Where pod workers hand the PLEG their own reads of a pod's status, and the pods they
+    /// removed (served by [`Pleg::run`]).
+    pub fn cache_feed(&self) -> feed::CacheFeed {
+        self.feed.clone()
     }
 
     /// The runtime's pods as the last successful relist listed them (this node's and other
@@ -429,7 +458,26 @@ impl<R: RuntimeService> Pleg<R> {
     /// one relist), then once more [`FOLLOW_UP`] later. The spacing is [`MIN_RELIST_INTERVAL`],
     /// growing in a burst up to [`BURST_RELIST_INTERVAL`] (see [`next_relist_interval`]). Runs
     /// until the task is dropped.
+    ///
+    /// On the same task, it applies what pod workers hand it ([`feed`]), during relists too.
     pub async fn run(self: Arc<Self>) {
+        let rx = self
+            .feed_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let serve = async {
+            match rx {
+                Some(rx) => rx.serve(&self.cache).await,
+                // A second run: the first serves the feed.
+                None => std::future::pending().await,
+            }
+        };
+        tokio::join!(self.relist_loop(), serve);
+    }
+
+    /// The relists of [`Pleg::run`].
+    async fn relist_loop(&self) {
         let mut last_start: Option<tokio::time::Instant> = None;
         let mut follow_up: Option<tokio::time::Instant> = None;
         let mut triggered = false;
@@ -491,7 +539,7 @@ mod tests {
         Pleg::new(
             rt.clone(),
             "n".into(),
-            PodCache::default(),
+            PodCacheWriter::default(),
             tx,
             Metrics::new(),
         )
@@ -642,8 +690,14 @@ mod tests {
             .unwrap();
         rt.start_container(&id).await.unwrap();
         let (tx, rx) = crossbeam_channel::bounded(10);
-        let cache = PodCache::default();
-        let p = Pleg::new(rt, "n".into(), cache.clone(), tx, Metrics::new());
+        let p = Pleg::new(
+            rt,
+            "n".into(),
+            PodCacheWriter::default(),
+            tx,
+            Metrics::new(),
+        );
+        let cache = p.cache();
         p.relist().await.unwrap();
         while rx.try_recv().is_ok() {}
         p.container_oom(&id);
@@ -708,7 +762,13 @@ mod tests {
                 Metrics::new(),
             )
         });
-        let p = Pleg::new(cri, "n".into(), PodCache::default(), tx, Metrics::new());
+        let p = Pleg::new(
+            cri,
+            "n".into(),
+            PodCacheWriter::default(),
+            tx,
+            Metrics::new(),
+        );
         let t0 = Instant::now();
         assert_eq!(
             p.healthy(t0),

@@ -75,7 +75,9 @@ fn name(pod: &Pod) -> String {
 }
 
 impl PodSyncer for RecordingSyncer {
-    async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, String> {
+    type Error = std::convert::Infallible;
+
+    async fn sync_pod(&self, pod: Arc<Pod>) -> Result<Requeue, Self::Error> {
         self.pass().await;
         self.calls
             .lock()
@@ -94,7 +96,7 @@ impl PodSyncer for RecordingSyncer {
             .push(format!("panicked {}: {message}", name(pod)));
     }
 
-    async fn terminate_pod(&self, pod: Arc<Pod>, opts: KillPodOptions) -> Result<(), String> {
+    async fn terminate_pod(&self, pod: Arc<Pod>, opts: KillPodOptions) -> Result<(), Self::Error> {
         self.pass().await;
         let what = match (&opts.grace, &opts.failure) {
             (_, Some(f)) => format!(

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{KeyToPath, Volume};
 
 use super::atomic_writer::{FileProjection, Payload};
-use super::{SetUp, VolumePlugin};
+use super::{SetUp, SetUpError, VolumePlugin};
 use crate::objects::{not_found, ObjectKind};
 
 /// Mode of projected files when the volume sets no `defaultMode` (the API default, 0644).
@@ -29,14 +29,14 @@ pub fn object_payload(
     optional: bool,
     default_mode: Option<i32>,
     s: &SetUp<'_>,
-) -> Result<Payload, String> {
+) -> Result<Payload, SetUpError> {
     let namespace = s.pod.metadata.namespace.as_deref().unwrap_or_default();
     let default_mode = default_mode.unwrap_or(DEFAULT_MODE);
     let Some(data) = s.objects.get(kind, namespace, name) else {
         return if optional {
             Ok(Payload::new())
         } else {
-            Err(not_found(kind, name))
+            Err(SetUpError::MissingObject(not_found(kind, name)))
         };
     };
     let file = |bytes: &Vec<u8>, mode: i32| FileProjection {
@@ -65,7 +65,7 @@ pub fn object_payload(
                             ObjectKind::ConfigMap => "configmap references non-existent config key",
                             ObjectKind::Secret => "references non-existent secret key",
                         };
-                        return Err(format!("{what}: {}", it.key));
+                        return Err(SetUpError::MissingObject(format!("{what}: {}", it.key)));
                     }
                 }
             }
@@ -75,8 +75,11 @@ pub fn object_payload(
 }
 
 impl VolumePlugin for ConfigMapPlugin {
-    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, String> {
-        let cm = v.config_map.as_ref().ok_or("not a configMap volume")?;
+    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, SetUpError> {
+        let cm = v
+            .config_map
+            .as_ref()
+            .ok_or_else(|| SetUpError::Spec("not a configMap volume".into()))?;
         let payload = object_payload(
             ObjectKind::ConfigMap,
             &cm.name,
@@ -166,7 +169,7 @@ mod tests {
                 &s
             )
             .unwrap_err(),
-            "configmap references non-existent config key: c"
+            SetUpError::MissingObject("configmap references non-existent config key: c".into())
         );
         assert!(object_payload(
             ObjectKind::ConfigMap,
@@ -180,7 +183,7 @@ mod tests {
         .is_empty());
         assert_eq!(
             object_payload(ObjectKind::Secret, "gone", None, false, None, &s).unwrap_err(),
-            "secret \"gone\" not found"
+            SetUpError::MissingObject("secret \"gone\" not found".into())
         );
         assert!(
             object_payload(ObjectKind::Secret, "gone", None, true, None, &s)

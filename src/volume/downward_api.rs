@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Volume};
 
 use super::atomic_writer::{FileProjection, Payload};
 use super::config_map::DEFAULT_MODE;
-use super::{SetUp, VolumePlugin};
+use super::{SetUp, SetUpError, VolumePlugin};
 
 /// The downwardAPI plugin.
 pub struct DownwardApiPlugin;
@@ -61,9 +61,13 @@ pub fn downward_payload(
 }
 
 impl VolumePlugin for DownwardApiPlugin {
-    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, String> {
-        let d = v.downward_api.as_ref().ok_or("not a downwardAPI volume")?;
-        let payload = downward_payload(d.items.as_deref().unwrap_or(&[]), d.default_mode, s)?;
+    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, SetUpError> {
+        let d = v
+            .downward_api
+            .as_ref()
+            .ok_or_else(|| SetUpError::Spec("not a downwardAPI volume".into()))?;
+        let payload = downward_payload(d.items.as_deref().unwrap_or(&[]), d.default_mode, s)
+            .map_err(SetUpError::Spec)?;
         super::publish(dir, &payload, s, true)
     }
 

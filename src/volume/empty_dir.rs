@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Volume;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use tracing::warn;
 
-use super::{SetUp, VolumePlugin};
+use super::{SetUp, SetUpError, VolumePlugin};
 
 /// The emptyDir plugin.
 pub struct EmptyDir;
@@ -83,14 +83,20 @@ pub fn remove_volume_dir(dir: &Path) {
 }
 
 impl VolumePlugin for EmptyDir {
-    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, String> {
-        let ed = v.empty_dir.as_ref().ok_or("not an emptyDir")?;
-        std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, SetUpError> {
+        let ed = v
+            .empty_dir
+            .as_ref()
+            .ok_or_else(|| SetUpError::Spec("not an emptyDir".into()))?;
+        let fs = |what: &str, e: std::io::Error| {
+            SetUpError::Filesystem(format!("{what} {}: {e}", dir.display()))
+        };
+        std::fs::create_dir_all(dir).map_err(|e| fs("mkdir", e))?;
         if ed.medium.as_deref() == Some("Memory") {
             let size_limit = match &ed.size_limit {
                 Some(q) => Some(
                     crate::quantity::parse_value(&q.0)
-                        .map_err(|e| format!("sizeLimit {:?}: {e}", q.0))?,
+                        .map_err(|e| SetUpError::Spec(format!("sizeLimit {:?}: {e}", q.0)))?,
                 ),
                 None => None,
             };
@@ -100,17 +106,16 @@ impl VolumePlugin for EmptyDir {
             )
             .memory_limit;
             let size = memory_size(s.allocatable.memory, pod_limit, size_limit);
-            ensure_tmpfs(dir, Some(size))?;
+            ensure_tmpfs(dir, Some(size)).map_err(SetUpError::Mount)?;
         }
         let mut mode = 0o777;
         if let Some(gid) = s.fs_group_id()? {
-            std::os::unix::fs::chown(dir, None, Some(gid))
-                .map_err(|e| format!("chown {}: {e}", dir.display()))?;
+            std::os::unix::fs::chown(dir, None, Some(gid)).map_err(|e| fs("chown", e))?;
             mode |= 0o2000;
         }
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+            .map_err(|e| fs("chmod", e))?;
         Ok(dir.to_path_buf())
     }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Volume;
 
-use super::{SetUp, VolumePlugin};
+use super::{SetUp, SetUpError, VolumePlugin};
 
 /// The hostPath plugin.
 pub struct HostPath;
@@ -93,10 +93,13 @@ pub fn check_type(path: &Path, kind: &str) -> Result<(), String> {
 }
 
 impl VolumePlugin for HostPath {
-    fn set_up(&self, v: &Volume, _dir: &Path, _s: &SetUp<'_>) -> Result<PathBuf, String> {
-        let hp = v.host_path.as_ref().ok_or("not a hostPath")?;
+    fn set_up(&self, v: &Volume, _dir: &Path, _s: &SetUp<'_>) -> Result<PathBuf, SetUpError> {
+        let hp = v
+            .host_path
+            .as_ref()
+            .ok_or_else(|| SetUpError::Spec("not a hostPath".into()))?;
         let path = PathBuf::from(&hp.path);
-        check_type(&path, hp.type_.as_deref().unwrap_or(""))?;
+        check_type(&path, hp.type_.as_deref().unwrap_or("")).map_err(SetUpError::HostPathType)?;
         Ok(path)
     }
 

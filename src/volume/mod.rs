@@ -40,7 +40,39 @@ pub struct VolumeError {
     /// The volume's name.
     pub volume: String,
     /// What went wrong.
-    pub cause: String,
+    pub cause: SetUpError,
+}
+
+/// Why a plugin could not set a volume up (the cause of a [`VolumeError`]); each carries the
+/// message kubelet gives for it. Every kind holds the pod in ContainerCreating with a
+/// `FailedMount` event, and the next sync tries again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetUpError {
+    /// The volume's spec is not what the plugin takes, or a value in it is out of range
+    /// (`fsGroup`, `sizeLimit`, a downward API item): the manifest must change.
+    #[error("{0}")]
+    Spec(String),
+    /// A ConfigMap or Secret (or a key of one) the volume needs does not exist and is not
+    /// optional: the pod waits for it to be created.
+    #[error("{0}")]
+    MissingObject(String),
+    /// A hostPath is missing or not of the `type` the volume asks for.
+    #[error("{0}")]
+    HostPathType(String),
+    /// A filesystem step (mkdir, chown, chmod, writing the payload) failed; the message names
+    /// the path.
+    #[error("{0}")]
+    Filesystem(String),
+    /// Mounting the volume's tmpfs failed.
+    #[error("{0}")]
+    Mount(String),
+}
+
+impl SetUpError {
+    /// Whether the pod only waits for an object (ConfigMap, Secret, key) to exist.
+    pub fn is_missing_object(&self) -> bool {
+        matches!(self, Self::MissingObject(_))
+    }
 }
 
 /// What a plugin sets a volume up with, beyond the volume itself.
@@ -56,15 +88,15 @@ pub struct SetUp<'a> {
 impl SetUp<'_> {
     /// The pod's `fsGroup` as a gid.
     ///
-    /// Errors: a negative or too large fsGroup.
-    pub fn fs_group_id(&self) -> Result<Option<u32>, String> {
+    /// Errors: a negative or too large fsGroup ([`SetUpError::Spec`]).
+    pub fn fs_group_id(&self) -> Result<Option<u32>, SetUpError> {
         let g = self
             .pod
             .spec
             .as_ref()
             .and_then(|s| s.security_context.as_ref())
             .and_then(|s| s.fs_group);
-        g.map(|g| u32::try_from(g).map_err(|_| format!("invalid fsGroup {g}")))
+        g.map(|g| u32::try_from(g).map_err(|_| SetUpError::Spec(format!("invalid fsGroup {g}"))))
             .transpose()
     }
 }
@@ -77,7 +109,7 @@ pub trait VolumePlugin {
     /// changed and leaves the rest. Returns the host path to mount.
     ///
     /// Errors: the cause, for [`VolumeError`].
-    fn set_up(&self, volume: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, String>;
+    fn set_up(&self, volume: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, SetUpError>;
     /// Tears the volume down at `dir` (unmount, remove); never touches anything outside it.
     fn tear_down(&self, dir: &Path);
     /// The plugin's directory name under `volumes/` (`kubernetes.io~empty-dir`).
@@ -88,17 +120,18 @@ pub trait VolumePlugin {
 /// `on_tmpfs` (secret, downwardAPI, projected), files owned by the pod's `fsGroup`; returns `dir`
 /// (what containers mount).
 ///
-/// Errors: the tmpfs mount or a write step, naming the path.
+/// Errors: the tmpfs mount ([`SetUpError::Mount`]) or a write step
+/// ([`SetUpError::Filesystem`]), naming the path; an invalid `fsGroup`.
 fn publish(
     dir: &Path,
     payload: &atomic_writer::Payload,
     s: &SetUp<'_>,
     on_tmpfs: bool,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, SetUpError> {
     if on_tmpfs {
-        empty_dir::ensure_tmpfs(dir, None)?;
+        empty_dir::ensure_tmpfs(dir, None).map_err(SetUpError::Mount)?;
     }
-    atomic_writer::write(dir, payload, s.fs_group_id()?)?;
+    atomic_writer::write(dir, payload, s.fs_group_id()?).map_err(SetUpError::Filesystem)?;
     Ok(dir.to_path_buf())
 }
 
@@ -183,7 +216,7 @@ pub fn set_up_pod(
         let Some(p) = plugin_of(v) else {
             return Err(VolumeError {
                 volume: v.name.clone(),
-                cause: "volumes of this kind are not supported by nodelet".into(),
+                cause: SetUpError::Spec("volumes of this kind are not supported by nodelet".into()),
             });
         };
         let dir = volumes_dir(pod_dir).join(p.dir_name()).join(&v.name);

@@ -11,15 +11,18 @@ use k8s_openapi::api::core::v1::Volume;
 use super::atomic_writer::Payload;
 use super::config_map::object_payload;
 use super::downward_api::downward_payload;
-use super::{SetUp, VolumePlugin};
+use super::{SetUp, SetUpError, VolumePlugin};
 use crate::objects::ObjectKind;
 
 /// The projected plugin.
 pub struct ProjectedPlugin;
 
 impl VolumePlugin for ProjectedPlugin {
-    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, String> {
-        let p = v.projected.as_ref().ok_or("not a projected volume")?;
+    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, SetUpError> {
+        let p = v
+            .projected
+            .as_ref()
+            .ok_or_else(|| SetUpError::Spec("not a projected volume".into()))?;
         let mut payload = Payload::new();
         for src in p.sources.iter().flatten() {
             let part = if let Some(cm) = &src.config_map {
@@ -41,9 +44,12 @@ impl VolumePlugin for ProjectedPlugin {
                     s,
                 )?
             } else if let Some(d) = &src.downward_api {
-                downward_payload(d.items.as_deref().unwrap_or(&[]), p.default_mode, s)?
+                downward_payload(d.items.as_deref().unwrap_or(&[]), p.default_mode, s)
+                    .map_err(SetUpError::Spec)?
             } else {
-                return Err("projected source of a kind nodelet does not implement".into());
+                return Err(SetUpError::Spec(
+                    "projected source of a kind nodelet does not implement".into(),
+                ));
             };
             payload.extend(part);
         }

@@ -7,15 +7,18 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Volume;
 
 use super::config_map::object_payload;
-use super::{SetUp, VolumePlugin};
+use super::{SetUp, SetUpError, VolumePlugin};
 use crate::objects::ObjectKind;
 
 /// The secret plugin.
 pub struct SecretPlugin;
 
 impl VolumePlugin for SecretPlugin {
-    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, String> {
-        let sv = v.secret.as_ref().ok_or("not a secret volume")?;
+    fn set_up(&self, v: &Volume, dir: &Path, s: &SetUp<'_>) -> Result<PathBuf, SetUpError> {
+        let sv = v
+            .secret
+            .as_ref()
+            .ok_or_else(|| SetUpError::Spec("not a secret volume".into()))?;
         let payload = object_payload(
             ObjectKind::Secret,
             sv.secret_name.as_deref().unwrap_or_default(),

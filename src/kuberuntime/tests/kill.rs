@@ -10,7 +10,7 @@ async fn kill_stops_containers_with_the_pods_grace_then_the_sandbox_then_removes
         apps(&["a", "b"])
     ));
     h.sync(&p).await.unwrap();
-    let dir = h.mgr.settings().root_dir.join("pods/u1");
+    let dir = h.mgr.runtime().settings().root_dir.join("pods/u1");
     assert!(dir.join("etc-hosts").exists());
     h.rt.clear_calls();
     h.mgr

@@ -15,9 +15,10 @@ use super::{KubeRuntimeManager, Settings, Shared};
 use crate::clock::FakeClock;
 use crate::cm::resources::NodeResources;
 use crate::cm::ContainerManager;
-use crate::container::cache::PodCache;
+use crate::container::cache::PodCacheWriter;
 use crate::cri::api::ContainerState as Cs;
 use crate::events::Recorder;
+use crate::podsync::PodSync;
 use crate::podworkers::{KillPodOptions, PodSyncer, Requeue};
 use crate::status::failed::{FailedPods, Failure};
 use crate::status::StatusManager;
@@ -27,7 +28,10 @@ use crate::testing::runtime::FakeRuntime;
 pub(super) struct Harness {
     pub(super) rt: FakeRuntime,
     pub(super) clock: FakeClock,
-    pub(super) mgr: KubeRuntimeManager<FakeRuntime>,
+    /// The pod-sync layer over the runtime manager: what the pod workers call.
+    pub(super) mgr: PodSync<FakeRuntime>,
+    /// The pod cache, written as the PLEG would.
+    pub(super) cache: PodCacheWriter,
     pub(super) status: StatusManager,
     pub(super) recorder: Recorder,
     pub(super) failed: FailedPods,
@@ -58,7 +62,11 @@ pub(super) fn harness() -> Harness {
         Recorder::default(),
         FailedPods::default(),
     );
-    let cache = PodCache::default();
+    let cache = PodCacheWriter::default();
+    // The PLEG's part: what the workers hand it is applied.
+    let (cache_feed, feed_rx) = crate::pleg::feed::channel();
+    let served = cache.another();
+    tokio::spawn(async move { feed_rx.serve(&served).await });
     let metrics = crate::metrics::Metrics::new();
     let (probe_tx, probe_rx) = crossbeam_channel::unbounded();
     let probes = crate::prober::ProbeManager::new(crate::prober::manager::ProbeDeps {
@@ -66,30 +74,45 @@ pub(super) fn harness() -> Harness {
             rt.clone(),
         ))
         .unwrap(),
-        cache: cache.clone(),
+        cache: cache.reader(),
         updates: probe_tx,
         recorder: recorder.clone(),
         metrics: metrics.clone(),
         clock: clock.shared(),
     });
     let objects = crate::objects::LocalObjects::default();
+    let cm = Arc::new(cm);
     let shared = Shared {
-        cm: Arc::new(cm),
-        status: status.clone(),
         recorder: recorder.clone(),
-        metrics,
-        cache,
-        failed: failed.clone(),
+        metrics: metrics.clone(),
+        cache: cache.reader(),
         clock: clock.shared(),
         probes: probes.clone(),
-        objects,
+        objects: objects.clone(),
         api_objects: Default::default(),
     };
-    let mgr = KubeRuntimeManager::new(rt.clone(), settings, shared);
+    let runtime = Arc::new(KubeRuntimeManager::new(rt.clone(), settings, shared));
+    let mgr = PodSync::new(
+        runtime,
+        crate::podsync::Deps {
+            cm,
+            status: status.clone(),
+            recorder: recorder.clone(),
+            metrics,
+            cache: cache.reader(),
+            cache_feed,
+            failed: failed.clone(),
+            clock: clock.shared(),
+            probes: probes.clone(),
+            objects,
+            api_objects: Default::default(),
+        },
+    );
     Harness {
         rt,
         clock,
         mgr,
+        cache,
         status,
         recorder,
         failed,
@@ -125,15 +148,17 @@ pub(super) fn apps(names: &[&str]) -> String {
 
 impl Harness {
     pub(super) async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, String> {
-        self.mgr.sync_pod(pod.clone()).await
+        self.mgr
+            .sync_pod(pod.clone())
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// What the PLEG does when the runtime changes: a fresh view of the pod in the cache.
     pub(super) async fn pleg_sees_it(&self) {
         self.clock.advance(Duration::from_millis(1));
         let seen = super::status::get_pod_status(&self.rt, "u1").await.unwrap();
-        self.mgr
-            .cache
+        self.cache
             .set("u1", seen, crate::clock::Clock::now(&self.clock));
     }
 

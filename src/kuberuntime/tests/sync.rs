@@ -215,6 +215,51 @@ async fn a_missing_image_is_err_image_pull_then_image_pull_back_off() {
     assert_eq!(h.rt.calls_of("PullImage").len(), 2);
 }
 
+/// The pod-sync layer's errors are typed: the pod worker tells a pull back-off (logged at
+/// debug, nothing new failed) from the failed pull before it.
+#[tokio::test]
+async fn a_pull_back_off_is_told_from_the_failure_before_it() {
+    use crate::podworkers::{PodSyncer, SyncFailure};
+    let h = harness();
+    let p = pod("{containers: [{name: c, image: 'busybox:missing'}]}");
+    let failed = h.mgr.sync_pod(p.clone()).await.unwrap_err();
+    assert!(!failed.is_backoff(), "{failed}");
+    let held = h.mgr.sync_pod(p.clone()).await.unwrap_err();
+    assert!(held.is_backoff(), "{held}");
+}
+
+/// Volumes are set up before the runtime acts (kubelet's `WaitForAttachAndMount` in
+/// `Kubelet.SyncPod`): a ConfigMap that does not exist holds the pod before its sandbox, with
+/// a typed error saying the pod waits for an object.
+#[tokio::test]
+async fn a_missing_config_map_holds_the_pod_before_its_sandbox() {
+    use crate::podsync::PodSyncError;
+    use crate::podworkers::PodSyncer;
+    let h = harness();
+    let p = pod(&format!(
+        "{{volumes: [{{name: conf, configMap: {{name: settings}}}}], containers: [{}]}}",
+        apps(&["a"])
+    ));
+    match h.mgr.sync_pod(p.clone()).await {
+        Err(PodSyncError::Mount(e)) => {
+            assert_eq!(e.volume, "conf");
+            assert!(e.cause.is_missing_object(), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(h.rt.sandboxes().is_empty(), "{:?}", h.rt.calls());
+    assert!(h
+        .recorder
+        .list()
+        .iter()
+        .any(|e| e.reason == "FailedMount" && e.message.contains("settings")));
+    assert_eq!(
+        h.status().phase.as_deref(),
+        Some("Pending"),
+        "the pod is shown, waiting"
+    );
+}
+
 #[tokio::test]
 async fn image_pull_policies_follow_kubelet() {
     let h = harness();
@@ -301,7 +346,7 @@ async fn a_sync_reads_the_pod_cache_when_it_is_newer_than_the_last_sync() {
     // With nothing newer than the last sync (and no PLEG to ask), the sync reads the runtime
     // once, first.
     h.rt.clear_calls();
-    h.mgr.cache.delete("u1");
+    h.cache.delete("u1");
     h.sync(&p).await.unwrap();
     assert_eq!(
         h.rt.calls(),
@@ -565,7 +610,7 @@ async fn a_pod_start_costs_six_cri_calls_besides_the_relists() {
     let pleg = crate::pleg::Pleg::new(
         h.rt.clone(),
         "node1".into(),
-        h.mgr.cache.clone(),
+        h.cache.another(),
         tx,
         crate::metrics::Metrics::new(),
     );
@@ -612,7 +657,7 @@ async fn a_host_network_sandbox_is_read_once_however_often_its_pod_changes() {
     pleg.relist().await.unwrap();
     h.rt.exit("b", 1);
     pleg.relist().await.unwrap();
-    let cached = h.mgr.cache.latest("u1").unwrap();
+    let cached = h.cache.latest("u1").unwrap();
     assert!(cached.sandboxes[0].ready && cached.sandboxes[0].ips.is_empty());
     assert_eq!(cached.containers.len(), 2);
     assert_eq!(h.rt.calls_of("PodSandboxStatus"), ["PodSandboxStatus sb1"]);
@@ -623,7 +668,7 @@ fn pleg_of(h: &Harness) -> Arc<crate::pleg::Pleg<FakeRuntime>> {
     crate::pleg::Pleg::new(
         h.rt.clone(),
         "node1".into(),
-        h.mgr.cache.clone(),
+        h.cache.another(),
         tx,
         crate::metrics::Metrics::new(),
     )
@@ -671,7 +716,7 @@ async fn a_relist_during_the_workers_create_calls_waits_for_its_record() {
         "the relists were woken by the records, not by the bound"
     );
     // The second relist saw the container Created: its entry came from the worker's record.
-    let cached = h.mgr.cache.latest("u1").unwrap();
+    let cached = h.cache.latest("u1").unwrap();
     let c = &cached.containers[0];
     assert_eq!(c.state, Some(crate::container::ContainerState::Created));
     assert_eq!(c.image_ref, "sha256:busybox:1.36");
@@ -693,13 +738,13 @@ async fn a_relist_during_the_workers_create_calls_waits_for_its_record() {
 async fn a_relist_waits_for_a_worker_record_at_most_made_wait() {
     let h = harness();
     let pleg = pleg_of(&h);
-    let _making = h.mgr.cache.making("u1");
+    let _making = h.cache.making("u1");
     let p = pod(&format!(
         "{{nodeName: node1, containers: [{}]}}",
         apps(&["a"])
     ));
     let config = crate::kuberuntime::sandbox::sandbox_config(
-        &h.mgr.settings,
+        h.mgr.runtime().settings(),
         &p,
         0,
         "kubepods/besteffort/podu1".into(),

@@ -1,0 +1,166 @@
+//! One sync of a pod (kubelet's `Kubelet.SyncPod`): a failed pod shows its failure and starts
+//! nothing; a pod past its active deadline is failed and killed; otherwise the pod cgroup, the
+//! API objects and volumes are made ready (for a pod with something to run), the runtime
+//! manager carries out the pod's actions, and the pod's status is written from the state the
+//! sync started from with what failed to start.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{debug, info, warn};
+
+use super::{PodSync, PodSyncError};
+use crate::active_deadline::{self, Deadline};
+use crate::cri::CriRuntime;
+use crate::kuberuntime::result::PodSyncResult;
+use crate::kuberuntime::sync::PodInputs;
+use crate::pod::{pod_ref, pod_uid};
+use crate::podworkers::{KillPodOptions, Requeue};
+use crate::status::failed::Failure;
+use crate::volume::VolumeError;
+
+impl<R: CriRuntime> PodSync<R> {
+    /// One sync of `pod`; asks to be synced again when a container's back-off ends or the
+    /// pod's active deadline comes.
+    ///
+    /// Errors: the runtime's ([`PodSyncError::Runtime`]: a CRI call, a container or sandbox
+    /// that did not start), the pod cgroup's, a volume's ([`PodSyncError::Mount`]).
+    pub(super) async fn sync(&self, pod: &Arc<Pod>) -> Result<Requeue, PodSyncError> {
+        let uid = pod_uid(pod).to_owned();
+        if let Some(failure) = self.failed.failure(pod) {
+            self.show_failed(pod, &uid, &failure);
+            return Ok(Requeue::Normal);
+        }
+        let rt = self.current_status(&uid).await?;
+        if active_deadline::check(pod, rt.start_time(), self.clock.epoch_ns()) == Deadline::Exceeded
+        {
+            return self.deadline_exceeded(pod).await;
+        }
+        let mut result = PodSyncResult::default();
+        let actions = self.runtime.compute_actions(pod, &rt, &mut result);
+        // The pod cgroup exists with kubelet's values before anything runs in it (kubelet's
+        // `EnsureExists` on every sync); the QoS cgroups are updated first.
+        let cgroup = self
+            .cm
+            .ensure_pod(pod)
+            .map_err(|e| PodSyncError::Cgroup(e.to_string()))?;
+        let volumes = if actions.runs_nothing() {
+            BTreeMap::new()
+        } else {
+            self.wait_for_api_objects(pod).await;
+            match self.set_up_volumes(pod, &uid) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.update_reasons(&uid, &result);
+                    self.mark_synced(&uid);
+                    self.record_status(pod, &rt);
+                    return Err(e.into());
+                }
+            }
+        };
+        let inputs = PodInputs {
+            cgroup,
+            volumes: &volumes,
+        };
+        self.runtime
+            .sync_pod(pod, &rt, &actions, inputs, &mut result)
+            .await;
+        self.update_reasons(&uid, &result);
+        if result.sandbox_failed() {
+            // The pod stays Pending, visible, with the runtime's event.
+            self.record_status(pod, &rt);
+        }
+        if let Some(e) = result.error.take() {
+            return Err(e.into());
+        }
+        // The pod's probe workers run from its first sync with a sandbox; they read its
+        // containers from the pod cache.
+        if let Some(ips) = &result.pod_ips {
+            self.probes.update_pod(pod, ips);
+        }
+        // The status written is the one this sync started from, with what failed to start
+        // (kubelet's: computed before SyncPod acts). What was started shows at the next sync,
+        // which the PLEG's events bring, from the pod cache once it is newer than now.
+        self.mark_synced(&uid);
+        self.record_status(pod, &rt);
+        if actions.runs_nothing() {
+            return Ok(Requeue::Normal);
+        }
+        // Counted from the pod's first sandbox, which may have been created just now (after
+        // the status this sync started from).
+        let now = self.clock.epoch_ns();
+        let started = rt.start_time().or(result.sandbox_created.then_some(now));
+        let deadline = match active_deadline::check(pod, started, now) {
+            Deadline::In(d) => Some(d),
+            // Reached during this sync: the next one (at once) kills the pod.
+            Deadline::Exceeded => Some(Duration::ZERO),
+            Deadline::None => None,
+        };
+        if let Some(e) = result.first_error() {
+            return Err(e.into());
+        }
+        // PLEG events bring the pod back when its containers change; a container in back-off
+        // is started again when its delay is over, and the pod when its deadline comes.
+        Ok(match (result.backoff, deadline) {
+            (Some(a), Some(b)) => Requeue::After(a.min(b)),
+            (Some(d), None) | (None, Some(d)) => Requeue::After(d),
+            (None, None) => Requeue::Normal,
+        })
+    }
+
+    /// An API pod's ConfigMaps and Secrets: their watches given a moment to list.
+    async fn wait_for_api_objects(&self, pod: &Pod) {
+        if crate::pod::is_api_pod(pod) {
+            let refs = crate::objects::pod_references(pod);
+            if !refs.is_empty() && !self.api_objects.wait_synced(&refs).await {
+                debug!(pod = %pod_ref(pod), uid = pod_uid(pod), "objects not read from the apiserver yet");
+            }
+        }
+    }
+
+    /// The pod's volumes, before any container (kubelet's `WaitForAttachAndMount`): a failure
+    /// holds the pod in ContainerCreating with a `FailedMount` event, and the next sync tries
+    /// again. Returns each volume's directory by name.
+    fn set_up_volumes(
+        &self,
+        pod: &Arc<Pod>,
+        uid: &str,
+    ) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+        let settings = self.runtime.settings();
+        crate::volume::set_up_pod(
+            pod,
+            &crate::kuberuntime::hosts_file::pod_dir(&settings.root_dir, uid),
+            self.objects_for(pod),
+            &settings.allocatable,
+        )
+        .inspect_err(|e| {
+            warn!(pod = %pod_ref(pod), uid, error = %e, missing_object = e.cause.is_missing_object(), "volume set-up failed");
+            self.recorder.warning(
+                crate::events::Involved::pod(pod),
+                "FailedMount",
+                e.to_string(),
+            );
+        })
+    }
+
+    /// A pod past its `activeDeadlineSeconds` (kubelet's active deadline handler): marked
+    /// Failed with `DeadlineExceeded`, a Normal event, then killed and cleaned up as an evicted
+    /// pod is; it stays Failed until its manifest changes.
+    async fn deadline_exceeded(&self, pod: &Arc<Pod>) -> Result<Requeue, PodSyncError> {
+        let failure =
+            Failure::new(active_deadline::REASON, active_deadline::MESSAGE).of_running_pod();
+        info!(pod = %pod_ref(pod), uid = pod_uid(pod), "pod is past its active deadline; killing it");
+        self.failed.mark(pod, failure.clone());
+        self.recorder.normal(
+            crate::events::Involved::pod(pod),
+            active_deadline::REASON,
+            active_deadline::MESSAGE,
+        );
+        self.terminate(pod, KillPodOptions::failed(failure, None))
+            .await?;
+        Ok(Requeue::Normal)
+    }
+}
