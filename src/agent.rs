@@ -91,6 +91,10 @@ pub enum AgentError {
     /// The runtime's cgroup driver is not `cgroupDriver` ([`crate::cm::runtime_driver`]).
     #[error("{0}")]
     CgroupDriverMismatch(String),
+    /// The node API cannot start: its certificate, key or client CA file, a TLS setting, its
+    /// address, or an authorization mode the node cannot serve; the message names the setting.
+    #[error("{0}")]
+    NodeApi(String),
 }
 
 /// What every subsystem is wired to: made once in [`run`], lent to each start function.
@@ -193,19 +197,11 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         objects.clone(),
         api_objects.clone(),
     )?;
+    let client = cluster_client.clone();
+    start_node_api(&core, &config, &flags, &manager, client, &pleg_slot)?;
     start_qos_resync(&core);
     let queue = WorkQueue::default();
-    let periods = Periods {
-        resync: config.sync_frequency,
-        backoff: Duration::from_secs(10),
-    };
-    let workers = PodWorkers::new(
-        manager.clone(),
-        queue.clone(),
-        periods,
-        core.rt.handle().clone(),
-        core.metrics.pod_worker_panics.clone(),
-    );
+    let workers = start_pod_workers(&core, &config, &manager, &queue);
 
     let mut threads = Vec::new();
     let (sources_ready, config_rx) = start_sources(
@@ -382,14 +378,7 @@ fn serve_http(
         .into_iter()
         .flatten()
     {
-        let state = crate::server::ServerState {
-            status: core.status.clone(),
-            metrics: core.metrics.clone(),
-            recorder: core.recorder.clone(),
-            pleg: pleg.clone(),
-            pressure: core.pressure.clone(),
-            runtime: core.runtime_state.clone(),
-        };
+        let state = server_state(core, pleg);
         let server = core
             .rt
             .block_on(crate::server::serve(addr, state))
@@ -449,6 +438,7 @@ fn join_cluster(
         allocatable: core.cm.allocatable(),
         max_pods: config.max_pods,
         info: crate::cluster::node_status::system_info(runtime_version),
+        api_port: config.node_api.as_ref().map_or(0, |a| a.address.port()),
     };
     crate::cluster::spawn(
         core.rt.handle(),
@@ -472,6 +462,114 @@ fn image_fs(core: &Core) -> Option<PathBuf> {
         .ok()
         .and_then(|m| m.into_iter().next())
         .map(PathBuf::from)
+}
+
+/// The pod workers over `manager`, with the periodic sync queue `queue` (`syncFrequency`, and a
+/// 10 s back-off after an error).
+fn start_pod_workers(
+    core: &Core,
+    config: &Config,
+    manager: &Arc<PodSync>,
+    queue: &WorkQueue,
+) -> PodWorkers<PodSync> {
+    let periods = Periods {
+        resync: config.sync_frequency,
+        backoff: Duration::from_secs(10),
+    };
+    PodWorkers::new(
+        manager.clone(),
+        queue.clone(),
+        periods,
+        core.rt.handle().clone(),
+        core.metrics.pod_worker_panics.clone(),
+    )
+}
+
+/// What the HTTP endpoints read.
+fn server_state(
+    core: &Core,
+    pleg: &Arc<std::sync::OnceLock<Arc<Pleg>>>,
+) -> crate::server::ServerState {
+    crate::server::ServerState {
+        status: core.status.clone(),
+        metrics: core.metrics.clone(),
+        recorder: core.recorder.clone(),
+        pleg: pleg.clone(),
+        pressure: core.pressure.clone(),
+        runtime: core.runtime_state.clone(),
+    }
+}
+
+/// The node API on `address:port` (kubelet's server on 10250): its TLS pair (configured, or
+/// self-signed under `--root-dir`), authentication and authorization, logs, exec, attach and
+/// port-forward. Nothing when `port` is 0.
+///
+/// Errors: [`AgentError::NodeApi`], naming the setting: a certificate, key or CA file that
+/// cannot be used, an address in use, `authorization.mode: Webhook` on a standalone node where a
+/// client could authenticate (nothing could authorize it).
+fn start_node_api(
+    core: &Core,
+    config: &Config,
+    flags: &Flags,
+    manager: &PodSync,
+    client: Option<kube::Client>,
+    pleg: &Arc<std::sync::OnceLock<Arc<Pleg>>>,
+) -> Result<(), AgentError> {
+    use crate::config::typed::AuthorizationMode;
+    use crate::nodeapi::auth;
+    let Some(api) = &config.node_api else {
+        return Ok(());
+    };
+    let (crt, key) = match &api.tls.cert_and_key {
+        Some(pair) => pair.clone(),
+        None => crate::nodeapi::tls::ensure_self_signed(
+            &flags.root_dir,
+            &core.node_name,
+            &[core.node_ip],
+        )
+        .map_err(AgentError::NodeApi)?,
+    };
+    let tls =
+        crate::nodeapi::tls::server_config(&crt, &key, &api.tls).map_err(AgentError::NodeApi)?;
+    let x509 = api
+        .client_ca_file
+        .as_deref()
+        .map(auth::X509::from_file)
+        .transpose()
+        .map_err(AgentError::NodeApi)?;
+    let authorizer = match (api.authorization, &client) {
+        (AuthorizationMode::AlwaysAllow, _) => None,
+        (AuthorizationMode::Webhook { allowed_ttl, denied_ttl }, Some(c)) => Some(
+            auth::SarWebhook::new(c.clone(), core.node_name.clone(), allowed_ttl, denied_ttl),
+        ),
+        // Nothing can authenticate: every request is 401, nothing to authorize.
+        (AuthorizationMode::Webhook { .. }, None) if x509.is_none() && !api.anonymous => None,
+        (AuthorizationMode::Webhook { .. }, None) => {
+            return Err(AgentError::NodeApi(
+                "authorization.mode: Webhook asks the API server, and this node has none (no --kubeconfig); set authorization.mode: AlwaysAllow on a standalone node".into(),
+            ))
+        }
+    };
+    let tokens = match (api.token_webhook_ttl, &client) {
+        (Some(ttl), Some(c)) => Some(auth::TokenWebhook::new(c.clone(), ttl)),
+        _ => None,
+    };
+    let auth = Arc::new(auth::Auth {
+        x509,
+        tokens,
+        anonymous: api.anonymous,
+        authorizer,
+    });
+    let node_api = crate::nodeapi::NodeApi {
+        status: core.status.clone(),
+        cri: core.cri.clone(),
+        settings: Arc::new(manager.runtime().settings().clone()),
+        configz: Arc::new(config.configz.clone()),
+        debugging: api.debugging,
+    };
+    let app = crate::nodeapi::router(node_api, server_state(core, pleg), auth);
+    crate::nodeapi::start(&core.rt, api.address, tls, app).map_err(AgentError::NodeApi)?;
+    Ok(())
 }
 
 /// The PLEG: relist (and containerd's event stream) → the pod cache and the sync loop's PLEG

@@ -27,6 +27,7 @@ pub mod housekeeping;
 pub mod kuberuntime;
 pub mod metrics;
 pub mod node;
+pub mod nodeapi;
 pub mod nodeshutdown;
 pub mod objects;
 pub mod plan;

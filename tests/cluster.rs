@@ -349,6 +349,86 @@ fn kubectl_apply(yaml: &str) {
     assert!(child.wait().unwrap().success(), "kubectl apply failed");
 }
 
+/// kubectl's commands that go through the node API (the API server proxies them to the node's
+/// `daemonEndpoints.kubeletEndpoint.Port` with its kubelet client certificate): `logs`, `exec`
+/// over SPDY with the command's exit status passed through, and the node's `/pods` through the
+/// API server's node proxy; nodelet authenticates the API server's certificate against the
+/// cluster CA and asks the API server (`SubjectAccessReview`) whether it may.
+#[test]
+fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
+    let ca = "/var/lib/nodelet-env/cluster/pki/ca.crt";
+    let Some((n, node)) = joined(
+        "kubectlexec",
+        &format!("address: 0.0.0.0\nauthentication: {{x509: {{clientCAFile: {ca}}}}}\n"),
+    ) else {
+        return;
+    };
+    let name = format!("talk-{node}");
+    apply_api_pod(
+        &name,
+        &node,
+        "  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, 'echo hello from nodelet; mkdir /www; echo served by the pod > /www/index.html; exec httpd -f -p 8080 -h /www']}\n",
+    );
+    wait_until(Duration::from_secs(30), "the API pod Running", || {
+        jsonpath("pod", &name, Some("default"), "{.status.phase}").is_some_and(|p| p == "Running")
+    });
+    assert_eq!(
+        jsonpath(
+            "node",
+            &node,
+            None,
+            "{.status.daemonEndpoints.kubeletEndpoint.Port}"
+        ),
+        Some(n.api_port.to_string())
+    );
+    wait_until(Duration::from_secs(20), "kubectl logs", || {
+        kubectl(&["-n", "default", "logs", &name]).is_some_and(|l| l == "hello from nodelet\n")
+    });
+    let out = Command::new("kubectl")
+        .args(["--kubeconfig", ADMIN, "-n", "default", "exec", &name, "--"])
+        .args(["sh", "-c", "echo $((6 * 7)); echo oops >&2; exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "42\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("oops"));
+    assert_eq!(out.status.code(), Some(3), "the command's exit status");
+    // port-forward: a local port to the pod's 8080, through the node API's relay.
+    let local = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut forward = Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            ADMIN,
+            "-n",
+            "default",
+            "port-forward",
+            &name,
+        ])
+        .arg(format!("{local}:8080"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut page = String::new();
+    wait_until(
+        Duration::from_secs(20),
+        "the page through port-forward",
+        || {
+            page = reqwest::blocking::get(format!("http://127.0.0.1:{local}/"))
+                .and_then(|r| r.text())
+                .unwrap_or_default();
+            page == "served by the pod\n"
+        },
+    );
+    let _ = forward.kill();
+    let _ = forward.wait();
+    let pods = kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/pods")]).unwrap();
+    assert!(pods.contains(&name), "{pods}");
+    kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
+}
+
 #[test]
 fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() {
     let Some((mut n, node)) = joined("apipods", "") else {

@@ -78,6 +78,12 @@ pub fn start_with_args(
         .local_addr()
         .unwrap()
         .port();
+    // The node API on a port of its own, as every agent serves one.
+    let api_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let cgroup_root = format!("/nodelet-bench-{node}");
     let cfg = dir.path().join("config.yaml");
     // As in the tests: a nearly full disk must not put the benchmark under DiskPressure.
@@ -89,7 +95,7 @@ pub fn start_with_args(
     std::fs::write(
         &cfg,
         format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\ncontainerRuntimeEndpoint: unix://{socket}\ncgroupRoot: {cgroup_root}\nhealthzPort: {port}\npodLogsDir: {}\n{eviction}{extra}",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\ncontainerRuntimeEndpoint: unix://{socket}\ncgroupRoot: {cgroup_root}\nhealthzPort: {port}\nport: {api_port}\npodLogsDir: {}\n{eviction}{extra}",
             manifests.display(),
             logs.display()
         ),

@@ -115,6 +115,9 @@ pki() { # with pki_lock held
         "extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
     issue admin "/O=system:masters/CN=nodelet-test-admin" "extendedKeyUsage=clientAuth"
+    # The API server's client certificate to the nodes' API (logs, exec, port-forward), as
+    # kubeadm's apiserver-kubelet-client; nodes trust the cluster CA (clientCAFile).
+    issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
     [[ -s $PKI/sa.key ]] || openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
     [[ -s $PKI/sa.pub ]] || openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
     [[ -s $ADMIN_KUBECONFIG ]] || kubeconfig "$ADMIN_KUBECONFIG" admin nodelet-test-admin
@@ -186,6 +189,9 @@ start_apiserver() { # PORT PIDFILE LOG
             --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" --insecure-port=0 \
             --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
             --client-ca-file="$PKI/ca.crt" \
+            --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+            --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+            --kubelet-preferred-address-types=InternalIP,Hostname \
             --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
             --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
             --service-account-issuer=https://kubernetes.default.svc.cluster.local \

@@ -57,6 +57,9 @@ pub struct NodeFacts {
     pub max_pods: usize,
     /// nodeInfo.
     pub info: NodeSystemInfo,
+    /// The node API's port (`daemonEndpoints.kubeletEndpoint.Port`, where the API server
+    /// proxies logs, exec and port-forward); 0 when it is off.
+    pub api_port: u16,
 }
 
 /// nodeInfo of this machine (kubelet's `MachineInfo` and `VersionInfo` setters): machine ID,
@@ -203,6 +206,11 @@ pub fn node_status(facts: &NodeFacts, conditions: Vec<NodeCondition>) -> NodeSta
         allocatable: Some(resources(facts.allocatable, facts.max_pods)),
         conditions: Some(conditions),
         node_info: Some(facts.info.clone()),
+        daemon_endpoints: Some(k8s_openapi::api::core::v1::NodeDaemonEndpoints {
+            kubelet_endpoint: Some(k8s_openapi::api::core::v1::DaemonEndpoint {
+                port: i32::from(facts.api_port),
+            }),
+        }),
         ..Default::default()
     }
 }
@@ -392,6 +400,7 @@ mod tests {
             },
             max_pods: 110,
             info: NodeSystemInfo::default(),
+            api_port: 10250,
         }
     }
 

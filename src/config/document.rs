@@ -57,9 +57,30 @@ pub struct KubeletConfiguration {
     pub healthz_port: u16,
     /// Port of the read-only server (`/pods`, `/metrics`, `/healthz`); 0 (default) disables it.
     pub read_only_port: u16,
-    /// Address of the read-only server. nodelet's default is 127.0.0.1 (kubelet's is 0.0.0.0):
-    /// nothing listens on all interfaces unless the configuration asks.
+    /// Address of the node API (`port`) and the read-only server. nodelet's default is
+    /// 127.0.0.1 (kubelet's is 0.0.0.0): nothing listens on all interfaces unless the
+    /// configuration asks, so a node in a cluster sets it (`0.0.0.0`, or its own IP) for the API
+    /// server to reach its logs, exec and port-forward.
     pub address: String,
+    /// Port of the node API (HTTPS: `/containerLogs`, `/exec`, `/attach`, `/portForward`,
+    /// `/pods`, `/metrics`), on `address`; default 10250. 0: no node API (nodelet's; kubelet
+    /// always serves it).
+    pub port: u16,
+    /// PEM certificate (chain) the node API serves; with `tlsPrivateKeyFile`. Empty: a
+    /// self-signed pair made once under `--root-dir`/pki (kubelet's behaviour).
+    pub tls_cert_file: String,
+    /// PEM private key of `tlsCertFile`.
+    pub tls_private_key_file: String,
+    /// Oldest TLS version the node API speaks: `VersionTLS12` (default) or `VersionTLS13`.
+    pub tls_min_version: String,
+    /// Cipher suites the node API offers, by Go's names; empty: the TLS library's defaults.
+    pub tls_cipher_suites: Vec<String>,
+    /// Who may use the node API (kubelet's `authentication`).
+    pub authentication: Authentication,
+    /// What they may do (kubelet's `authorization`).
+    pub authorization: Authorization,
+    /// Serve logs, exec, attach and port-forward on the node API (default true).
+    pub enable_debugging_handlers: bool,
     /// Directory of container logs (default `/var/log/pods`).
     pub pod_logs_dir: String,
     /// Resolver configuration handed to pods with DNS policy Default (default `/etc/resolv.conf`).
@@ -174,6 +195,14 @@ impl Default for KubeletConfiguration {
             healthz_port: 10248,
             read_only_port: 0,
             address: "127.0.0.1".into(),
+            port: 10250,
+            tls_cert_file: String::new(),
+            tls_private_key_file: String::new(),
+            tls_min_version: String::new(),
+            tls_cipher_suites: Vec::new(),
+            authentication: Authentication::default(),
+            authorization: Authorization::default(),
+            enable_debugging_handlers: true,
             pod_logs_dir: "/var/log/pods".into(),
             resolv_conf: "/etc/resolv.conf".into(),
             cluster_dns: Vec::new(),
@@ -207,6 +236,98 @@ impl Default for KubeletConfiguration {
             shutdown_grace_period_by_pod_priority: Vec::new(),
             feature_gates: BTreeMap::new(),
             memory_throttling_factor: 0.9,
+        }
+    }
+}
+
+/// The node API's authentication (kubelet's `KubeletAuthentication`, its config-file defaults).
+/// Unknown keys are refused: a misspelt one would change who gets in.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Authentication {
+    /// Client certificates.
+    pub x509: X509Authentication,
+    /// Bearer tokens checked with the API server (`TokenReview`).
+    pub webhook: WebhookAuthentication,
+    /// Requests with no credentials.
+    pub anonymous: AnonymousAuthentication,
+}
+
+/// Client certificates (kubelet's `KubeletX509Authentication`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct X509Authentication {
+    /// PEM file of the CAs a client certificate must chain to (user = CN, groups = O); empty:
+    /// no certificate authenticates.
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: String,
+}
+
+/// Bearer tokens (kubelet's `KubeletWebhookAuthentication`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct WebhookAuthentication {
+    /// Ask the API server (cluster mode); default true.
+    pub enabled: bool,
+    /// How long an answer is kept (default 2m).
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: GoDuration,
+}
+
+impl Default for WebhookAuthentication {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            cache_ttl: GoDuration(Duration::from_secs(120)),
+        }
+    }
+}
+
+/// Anonymous requests (kubelet's `KubeletAnonymousAuthentication`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct AnonymousAuthentication {
+    /// Let them through to authorization as `system:anonymous` (default false).
+    pub enabled: bool,
+}
+
+/// The node API's authorization (kubelet's `KubeletAuthorization`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Authorization {
+    /// `Webhook` (default: a `SubjectAccessReview` per request, cluster mode) or
+    /// `AlwaysAllow`.
+    pub mode: String,
+    /// The webhook's caches.
+    pub webhook: WebhookAuthorization,
+}
+
+impl Default for Authorization {
+    fn default() -> Self {
+        Self {
+            mode: "Webhook".into(),
+            webhook: WebhookAuthorization::default(),
+        }
+    }
+}
+
+/// `SubjectAccessReview` answers kept (kubelet's `KubeletWebhookAuthorization`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct WebhookAuthorization {
+    /// An allowed answer (default 5m).
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: GoDuration,
+    /// A denied answer (default 30s).
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: GoDuration,
+}
+
+impl Default for WebhookAuthorization {
+    fn default() -> Self {
+        Self {
+            cache_authorized_ttl: GoDuration(Duration::from_secs(300)),
+            cache_unauthorized_ttl: GoDuration(Duration::from_secs(30)),
         }
     }
 }

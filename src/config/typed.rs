@@ -26,6 +26,40 @@ use crate::kuberuntime::backoff::BackoffPolicy;
 use crate::kuberuntime::logs::LogPolicy;
 use crate::quantity::{parse_amount, Scale};
 
+/// The node API's settings (kubelet's server on `address:port`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeApiConfig {
+    /// `address:port`.
+    pub address: SocketAddr,
+    /// `tlsCertFile`, `tlsPrivateKeyFile`, `tlsMinVersion`, `tlsCipherSuites`.
+    pub tls: crate::nodeapi::tls::TlsSettings,
+    /// `authentication.x509.clientCAFile`; `None`: no certificate authenticates.
+    pub client_ca_file: Option<PathBuf>,
+    /// `authentication.anonymous.enabled`.
+    pub anonymous: bool,
+    /// `authentication.webhook.cacheTTL` when `authentication.webhook.enabled`.
+    pub token_webhook_ttl: Option<Duration>,
+    /// `authorization`.
+    pub authorization: AuthorizationMode,
+    /// `enableDebuggingHandlers`.
+    pub debugging: bool,
+}
+
+/// `authorization.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    /// Every authenticated request is allowed.
+    AlwaysAllow,
+    /// A `SubjectAccessReview` per request (cluster mode), answers kept `allowed_ttl` /
+    /// `denied_ttl`.
+    Webhook {
+        /// `cacheAuthorizedTTL`.
+        allowed_ttl: Duration,
+        /// `cacheUnauthorizedTTL`.
+        denied_ttl: Duration,
+    },
+}
+
 /// The configuration the agent runs on: every field validated and converted from the file's
 /// strings (see the [module docs](super)).
 #[derive(Debug, Clone)]
@@ -68,6 +102,11 @@ pub struct Config {
     pub healthz_address: Option<SocketAddr>,
     /// `address:readOnlyPort`; `None` when the port is 0 (disabled, the default).
     pub read_only_address: Option<SocketAddr>,
+    /// The node API (`address:port`, TLS, authentication, authorization); `None` when `port`
+    /// is 0.
+    pub node_api: Option<NodeApiConfig>,
+    /// The file as loaded, defaults filled in, as JSON (the node API's `/configz`).
+    pub configz: serde_json::Value,
     /// `podLogsDir`, absolute.
     pub pod_logs_dir: PathBuf,
     /// `resolvConf`: the host resolver file for pods; `None` when empty (no host DNS).
@@ -198,6 +237,7 @@ impl KubeletConfiguration {
         let (runtime_socket, image_socket) = self.runtime_endpoints(&invalid)?;
         let cgroup_layout = self.cgroup_layout(&invalid)?;
         let (healthz_address, read_only_address) = self.addresses(&invalid)?;
+        let node_api = self.node_api(&invalid)?;
         if !self.pod_logs_dir.starts_with('/') {
             return Err(invalid(
                 "podLogsDir",
@@ -278,6 +318,8 @@ impl KubeletConfiguration {
             qos_reserved_memory_percent,
             healthz_address,
             read_only_address,
+            node_api,
+            configz: serde_json::to_value(self).unwrap_or_default(),
             pod_logs_dir: PathBuf::from(&self.pod_logs_dir),
             resolv_conf: (!self.resolv_conf.is_empty()).then(|| PathBuf::from(&self.resolv_conf)),
             cluster_dns,
@@ -439,6 +481,71 @@ impl KubeletConfiguration {
             (self.healthz_port != 0).then(|| SocketAddr::new(healthz_ip, self.healthz_port)),
             (self.read_only_port != 0).then(|| SocketAddr::new(address_ip, self.read_only_port)),
         ))
+    }
+
+    /// The node API's settings; `None` when `port` is 0.
+    fn node_api(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<Option<NodeApiConfig>, ConfigError> {
+        if self.port == 0 {
+            return Ok(None);
+        }
+        let ip: IpAddr = self
+            .address
+            .parse()
+            .map_err(|_| invalid("address", &self.address, "must be an IP address"))?;
+        let cert_and_key = match (
+            self.tls_cert_file.is_empty(),
+            self.tls_private_key_file.is_empty(),
+        ) {
+            (true, true) => None,
+            (false, false) => Some((
+                PathBuf::from(&self.tls_cert_file),
+                PathBuf::from(&self.tls_private_key_file),
+            )),
+            _ => {
+                return Err(invalid(
+                    "tlsCertFile + tlsPrivateKeyFile",
+                    &format!("{:?} + {:?}", self.tls_cert_file, self.tls_private_key_file),
+                    "set both (the certificate and its key) or neither (a self-signed pair)",
+                ))
+            }
+        };
+        crate::nodeapi::tls::versions(&self.tls_min_version)
+            .map_err(|r| invalid("tlsMinVersion", &self.tls_min_version, &r))?;
+        crate::nodeapi::tls::provider(&self.tls_cipher_suites)
+            .map_err(|r| invalid("tlsCipherSuites", &self.tls_cipher_suites.join(","), &r))?;
+        let authn = &self.authentication;
+        let authz = &self.authorization;
+        let authorization = match authz.mode.as_str() {
+            "AlwaysAllow" => AuthorizationMode::AlwaysAllow,
+            "Webhook" => AuthorizationMode::Webhook {
+                allowed_ttl: authz.webhook.cache_authorized_ttl.0,
+                denied_ttl: authz.webhook.cache_unauthorized_ttl.0,
+            },
+            other => {
+                return Err(invalid(
+                    "authorization.mode",
+                    other,
+                    "must be Webhook or AlwaysAllow",
+                ))
+            }
+        };
+        Ok(Some(NodeApiConfig {
+            address: SocketAddr::new(ip, self.port),
+            tls: crate::nodeapi::tls::TlsSettings {
+                cert_and_key,
+                min_version: self.tls_min_version.clone(),
+                cipher_suites: self.tls_cipher_suites.clone(),
+            },
+            client_ca_file: (!authn.x509.client_ca_file.is_empty())
+                .then(|| PathBuf::from(&authn.x509.client_ca_file)),
+            anonymous: authn.anonymous.enabled,
+            token_webhook_ttl: authn.webhook.enabled.then_some(authn.webhook.cache_ttl.0),
+            authorization,
+            debugging: self.enable_debugging_handlers,
+        }))
     }
 
     /// `clusterDNS` and `clusterDomain` (without its trailing dot).

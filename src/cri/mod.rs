@@ -602,6 +602,41 @@ impl RuntimeService for Cri {
     }
 }
 
+/// The streaming calls (kubelet's `getExec`, `getAttach`, `getPortForward`): each answers with
+/// a one-time URL on the runtime's streaming server (containerd's: single use, valid one
+/// minute), which the node API relays the client's upgraded connection to
+/// ([`crate::nodeapi::streaming`]). Only the socket client has them: they need a streaming
+/// server to be of any use.
+impl Cri {
+    /// `Exec`: the URL of an exec session in container `req.container_id`.
+    ///
+    /// Errors: the runtime's (NotFound for a container that is gone).
+    pub async fn exec(&self, req: cri::ExecRequest) -> CriResult<String> {
+        cri_call!(self, runtime.exec, "exec", req, self.bounded()).map(|r| r.url)
+    }
+
+    /// `Attach`: the URL of an attach session to container `req.container_id`.
+    ///
+    /// Errors: the runtime's.
+    pub async fn attach(&self, req: cri::AttachRequest) -> CriResult<String> {
+        cri_call!(self, runtime.attach, "attach", req, self.bounded()).map(|r| r.url)
+    }
+
+    /// `PortForward`: the URL of a port-forward session into sandbox `req.pod_sandbox_id`.
+    ///
+    /// Errors: the runtime's.
+    pub async fn port_forward(&self, req: cri::PortForwardRequest) -> CriResult<String> {
+        cri_call!(
+            self,
+            runtime.port_forward,
+            "port_forward",
+            req,
+            self.bounded()
+        )
+        .map(|r| r.url)
+    }
+}
+
 impl ImageService for Cri {
     async fn image_status(&self, image: &str) -> CriResult<Option<cri::Image>> {
         let req = cri::ImageStatusRequest {

@@ -282,23 +282,32 @@ fn runtime_container(c: api::Container, st: api::ContainerStatus) -> RuntimeCont
 
 impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Every pod the runtime has a sandbox for on this node, and the UIDs of other agents'
-    /// sandboxes (see [`RuntimePods::from_listings`]): one ListPodSandbox and one
-    /// ListContainers, unfiltered.
+    /// sandboxes ([`list_runtime_pods`]).
     ///
     /// Errors: a failed list call.
     pub async fn runtime_pods(&self) -> Result<RuntimePods, CriError> {
-        let (sandboxes, containers) = tokio::try_join!(
-            self.cri
-                .list_pod_sandbox_brief(HashMap::new(), &labels::BRIEF),
-            self.cri
-                .list_containers_brief(HashMap::new(), &labels::BRIEF)
-        )?;
-        Ok(RuntimePods::from_listings(
-            &sandboxes,
-            &containers,
-            &self.settings.node_name,
-        ))
+        list_runtime_pods(&self.cri, &self.settings.node_name).await
     }
+}
+
+/// Every pod `cri` has a sandbox for on node `node_name`, and the UIDs of other agents'
+/// sandboxes (see [`RuntimePods::from_listings`]): one ListPodSandbox and one ListContainers,
+/// unfiltered.
+///
+/// Errors: a failed list call.
+pub async fn list_runtime_pods(
+    cri: &impl RuntimeService,
+    node_name: &str,
+) -> Result<RuntimePods, CriError> {
+    let (sandboxes, containers) = tokio::try_join!(
+        cri.list_pod_sandbox_brief(HashMap::new(), &labels::BRIEF),
+        cri.list_containers_brief(HashMap::new(), &labels::BRIEF)
+    )?;
+    Ok(RuntimePods::from_listings(
+        &sandboxes,
+        &containers,
+        node_name,
+    ))
 }
 
 impl RuntimePods {

@@ -288,6 +288,8 @@ pub struct Nodelet {
     pub node: String,
     pub dir: tempfile::TempDir,
     pub port: u16,
+    /// The node API's port (`port`), on 127.0.0.1; a test's own `port:` line wins.
+    pub api_port: u16,
     pub cgroup_root: String,
     pub child: Option<Child>,
     pub runtime: Runtime,
@@ -343,6 +345,7 @@ impl Nodelet {
             node,
             dir,
             port: free_port(),
+            api_port: free_port(),
             child: None,
             runtime: Runtime::on(socket),
             socket: socket.to_owned(),
@@ -379,8 +382,14 @@ impl Nodelet {
         } else {
             "evictionHard: {memory.available: 100Mi}\n"
         };
+        // Every agent serves its node API, each on a port of its own.
+        let api = if self.extra_config.lines().any(|l| l.starts_with("port:")) {
+            String::new()
+        } else {
+            format!("port: {}\n", self.api_port)
+        };
         let cfg = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {}\nhealthzPort: {}\npodLogsDir: {}\n{eviction}{}",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {}\nhealthzPort: {}\npodLogsDir: {}\n{api}{eviction}{}",
             self.manifests().display(),
             self.socket.display(),
             self.cgroup_root,

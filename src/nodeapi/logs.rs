@@ -1,0 +1,475 @@
+//! `GET /containerLogs/{namespace}/{pod}/{container}` (kubelet's `getContainerLogs` and
+//! `ReadLogs`): a container's output from its CRI log file
+//! (`<podLogsDir>/<ns>_<pod>_<uid>/<container>/<restart>.log`, lines
+//! `<RFC3339Nano time> <stdout|stderr> <F|P> <text>`), with kubelet's parameters: `follow`,
+//! `previous`, `timestamps`, `sinceSeconds` or `sinceTime`, `tailLines` (or the legacy `tail`),
+//! `limitBytes`.
+//!
+//! `follow` keeps reading as the container writes, across log rotation (the rotated file is read
+//! to its end, then the new one from its start: kubelet's own follow stops at a rotation), and
+//! ends when the container is no longer running and nothing new came, or when the client leaves
+//! (its body is dropped: the reader notices at its next write or poll and closes the file).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::StatusCode;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::io::{AsyncBufReadExt, AsyncSeekExt, BufReader};
+use tokio::sync::mpsc;
+
+/// How often a follower looks for new output, a rotation, the container's end and its client.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(200);
+
+/// kubelet's `PodLogOptions`, as the node API takes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Keep streaming.
+    pub follow: bool,
+    /// The previous instance of the container.
+    pub previous: bool,
+    /// Prefix each line with its time (RFC3339Nano, from the log file).
+    pub timestamps: bool,
+    /// Only lines at or after this time, nanoseconds since the epoch.
+    pub since_ns: Option<i64>,
+    /// Only the last this many lines.
+    pub tail_lines: Option<usize>,
+    /// At most this many bytes.
+    pub limit_bytes: Option<u64>,
+}
+
+/// Parses the query parameters; `now_ns` turns `sinceSeconds` into a time.
+///
+/// Errors: the 400 message, naming the parameter.
+pub fn parse_options(params: &[(String, String)], now_ns: i64) -> Result<LogOptions, String> {
+    let mut o = LogOptions::default();
+    let boolean = |k: &str, v: &str| match v {
+        "true" | "1" | "" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!("{k}: {v:?} is not a boolean")),
+    };
+    let number = |k: &str, v: &str| {
+        v.parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| format!("{k}: {v:?} is not a non-negative integer"))
+    };
+    let (mut since_seconds, mut since_time) = (None, None);
+    for (k, v) in params {
+        match k.as_str() {
+            "follow" => o.follow = boolean(k, v)?,
+            "previous" => o.previous = boolean(k, v)?,
+            "timestamps" => o.timestamps = boolean(k, v)?,
+            "sinceSeconds" => {
+                let n = number(k, v)?;
+                if n == 0 {
+                    return Err("sinceSeconds: must be greater than 0".into());
+                }
+                since_seconds = Some(n);
+            }
+            "sinceTime" => {
+                let t: k8s_openapi::jiff::Timestamp = v
+                    .parse()
+                    .map_err(|e| format!("sinceTime: {v:?} is not an RFC 3339 time: {e}"))?;
+                since_time = Some(i64::try_from(t.as_nanosecond()).unwrap_or(i64::MAX));
+            }
+            "tailLines" => o.tail_lines = Some(usize::try_from(number(k, v)?).unwrap_or(usize::MAX)),
+            "tail" if v == "all" => o.tail_lines = None,
+            "tail" => o.tail_lines = Some(usize::try_from(number(k, v)?).unwrap_or(usize::MAX)),
+            "limitBytes" => {
+                let n = number(k, v)?;
+                if n == 0 {
+                    return Err("limitBytes: must be greater than 0".into());
+                }
+                o.limit_bytes = Some(n.unsigned_abs());
+            }
+            "stream" if v == "All" => {}
+            "stream" => {
+                return Err(format!(
+                    "stream: {v:?} needs the PodLogsQuerySplitStreams feature gate, which nodelet does not implement (only All)"
+                ))
+            }
+            // The apiserver's own; kubelet ignores it.
+            "insecureSkipTLSVerifyBackend" => {}
+            _ => {}
+        }
+    }
+    o.since_ns = match (since_seconds, since_time) {
+        (Some(_), Some(_)) => {
+            return Err("sinceSeconds and sinceTime: at most one may be set".into())
+        }
+        (Some(s), None) => Some(now_ns.saturating_sub(s.saturating_mul(1_000_000_000))),
+        (None, t) => t,
+    };
+    Ok(o)
+}
+
+/// One line of a CRI log file: its time (nanoseconds), its time as written, whether it ends a
+/// line (`F`) or is part of one (`P`), and its text.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// Time, nanoseconds since the epoch.
+    pub time_ns: i64,
+    /// Time as written (RFC3339Nano).
+    pub time: &'a str,
+    /// `F`: the text ends a line.
+    pub full: bool,
+    /// The text, without its newline.
+    pub text: &'a [u8],
+}
+
+/// Parses one CRI log line (without its newline); `None` for a malformed one.
+pub fn parse_line(line: &[u8]) -> Option<Entry<'_>> {
+    let mut parts = line.splitn(4, |b| *b == b' ');
+    let time = std::str::from_utf8(parts.next()?).ok()?;
+    let _stream = parts.next()?;
+    let tag = parts.next()?;
+    let text = parts.next().unwrap_or_default();
+    let t: k8s_openapi::jiff::Timestamp = time.parse().ok()?;
+    Some(Entry {
+        time_ns: i64::try_from(t.as_nanosecond()).unwrap_or(i64::MAX),
+        time,
+        full: tag != b"P",
+        text,
+    })
+}
+
+/// What a log request reads: the file and what to do with it.
+pub struct LogRequest {
+    /// The log file.
+    pub path: PathBuf,
+    /// The options.
+    pub options: LogOptions,
+    /// While following: whether the container still runs (its output may still grow).
+    pub running: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+/// The log file of `container` of `pod` (its restart count `restart`), or of the instance
+/// before it when `previous`.
+///
+/// Errors: 400 with kubelet's message when there is no previous instance, or the container has
+/// not started (no file yet).
+pub fn log_file(
+    logs_dir: &Path,
+    pod: &Pod,
+    container: &str,
+    restart: i32,
+    previous: bool,
+) -> Result<PathBuf, (StatusCode, String)> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let n = if previous {
+        if restart == 0 {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "previous terminated container {container:?} in pod {pod_name:?} not found"
+                ),
+            ));
+        }
+        restart - 1
+    } else {
+        restart
+    };
+    let path = logs_dir.join(container).join(format!("{n}.log"));
+    if !path.exists() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!("container {container:?} in pod {pod_name:?} is waiting to start"),
+        ));
+    }
+    Ok(path)
+}
+
+/// The response body streaming `req` (chunked), produced by a task that ends with the stream,
+/// or when the body is dropped.
+pub fn stream(req: LogRequest) -> Body {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        if let Err(e) = read_logs(req, &tx).await {
+            tracing::debug!(error = %e, "container log stream ended");
+        }
+    });
+    Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+    }))
+}
+
+/// Where a read starts: the offset of the last `n` lines of `path`.
+async fn tail_offset(path: &Path, n: usize) -> std::io::Result<u64> {
+    let bytes = tokio::fs::read(path).await?;
+    let mut newlines = 0;
+    // The file ends with a newline; the last line's is not a separator.
+    let end = bytes.len().saturating_sub(1);
+    for i in (0..end).rev() {
+        if bytes[i] == b'\n' {
+            newlines += 1;
+            if newlines == n {
+                return Ok((i + 1) as u64);
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// The inode of `path`, if it exists.
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// A log file being read: what is left of the byte limit, and a line still being written.
+struct Reading<'a> {
+    reader: BufReader<tokio::fs::File>,
+    line: Vec<u8>,
+    left: u64,
+    options: &'a LogOptions,
+}
+
+impl Reading<'_> {
+    /// Sends every complete line there is now; `Ok(true)` once the byte limit is reached.
+    async fn drain(&mut self, tx: &mpsc::Sender<Bytes>) -> std::io::Result<bool> {
+        loop {
+            let n = self.reader.read_until(b'\n', &mut self.line).await?;
+            if n == 0 || self.line.last() != Some(&b'\n') {
+                // At the end; a line being written stays in `line` until its newline comes.
+                return Ok(false);
+            }
+            self.line.pop();
+            if let Some(e) = parse_line(&self.line) {
+                if self.options.since_ns.is_none_or(|s| e.time_ns >= s) {
+                    let mut out = Vec::with_capacity(e.text.len() + 40);
+                    if self.options.timestamps {
+                        out.extend_from_slice(e.time.as_bytes());
+                        out.push(b' ');
+                    }
+                    out.extend_from_slice(e.text);
+                    if e.full {
+                        out.push(b'\n');
+                    }
+                    let take = out
+                        .len()
+                        .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                    out.truncate(take);
+                    self.left -= take as u64;
+                    send(tx, out).await?;
+                    if self.left == 0 {
+                        return Ok(true);
+                    }
+                }
+            }
+            self.line.clear();
+        }
+    }
+}
+
+/// Writes what the client asked for; returns when done, or with the error that stopped it (the
+/// client left: a send failed).
+async fn read_logs(req: LogRequest, tx: &mpsc::Sender<Bytes>) -> std::io::Result<()> {
+    let o = &req.options;
+    let mut file = tokio::fs::File::open(&req.path).await?;
+    let mut ino = inode(&req.path);
+    if let Some(n) = o.tail_lines {
+        let at = if n == 0 {
+            file.metadata().await?.len()
+        } else {
+            tail_offset(&req.path, n).await?
+        };
+        file.seek(std::io::SeekFrom::Start(at)).await?;
+    }
+    let mut r = Reading {
+        reader: BufReader::new(file),
+        line: Vec::new(),
+        left: o.limit_bytes.unwrap_or(u64::MAX),
+        options: o,
+    };
+    let mut quiet_since = crate::clock::monotonic_now();
+    loop {
+        let before = r.left;
+        if r.drain(tx).await? || !o.follow {
+            return Ok(());
+        }
+        if r.left != before {
+            quiet_since = crate::clock::monotonic_now();
+        }
+        crate::clock::sleep(FOLLOW_POLL).await;
+        if tx.is_closed() {
+            return Err(gone());
+        }
+        let now_ino = inode(&req.path);
+        if now_ino.is_some() && now_ino != ino {
+            // Rotated: the rest of the old file first, then the new one from its start.
+            if r.drain(tx).await? {
+                return Ok(());
+            }
+            r.reader = BufReader::new(tokio::fs::File::open(&req.path).await?);
+            r.line.clear();
+            ino = now_ino;
+            continue;
+        }
+        if quiet_since.elapsed() >= Duration::from_secs(1) && !(req.running)() {
+            // What came between the last read and the check, then the end.
+            r.drain(tx).await?;
+            return Ok(());
+        }
+    }
+}
+
+fn gone() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client left")
+}
+
+async fn send(tx: &mpsc::Sender<Bytes>, out: Vec<u8>) -> std::io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    tx.send(Bytes::from(out)).await.map_err(|_| gone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(q: &[(&str, &str)]) -> Vec<(String, String)> {
+        q.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn options_follow_kubelets_parameters_and_name_the_bad_one() {
+        let o = parse_options(
+            &params(&[
+                ("follow", "true"),
+                ("tailLines", "5"),
+                ("limitBytes", "100"),
+            ]),
+            0,
+        )
+        .unwrap();
+        assert!(o.follow && o.tail_lines == Some(5) && o.limit_bytes == Some(100));
+        let o = parse_options(&params(&[("sinceSeconds", "10")]), 20_000_000_000).unwrap();
+        assert_eq!(o.since_ns, Some(10_000_000_000));
+        assert_eq!(
+            parse_options(&params(&[("tail", "all")]), 0)
+                .unwrap()
+                .tail_lines,
+            None
+        );
+        for (k, v) in [
+            ("tailLines", "-1"),
+            ("limitBytes", "x"),
+            ("follow", "maybe"),
+            ("sinceTime", "yesterday"),
+            ("stream", "Stdout"),
+        ] {
+            let e = parse_options(&params(&[(k, v)]), 0).unwrap_err();
+            assert!(e.starts_with(k), "{k}: {e}");
+        }
+        let e = parse_options(
+            &params(&[("sinceSeconds", "1"), ("sinceTime", "2026-01-01T00:00:00Z")]),
+            0,
+        )
+        .unwrap_err();
+        assert!(e.contains("sinceSeconds and sinceTime"), "{e}");
+    }
+
+    #[test]
+    fn cri_log_lines_are_parsed_with_their_tags() {
+        let e = parse_line(b"2026-12-04T05:00:00.123456789Z stdout F hello world").unwrap();
+        assert_eq!(e.text, b"hello world");
+        assert!(e.full);
+        assert_eq!(e.time, "2026-12-04T05:00:00.123456789Z");
+        let p = parse_line(b"2026-12-04T05:00:00Z stderr P part").unwrap();
+        assert!(!p.full);
+        assert_eq!(
+            parse_line(b"2026-12-04T05:00:00Z stdout F ").unwrap().text,
+            b""
+        );
+        assert!(parse_line(b"garbage").is_none());
+    }
+
+    async fn collect(req: LogRequest) -> String {
+        let (tx, mut rx) = mpsc::channel(16);
+        let task = tokio::spawn(async move { read_logs(req, &tx).await });
+        let mut out = Vec::new();
+        while let Some(b) = rx.recv().await {
+            out.extend_from_slice(&b);
+        }
+        task.await.unwrap().unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[tokio::test]
+    async fn tail_since_timestamps_and_limit_apply_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        std::fs::write(
+            &path,
+            "2026-12-04T05:00:01Z stdout F one\n2026-12-04T05:00:02Z stdout P tw\n2026-12-04T05:00:02Z stdout F o\n2026-12-04T05:00:03Z stderr F three\n",
+        )
+        .unwrap();
+        let req = |options| LogRequest {
+            path: path.clone(),
+            options,
+            running: Box::new(|| false),
+        };
+        assert_eq!(
+            collect(req(LogOptions::default())).await,
+            "one\ntwo\nthree\n"
+        );
+        let tail = LogOptions {
+            tail_lines: Some(1),
+            timestamps: true,
+            ..Default::default()
+        };
+        assert_eq!(collect(req(tail)).await, "2026-12-04T05:00:03Z three\n");
+        let since = LogOptions {
+            since_ns: Some(1_796_360_402_000_000_000),
+            ..Default::default()
+        };
+        assert_eq!(collect(req(since)).await, "two\nthree\n");
+        let limit = LogOptions {
+            limit_bytes: Some(6),
+            ..Default::default()
+        };
+        assert_eq!(collect(req(limit)).await, "one\ntw");
+    }
+
+    #[tokio::test]
+    async fn a_follower_reads_across_a_rotation_and_ends_with_the_container() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        std::fs::write(&path, "2026-12-04T05:00:01Z stdout F before\n").unwrap();
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let r = running.clone();
+        let req = LogRequest {
+            path: path.clone(),
+            options: LogOptions {
+                follow: true,
+                ..Default::default()
+            },
+            running: Box::new(move || r.load(std::sync::atomic::Ordering::SeqCst)),
+        };
+        let (tx, mut rx) = mpsc::channel(16);
+        let task = tokio::spawn(async move { read_logs(req, &tx).await });
+        assert_eq!(&rx.recv().await.unwrap()[..], b"before\n");
+        // Rotated as kuberuntime's rotation does: renamed aside, then a new file.
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"2026-12-04T05:00:02Z stdout F last of the old\n")
+            .unwrap();
+        std::fs::rename(&path, dir.path().join("0.log.20261204-050002")).unwrap();
+        std::fs::write(&path, "2026-12-04T05:00:03Z stdout F after\n").unwrap();
+        assert_eq!(&rx.recv().await.unwrap()[..], b"last of the old\n");
+        assert_eq!(&rx.recv().await.unwrap()[..], b"after\n");
+        running.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(rx.recv().await.is_none(), "ends with the container");
+        task.await.unwrap().unwrap();
+    }
+}

@@ -1,0 +1,509 @@
+//! The node API on `address:port` (kubelet's server on 10250, `pkg/kubelet/server`): what the
+//! API server proxies `kubectl logs`, `exec`, `attach` and `port-forward` to, and what
+//! Prometheus scrapes. HTTPS with kubelet's authentication and authorization ([`auth`], [`tls`]);
+//! paths:
+//!
+//! - `/healthz`, `/pods`, `/metrics`, `/metrics/probes` (what the loopback healthz listener
+//!   serves, [`crate::server`]), `/runningpods/` (the runtime's pods as a `PodList`),
+//!   `/configz` (the configuration, `{"kubeletconfig": …}`);
+//! - with `enableDebuggingHandlers` (default true): `/containerLogs/{ns}/{pod}/{container}`
+//!   ([`logs`]), `/exec/{ns}/{pod}[/{uid}]/{container}`, `/attach/…`,
+//!   `/portForward/{ns}/{pod}[/{uid}]` ([`streaming`]).
+//!
+//! An unknown pod or container is 404 naming it; a bad parameter 400 naming it. A client that
+//! connects and sends nothing is cut after [`HEADER_TIMEOUT`] (TLS handshake and request head
+//! each), on its own task: it blocks no one else.
+
+pub mod auth;
+pub mod logs;
+pub mod streaming;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use k8s_openapi::api::core::v1::Pod;
+use rustls_pki_types::CertificateDer;
+use tower::ServiceExt;
+use tracing::{debug, info, warn};
+
+use crate::cri::api as cri;
+use crate::cri::{Cri, RuntimeService};
+use crate::status::StatusManager;
+use auth::{Auth, AuthError};
+use streaming::plain;
+
+/// Longest a client may take for its TLS handshake, and then for its request head.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the node API serves from.
+#[derive(Clone)]
+pub struct NodeApi {
+    /// Desired pods with their statuses (lookups by namespace and name).
+    pub status: StatusManager,
+    /// The runtime (streaming calls, sandboxes, `/runningpods/`).
+    pub cri: Cri,
+    /// Node facts and paths (the pods' log directories).
+    pub settings: Arc<crate::kuberuntime::Settings>,
+    /// The configuration as loaded, for `/configz`.
+    pub configz: Arc<serde_json::Value>,
+    /// `enableDebuggingHandlers`: logs, exec, attach, port-forward.
+    pub debugging: bool,
+}
+
+/// A request refused: its status and message.
+type Refusal = (StatusCode, String);
+
+/// The client's certificate chain, as the TLS handshake gave it (empty: none).
+#[derive(Clone, Default)]
+pub struct Peer(pub Arc<Vec<CertificateDer<'static>>>);
+
+/// The router: the loopback listener's paths, the node's own, every one behind `auth`.
+pub fn router(api: NodeApi, healthz: crate::server::ServerState, auth: Arc<Auth>) -> Router {
+    let mut own = Router::new()
+        .route("/runningpods/", get(running_pods))
+        .route("/configz", get(configz));
+    if api.debugging {
+        own = own
+            .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
+            .route("/exec/{ns}/{pod}/{container}", get(exec).post(exec))
+            .route(
+                "/exec/{ns}/{pod}/{uid}/{container}",
+                get(exec_uid).post(exec_uid),
+            )
+            .route("/attach/{ns}/{pod}/{container}", get(attach).post(attach))
+            .route(
+                "/attach/{ns}/{pod}/{uid}/{container}",
+                get(attach_uid).post(attach_uid),
+            )
+            .route(
+                "/portForward/{ns}/{pod}",
+                get(port_forward).post(port_forward),
+            )
+            .route(
+                "/portForward/{ns}/{pod}/{uid}",
+                get(port_forward_uid).post(port_forward_uid),
+            );
+    }
+    crate::server::router(healthz)
+        .merge(own.with_state(api))
+        .layer(axum::middleware::from_fn_with_state(auth, authenticate))
+}
+
+/// kubelet's filter: authenticate (401 `Unauthorized`), then authorize (403 with kubelet's
+/// message, 500 when the API server cannot be asked).
+async fn authenticate(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
+    let chain = req.extensions().get::<Peer>().cloned().unwrap_or_default();
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = match auth.authenticate(&chain.0, bearer).await {
+        Ok(u) => u,
+        Err(e) => return plain(StatusCode::UNAUTHORIZED, e.to_string()),
+    };
+    match auth
+        .authorize(&user, req.method().as_str(), req.uri().path())
+        .await
+    {
+        Ok(()) => {
+            debug!(user = %user.name, method = %req.method(), path = %req.uri().path(), "node API request");
+            next.run(req).await
+        }
+        Err(AuthError::Forbidden(m)) => plain(StatusCode::FORBIDDEN, m),
+        Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// Serves `app` over TLS on `listener` until the task is dropped: each connection on its own
+/// task, its handshake and request head bounded by [`HEADER_TIMEOUT`], upgrades allowed.
+pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerConfig>, app: Router) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (tcp, from) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors, say: a moment for connections to close.
+                warn!(error = %e, "node API: accept failed");
+                crate::clock::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move { serve_connection(tcp, from, acceptor, app).await });
+    }
+}
+
+async fn serve_connection(
+    tcp: tokio::net::TcpStream,
+    from: SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+) {
+    let tls = match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            debug!(%from, error = %e, "node API: TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            debug!(%from, "node API: TLS handshake timed out");
+            return;
+        }
+    };
+    let chain: Vec<CertificateDer<'static>> = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+        .unwrap_or_default();
+    let peer = Peer(Arc::new(chain));
+    let service =
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(peer.clone());
+            app.clone().oneshot(req.map(axum::body::Body::new))
+        });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
+        debug!(%from, error = %e, "node API: connection ended");
+    }
+}
+
+/// Binds `addr` and serves the node API on `rt`; returns the bound address.
+///
+/// Errors: the address cannot be bound (in use: another kubelet or nodelet), naming it and the
+/// settings.
+pub fn start(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+) -> Result<SocketAddr, String> {
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(addr))
+        .map_err(|e| format!("node API: cannot listen on {addr} (address, port): {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    rt.spawn(serve(listener, tls, app));
+    info!(address = %bound, "node API: serving HTTPS");
+    Ok(bound)
+}
+
+impl NodeApi {
+    /// The desired pod `ns/name` (with `uid` when given).
+    ///
+    /// Errors: 404 naming it.
+    fn pod(&self, ns: &str, name: &str, uid: Option<&str>) -> Result<Pod, Refusal> {
+        self.status
+            .pods_where(|p| {
+                p.metadata.namespace.as_deref().unwrap_or("default") == ns
+                    && p.metadata.name.as_deref() == Some(name)
+                    && uid.is_none_or(|u| p.metadata.uid.as_deref() == Some(u))
+            })
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                (
+                    StatusCode::NOT_FOUND,
+                    format!("pod {ns}/{name} does not exist\n"),
+                )
+            })
+    }
+}
+
+/// The container `name` of `pod`: its restart count and its runtime ID (empty before it ran).
+///
+/// Errors: 404 naming the container and the pod.
+fn container_of(pod: &Pod, name: &str) -> Result<(i32, String), Refusal> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let in_spec = pod.spec.iter().any(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .any(|c| c.name == name)
+    });
+    if !in_spec {
+        return Err((
+            StatusCode::NOT_FOUND,
+            format!("container {name:?} not found in pod {pod_name:?}\n"),
+        ));
+    }
+    let st = pod.status.as_ref().and_then(|s| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .chain(s.init_container_statuses.iter().flatten())
+            .find(|c| c.name == name)
+            .cloned()
+    });
+    let restart = st.as_ref().map_or(0, |c| c.restart_count);
+    let id = st
+        .and_then(|c| c.container_id)
+        .map(|id| {
+            id.split_once("://")
+                .map_or(id.clone(), |(_, i)| i.to_owned())
+        })
+        .unwrap_or_default();
+    Ok((restart, id))
+}
+
+async fn container_logs(
+    State(api): State<NodeApi>,
+    Path((ns, name, container)): Path<(String, String, String)>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Response {
+    let options = match logs::parse_options(&params, crate::clock::system().epoch_ns()) {
+        Ok(o) => o,
+        Err(m) => return plain(StatusCode::BAD_REQUEST, m),
+    };
+    let pod = match api.pod(&ns, &name, None) {
+        Ok(p) => p,
+        Err((code, m)) => return plain(code, m),
+    };
+    let (restart, _) = match container_of(&pod, &container) {
+        Ok(c) => c,
+        Err((code, m)) => return plain(code, m),
+    };
+    let dir = crate::kuberuntime::sandbox::pod_logs_dir(&api.settings, &pod);
+    let path: PathBuf = match logs::log_file(&dir, &pod, &container, restart, options.previous) {
+        Ok(p) => p,
+        Err((code, m)) => return plain(code, m),
+    };
+    let (status, uid) = (
+        api.status.clone(),
+        pod.metadata.uid.clone().unwrap_or_default(),
+    );
+    let c = container.clone();
+    let running = Box::new(move || {
+        status.get(&uid).is_some_and(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .chain(s.init_container_statuses.iter().flatten())
+                .any(|cs| cs.name == c && cs.state.as_ref().is_some_and(|st| st.running.is_some()))
+        })
+    });
+    let body = logs::stream(logs::LogRequest {
+        path,
+        options,
+        running,
+    });
+    let mut r = Response::new(body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/plain"),
+    );
+    r
+}
+
+/// Exec or attach into `container` of pod `ns/name`: the CRI call, then the relay.
+async fn stream_into(
+    api: NodeApi,
+    (ns, name, uid, container): (String, String, Option<String>, String),
+    attach: bool,
+    req: Request,
+) -> Response {
+    let params: Vec<(String, String)> = req
+        .uri()
+        .query()
+        .map(|q| serde_urlencoded::from_str(q).unwrap_or_default())
+        .unwrap_or_default();
+    let o = match streaming::stream_options(&params) {
+        Ok(o) => o,
+        Err(m) => return plain(StatusCode::BAD_REQUEST, m),
+    };
+    let pod = match api.pod(&ns, &name, uid.as_deref()) {
+        Ok(p) => p,
+        Err((code, m)) => return plain(code, m),
+    };
+    let id = match container_of(&pod, &container) {
+        Ok((_, id)) if !id.is_empty() => id,
+        Ok(_) => {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                format!("container {container:?} in pod {name:?} is not running\n"),
+            )
+        }
+        Err((code, m)) => return plain(code, m),
+    };
+    let url = if attach {
+        api.cri
+            .attach(cri::AttachRequest {
+                container_id: id,
+                stdin: o.stdin,
+                tty: o.tty,
+                stdout: o.stdout,
+                stderr: o.stderr,
+            })
+            .await
+    } else {
+        if o.command.is_empty() {
+            return plain(StatusCode::BAD_REQUEST, "command: at least one is required");
+        }
+        api.cri
+            .exec(cri::ExecRequest {
+                container_id: id,
+                cmd: o.command,
+                tty: o.tty,
+                stdin: o.stdin,
+                stdout: o.stdout,
+                stderr: o.stderr,
+            })
+            .await
+    };
+    match url {
+        Ok(url) => streaming::proxy(req, &url).await,
+        Err(e) => cri_error(e),
+    }
+}
+
+/// A CRI error as kubelet's `streaming.WriteError` maps it.
+fn cri_error(e: crate::cri::CriError) -> Response {
+    let code = match e.code {
+        tonic::Code::NotFound => StatusCode::NOT_FOUND,
+        tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        tonic::Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    plain(code, e.to_string())
+}
+
+async fn exec(
+    State(api): State<NodeApi>,
+    Path((ns, name, c)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    stream_into(api, (ns, name, None, c), false, req).await
+}
+
+async fn exec_uid(
+    State(api): State<NodeApi>,
+    Path((ns, name, uid, c)): Path<(String, String, String, String)>,
+    req: Request,
+) -> Response {
+    stream_into(api, (ns, name, Some(uid), c), false, req).await
+}
+
+async fn attach(
+    State(api): State<NodeApi>,
+    Path((ns, name, c)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    stream_into(api, (ns, name, None, c), true, req).await
+}
+
+async fn attach_uid(
+    State(api): State<NodeApi>,
+    Path((ns, name, uid, c)): Path<(String, String, String, String)>,
+    req: Request,
+) -> Response {
+    stream_into(api, (ns, name, Some(uid), c), true, req).await
+}
+
+/// Port-forward into pod `ns/name`'s sandbox: the CRI call with the `port` parameters (empty
+/// for SPDY: the client names a port per stream), then the relay.
+async fn forward(
+    api: NodeApi,
+    ns: String,
+    name: String,
+    uid: Option<String>,
+    req: Request,
+) -> Response {
+    let params: Vec<(String, String)> = req
+        .uri()
+        .query()
+        .map(|q| serde_urlencoded::from_str(q).unwrap_or_default())
+        .unwrap_or_default();
+    let ports = match streaming::ports(&params) {
+        Ok(p) => p,
+        Err(m) => return plain(StatusCode::BAD_REQUEST, m),
+    };
+    let pod = match api.pod(&ns, &name, uid.as_deref()) {
+        Ok(p) => p,
+        Err((code, m)) => return plain(code, m),
+    };
+    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+    let sandboxes = api
+        .cri
+        .list_pod_sandbox(
+            [(crate::kuberuntime::labels::POD_UID.to_owned(), pod_uid)]
+                .into_iter()
+                .collect(),
+        )
+        .await;
+    let sandbox = match sandboxes {
+        Ok(list) => list
+            .into_iter()
+            .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+            .max_by_key(|s| s.created_at),
+        Err(e) => return cri_error(e),
+    };
+    let Some(sandbox) = sandbox else {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            format!("pod {ns}/{name} has no running sandbox\n"),
+        );
+    };
+    match api
+        .cri
+        .port_forward(cri::PortForwardRequest {
+            pod_sandbox_id: sandbox.id,
+            port: ports,
+        })
+        .await
+    {
+        Ok(url) => streaming::proxy(req, &url).await,
+        Err(e) => cri_error(e),
+    }
+}
+
+async fn port_forward(
+    State(api): State<NodeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    forward(api, ns, name, None, req).await
+}
+
+async fn port_forward_uid(
+    State(api): State<NodeApi>,
+    Path((ns, name, uid)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    forward(api, ns, name, Some(uid), req).await
+}
+
+/// `/runningpods/`: the runtime's pods of this node as a `PodList` (kubelet's: "used for
+/// testing only").
+async fn running_pods(State(api): State<NodeApi>) -> Response {
+    let listed =
+        crate::kuberuntime::status::list_runtime_pods(&api.cri, &api.settings.node_name).await;
+    match listed {
+        Ok(pods) => {
+            let items: Vec<Pod> = pods.ours.iter().map(|p| p.to_pod()).collect();
+            axum::Json(serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}))
+                .into_response()
+        }
+        Err(e) => cri_error(e),
+    }
+}
+
+/// `/configz`: the configuration as loaded, defaults filled in (kubelet's
+/// `{"kubeletconfig": …}`).
+async fn configz(State(api): State<NodeApi>) -> Response {
+    axum::Json(serde_json::json!({ "kubeletconfig": *api.configz })).into_response()
+}

@@ -1,0 +1,218 @@
+//! The node API (port 10250's server) on the real containerd: HTTPS with kubelet's
+//! authentication (a client certificate of the configured CA; none, or one of another CA, is
+//! 401), `/pods`, `/containerLogs` with kubelet's parameters (tail, timestamps, byte limit,
+//! follow), 404 and 400 naming what is wrong, a client that sends nothing cut off without
+//! holding anyone else up, and followers that leave giving back every descriptor they held.
+// Test code reads the machine's clocks and casts measurements freely.
+#![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{wait_until, Nodelet};
+
+/// A CA, and a client certificate it signed (CN `alice`, O `team`), written as PEM files in
+/// `dir`: `ca.crt`, `client.crt`, `client.key`.
+fn pki(dir: &Path, name: &str) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{name}-ca"));
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut client = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    client
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "alice");
+    client
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "team");
+    client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = client.signed_by(&key, &ca_cert, &ca_key).unwrap();
+    std::fs::write(dir.join(format!("{name}-ca.crt")), ca_cert.pem()).unwrap();
+    std::fs::write(dir.join(format!("{name}-client.crt")), cert.pem()).unwrap();
+    std::fs::write(dir.join(format!("{name}-client.key")), key.serialize_pem()).unwrap();
+}
+
+/// A client of the node API, with the client certificate `name` of `dir` (none: anonymous).
+fn client(dir: &Path, name: Option<&str>) -> reqwest::blocking::Client {
+    let mut b = reqwest::blocking::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(20));
+    if let Some(n) = name {
+        let mut pem = std::fs::read(dir.join(format!("{n}-client.crt"))).unwrap();
+        pem.extend(std::fs::read(dir.join(format!("{n}-client.key"))).unwrap());
+        b = b.identity(reqwest::Identity::from_pem(&pem).unwrap());
+    }
+    b.build().unwrap()
+}
+
+const TALKER: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: talker}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, 'i=0; while true; do echo line $i; i=$((i+1)); sleep 0.2; done']\n";
+
+/// nodelet's open descriptors.
+fn fds(n: &Nodelet) -> usize {
+    let pid = n.child.as_ref().unwrap().id();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn logs_over_https_with_kubelets_authentication_and_parameters() {
+    let certs = tempfile::tempdir().unwrap();
+    pki(certs.path(), "good");
+    pki(certs.path(), "other");
+    let mut n = Nodelet::with_config(
+        "nodeapi",
+        &format!(
+            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            certs.path().join("good-ca.crt").display()
+        ),
+    );
+    n.start();
+    n.write_manifest("talker.yaml", TALKER);
+    let uid = n.uid("talker");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let base = format!("https://127.0.0.1:{}", n.api_port);
+    let good = client(certs.path(), Some("good"));
+    let pod = format!("talker-{}", n.node);
+
+    // Authentication: none, or another CA's certificate, is 401 on every path.
+    for c in [
+        client(certs.path(), None),
+        client(certs.path(), Some("other")),
+    ] {
+        for path in [
+            "/pods",
+            "/healthz",
+            &format!("/containerLogs/default/{pod}/c"),
+        ] {
+            let r = c.get(format!("{base}{path}")).send().unwrap();
+            assert_eq!(r.status(), 401, "{path}");
+            assert_eq!(r.text().unwrap(), "Unauthorized");
+        }
+    }
+    let pods: serde_json::Value = good
+        .get(format!("{base}/pods"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["metadata"]["uid"] == uid.as_str()));
+
+    // Logs: the last lines, with times, within a byte limit.
+    let logs = |q: &str| {
+        let r = good
+            .get(format!("{base}/containerLogs/default/{pod}/c{q}"))
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    wait_until(Duration::from_secs(10), "three lines logged", || {
+        logs("").1.lines().count() >= 3
+    });
+    let (code, all) = logs("");
+    assert_eq!(code, 200);
+    assert!(all.starts_with("line 0\nline 1\n"), "{all}");
+    let (_, tail) = logs("?tailLines=2");
+    assert_eq!(tail.lines().count(), 2, "{tail}");
+    assert!(tail.lines().all(|l| l.starts_with("line ")), "{tail}");
+    let (_, stamped) = logs("?tailLines=1&timestamps=true");
+    let (time, text) = stamped.trim_end().split_once(' ').unwrap();
+    assert!(
+        time.parse::<k8s_openapi::jiff::Timestamp>().is_ok() && text.starts_with("line "),
+        "{stamped}"
+    );
+    assert_eq!(logs("?limitBytes=5"), (200, "line ".to_string()));
+    // What is wrong is named.
+    let (code, msg) = logs("?tailLines=-3");
+    assert_eq!(code, 400);
+    assert!(msg.contains("tailLines"), "{msg}");
+    let r = good
+        .get(format!("{base}/containerLogs/default/{pod}/nope"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().unwrap().contains("\"nope\""));
+    let r = good
+        .get(format!("{base}/containerLogs/default/ghost/c"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().unwrap().contains("ghost"));
+    let (code, msg) = logs("?previous=true");
+    assert_eq!(code, 400, "{msg}");
+
+    // follow: new lines keep coming.
+    let mut follow = good
+        .get(format!(
+            "{base}/containerLogs/default/{pod}/c?follow=true&tailLines=0"
+        ))
+        .send()
+        .unwrap();
+    let mut got = String::new();
+    let mut buf = [0u8; 256];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.lines().count() < 3 {
+        assert!(Instant::now() < deadline, "follow brought {got:?}");
+        let k = follow.read(&mut buf).unwrap();
+        assert!(k > 0, "the follow ended: {got:?}");
+        got.push_str(std::str::from_utf8(&buf[..k]).unwrap());
+    }
+    drop(follow);
+
+    // 100 followers that leave: every descriptor given back.
+    let before = fds(&n);
+    for _ in 0..100 {
+        let r = good
+            .get(format!("{base}/containerLogs/default/{pod}/c?follow=true"))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        drop(r);
+    }
+    wait_until(Duration::from_secs(20), "descriptors given back", || {
+        fds(&n) <= before + 2
+    });
+}
+
+#[test]
+fn a_client_that_sends_nothing_is_cut_off_and_holds_no_one_up() {
+    let certs = tempfile::tempdir().unwrap();
+    pki(certs.path(), "good");
+    let mut n = Nodelet::with_config(
+        "slowclient",
+        &format!(
+            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            certs.path().join("good-ca.crt").display()
+        ),
+    );
+    n.start();
+    let mut idle = std::net::TcpStream::connect(("127.0.0.1", n.api_port)).unwrap();
+    let opened = Instant::now();
+    // Others are served meanwhile.
+    let r = client(certs.path(), Some("good"))
+        .get(format!("https://127.0.0.1:{}/healthz", n.api_port))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    idle.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let k = idle.read(&mut buf).unwrap_or(0);
+    assert_eq!(k, 0, "closed without an answer");
+    let waited = opened.elapsed();
+    assert!(
+        waited >= Duration::from_secs(9) && waited < Duration::from_secs(25),
+        "cut off after {waited:?}"
+    );
+    let _ = idle.write_all(b"late");
+}
