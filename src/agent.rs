@@ -566,6 +566,19 @@ fn start_node_api(
         settings: Arc::new(manager.runtime().settings().clone()),
         configz: Arc::new(config.configz.clone()),
         debugging: api.debugging,
+        stats: Arc::new(crate::nodeapi::stats::Stats::new(
+            core.cri.clone(),
+            core.status.clone(),
+            Arc::new(crate::eviction::provider::Paths {
+                hierarchies: Hierarchies::current(),
+                layout: core.cm.layout().clone(),
+                memory_capacity: core.cm.memory_capacity(),
+                nodefs: flags.root_dir.clone(),
+                imagefs: None,
+                pod_logs_dir: config.pod_logs_dir.clone(),
+            }),
+            core.node_name.clone(),
+        )),
     };
     let app = crate::nodeapi::router(node_api, server_state(core, pleg), auth);
     crate::nodeapi::start(&core.rt, api.address, tls, app).map_err(AgentError::NodeApi)?;

@@ -216,3 +216,105 @@ fn a_client_that_sends_nothing_is_cut_off_and_holds_no_one_up() {
     );
     let _ = idle.write_all(b"late");
 }
+
+#[test]
+fn stats_summary_and_resource_metrics_read_the_cgroups_and_the_runtime() {
+    let certs = tempfile::tempdir().unwrap();
+    pki(certs.path(), "good");
+    let mut n = Nodelet::with_config(
+        "nodestats",
+        &format!(
+            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            certs.path().join("good-ca.crt").display()
+        ),
+    );
+    n.start();
+    n.write_manifest("talker.yaml", TALKER);
+    let uid = n.uid("talker");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let pod = format!("talker-{}", n.node);
+    let base = format!("https://127.0.0.1:{}", n.api_port);
+    let good = client(certs.path(), Some("good"));
+    let summary = || -> serde_json::Value {
+        good.get(format!("{base}/stats/summary"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let ours = |s: &serde_json::Value| {
+        s["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["podRef"]["uid"] == uid.as_str())
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_until(Duration::from_secs(20), "the container's usage", || {
+        let p = ours(&summary());
+        p["containers"][0]["cpu"]["usageCoreNanoSeconds"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+            && p["containers"][0]["memory"]["workingSetBytes"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0
+    });
+    let s = summary();
+    assert!(s["node"]["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0);
+    assert!(s["node"]["memory"]["workingSetBytes"].as_u64().unwrap() > 0);
+    assert!(
+        s["node"]["cpu"]["usageNanoCores"].as_u64().is_some(),
+        "a rate from the second summary on"
+    );
+    let p = ours(&s);
+    assert_eq!(p["podRef"]["name"], pod.as_str());
+    assert_eq!(p["containers"][0]["name"], "c");
+    // The pod's memory is its pod cgroup's working set (usage less inactive_file), read then.
+    let memcg = common::pod_cgroup_dirs(&n.cgroup_root, &uid)
+        .into_iter()
+        .find(|d| d.join("memory.usage_in_bytes").exists() || d.join("memory.current").exists())
+        .unwrap();
+    let file_ws = nodelet::eviction::signals::working_set_any(&memcg).unwrap();
+    let reported = p["memory"]["workingSetBytes"].as_i64().unwrap();
+    assert!(
+        (reported - file_ws).abs() < 4 << 20,
+        "reported {reported}, the cgroup's {file_ws}"
+    );
+    assert!(p["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0);
+
+    // metrics-server's series, with kubelet's labels and sample times, no zero.
+    let text = good
+        .get(format!("{base}/metrics/resource"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let labels = format!("{{container=\"c\",namespace=\"default\",pod=\"{pod}\"}}");
+    for series in [
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+        "container_start_time_seconds",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{series}{labels} ")))
+            .unwrap_or_else(|| panic!("{series} in {text}"));
+        let mut f = line.rsplit(' ');
+        let ms: i64 = f.next().unwrap().parse().unwrap();
+        let value: f64 = f.next().unwrap().parse().unwrap();
+        assert!(value > 0.0, "{line}");
+        assert!(ms > 1_700_000_000_000, "a sample time in ms: {line}");
+    }
+    for series in [
+        "node_cpu_usage_seconds_total ",
+        "node_memory_working_set_bytes ",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(series)), "{series}");
+    }
+    assert!(text.contains(&format!(
+        "pod_memory_working_set_bytes{{namespace=\"default\",pod=\"{pod}\"}}"
+    )));
+}

@@ -58,7 +58,7 @@ impl Paths {
     }
 
     /// The root memory cgroup (v1 only: the v2 root has no usage file).
-    fn root_memcg(&self) -> Option<PathBuf> {
+    pub fn root_memcg(&self) -> Option<PathBuf> {
         self.hierarchies.v1_mount("memory").map(Path::to_path_buf)
     }
 
@@ -67,7 +67,8 @@ impl Paths {
         self.cgroup_dir("memory", &self.layout.spell(&self.layout.kubepods()))
     }
 
-    fn pod_cgroup(&self, controller: &str, pod: &Pod) -> Option<PathBuf> {
+    /// The directory of `pod`'s cgroup for `controller` (`None` without `cgroupsPerQOS`).
+    pub fn pod_cgroup(&self, controller: &str, pod: &Pod) -> Option<PathBuf> {
         if !self.layout.per_qos {
             return None;
         }

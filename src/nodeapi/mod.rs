@@ -5,7 +5,8 @@
 //!
 //! - `/healthz`, `/pods`, `/metrics`, `/metrics/probes` (what the loopback healthz listener
 //!   serves, [`crate::server`]), `/runningpods/` (the runtime's pods as a `PodList`),
-//!   `/configz` (the configuration, `{"kubeletconfig": …}`);
+//!   `/configz` (the configuration, `{"kubeletconfig": …}`), `/stats/summary` and
+//!   `/metrics/resource` ([`stats`]);
 //! - with `enableDebuggingHandlers` (default true): `/containerLogs/{ns}/{pod}/{container}`
 //!   ([`logs`]), `/exec/{ns}/{pod}[/{uid}]/{container}`, `/attach/…`,
 //!   `/portForward/{ns}/{pod}[/{uid}]` ([`streaming`]).
@@ -16,6 +17,7 @@
 
 pub mod auth;
 pub mod logs;
+pub mod stats;
 pub mod streaming;
 pub mod tls;
 
@@ -58,6 +60,8 @@ pub struct NodeApi {
     pub configz: Arc<serde_json::Value>,
     /// `enableDebuggingHandlers`: logs, exec, attach, port-forward.
     pub debugging: bool,
+    /// Usage of the node, its pods and containers (`/stats/summary`, `/metrics/resource`).
+    pub stats: Arc<stats::Stats>,
 }
 
 /// A request refused: its status and message.
@@ -71,7 +75,9 @@ pub struct Peer(pub Arc<Vec<CertificateDer<'static>>>);
 pub fn router(api: NodeApi, healthz: crate::server::ServerState, auth: Arc<Auth>) -> Router {
     let mut own = Router::new()
         .route("/runningpods/", get(running_pods))
-        .route("/configz", get(configz));
+        .route("/configz", get(configz))
+        .route("/stats/summary", get(summary).post(summary))
+        .route("/metrics/resource", get(resource_metrics));
     if api.debugging {
         own = own
             .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
@@ -497,6 +503,33 @@ async fn running_pods(State(api): State<NodeApi>) -> Response {
             let items: Vec<Pod> = pods.ours.iter().map(|p| p.to_pod()).collect();
             axum::Json(serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}))
                 .into_response()
+        }
+        Err(e) => cri_error(e),
+    }
+}
+
+/// `/stats/summary` ([`stats::Stats::summary`]).
+async fn summary(State(api): State<NodeApi>) -> Response {
+    match api.stats.summary(crate::clock::system().epoch_ns()).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => cri_error(e),
+    }
+}
+
+/// `/metrics/resource` ([`stats::Stats::resource_metrics`]).
+async fn resource_metrics(State(api): State<NodeApi>) -> Response {
+    match api
+        .stats
+        .resource_metrics(crate::clock::system().epoch_ns())
+        .await
+    {
+        Ok(text) => {
+            let mut r = Response::new(axum::body::Body::from(text));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
         }
         Err(e) => cri_error(e),
     }
