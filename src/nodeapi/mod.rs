@@ -279,7 +279,7 @@ async fn container_logs(
         Ok(p) => p,
         Err((code, m)) => return plain(code, m),
     };
-    let (restart, _) = match container_of(&pod, &container) {
+    let (restart, id) = match container_of(&pod, &container) {
         Ok(c) => c,
         Err((code, m)) => return plain(code, m),
     };
@@ -292,14 +292,23 @@ async fn container_logs(
         api.status.clone(),
         pod.metadata.uid.clone().unwrap_or_default(),
     );
-    let c = container.clone();
+    // The instance being read: a restart starts a new file, and ends this one's follow.
+    let (c, following) = (container.clone(), (!options.previous).then_some(id));
     let running = Box::new(move || {
         status.get(&uid).is_some_and(|s| {
             s.container_statuses
                 .iter()
                 .flatten()
                 .chain(s.init_container_statuses.iter().flatten())
-                .any(|cs| cs.name == c && cs.state.as_ref().is_some_and(|st| st.running.is_some()))
+                .any(|cs| {
+                    cs.name == c
+                        && cs.state.as_ref().is_some_and(|st| st.running.is_some())
+                        && following.as_deref().is_some_and(|id| {
+                            cs.container_id
+                                .as_deref()
+                                .is_some_and(|cid| cid.ends_with(id))
+                        })
+                })
         })
     });
     let body = logs::stream(logs::LogRequest {
