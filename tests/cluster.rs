@@ -426,6 +426,36 @@ fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
     let _ = forward.wait();
     let pods = kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/pods")]).unwrap();
     assert!(pods.contains(&name), "{pods}");
+    // A user of the cluster CA whom RBAC gives nothing: the node asks the API server, which
+    // says no, and the answer is kubelet's 403.
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Path::new("/var/lib/nodelet-env/cluster/pki");
+    let sh = format!(
+        "set -e; cd {d}; openssl req -new -newkey rsa:2048 -nodes -keyout u.key -subj /CN=nobody -out u.csr 2>/dev/null; printf 'extendedKeyUsage=clientAuth\\n' > u.ext; openssl x509 -req -in u.csr -CA {p}/ca.crt -CAkey {p}/ca.key -CAserial u.srl -CAcreateserial -days 1 -extfile u.ext -out u.crt 2>/dev/null",
+        d = dir.path().display(),
+        p = pki.display()
+    );
+    assert!(Command::new("sh")
+        .args(["-c", &sh])
+        .status()
+        .unwrap()
+        .success());
+    let mut pem = std::fs::read(dir.path().join("u.crt")).unwrap();
+    pem.extend(std::fs::read(dir.path().join("u.key")).unwrap());
+    let nobody = reqwest::blocking::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .identity(reqwest::Identity::from_pem(&pem).unwrap())
+        .build()
+        .unwrap();
+    let r = nobody
+        .get(format!("https://127.0.0.1:{}/pods", n.api_port))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(
+        r.text().unwrap(),
+        "Forbidden (user=nobody, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+    );
     kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
 }
 
