@@ -459,6 +459,171 @@ fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
     kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
 }
 
+/// Usage through the API server's node proxy, as `kubectl top` and metrics-server read it: a
+/// container holding 64 MiB in a memory-backed emptyDir shows that working set (within 5 % of its
+/// pod cgroup's own figure), a busy container about a core; `kubectl logs --previous` and
+/// `--tail`, and `exec -i` with stdin.
+#[test]
+fn usage_and_logs_through_the_api_servers_node_proxy() {
+    let ca = "/var/lib/nodelet-env/cluster/pki/ca.crt";
+    let Some((n, node)) = joined(
+        "nodeproxy",
+        &format!("address: 0.0.0.0\nauthentication: {{x509: {{clientCAFile: {ca}}}}}\n"),
+    ) else {
+        return;
+    };
+    let name = format!("use-{node}");
+    apply_api_pod(
+        &name,
+        &node,
+        "  terminationGracePeriodSeconds: 1\n  volumes: [{name: mem, emptyDir: {medium: Memory, sizeLimit: 128Mi}}]\n  containers:\n  - {name: fill, image: busybox:1.36, command: [sh, -c, 'dd if=/dev/zero of=/mem/fill bs=1M count=64 2>/dev/null; sleep 3600'], volumeMounts: [{name: mem, mountPath: /mem}]}\n  - {name: busy, image: busybox:1.36, command: [sh, -c, 'while true; do :; done']}\n  - {name: bump, image: busybox:1.36, command: [sh, -c, 'echo run $(ls /mem | wc -l); touch /mem/run$RANDOM; sleep 1; exit 1'], volumeMounts: [{name: mem, mountPath: /mem}]}\n",
+    );
+    wait_until(Duration::from_secs(30), "the API pod Running", || {
+        jsonpath("pod", &name, Some("default"), "{.status.phase}").is_some_and(|p| p == "Running")
+    });
+    let uid = jsonpath("pod", &name, Some("default"), "{.metadata.uid}").unwrap();
+    let raw = |path: &str| kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy{path}")]);
+    let summary = || -> serde_json::Value {
+        serde_json::from_str(&raw("/stats/summary").unwrap_or_default()).unwrap_or_default()
+    };
+    let ours = |s: &serde_json::Value| {
+        s["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["podRef"]["uid"] == uid.as_str())
+            .cloned()
+            .unwrap_or_default()
+    };
+    let container = |p: &serde_json::Value, c: &str| {
+        p["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["name"] == c)
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_until(Duration::from_secs(30), "64 MiB held", || {
+        container(&ours(&summary()), "fill")["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 64 << 20
+    });
+    // The pod's working set against its pod cgroup's, read right after.
+    let p = ours(&summary());
+    let memcg = common::pod_cgroup_dirs(&n.cgroup_root, &uid)
+        .into_iter()
+        .find(|d| d.join("memory.usage_in_bytes").exists() || d.join("memory.current").exists())
+        .unwrap();
+    let file = nodelet::eviction::signals::working_set_any(&memcg).unwrap() as f64;
+    let reported = p["memory"]["workingSetBytes"].as_f64().unwrap();
+    assert!(
+        (reported - file).abs() <= 0.05 * file,
+        "reported {reported}, the pod cgroup's {file}"
+    );
+    // The busy container: its cpu time grows as its own cgroup's does, about a core (less when
+    // the machine's two cores are shared with other tests).
+    let cpu = |p: &serde_json::Value| {
+        container(p, "busy")["cpu"]["usageCoreNanoSeconds"]
+            .as_f64()
+            .unwrap_or(0.0)
+    };
+    let busy_id = n
+        .runtime
+        .containers(&uid)
+        .into_iter()
+        .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == "busy"))
+        .unwrap()
+        .id;
+    let dirs: Vec<_> = common::pod_cgroup_dirs(&n.cgroup_root, &uid)
+        .into_iter()
+        .map(|d| d.join(&busy_id))
+        .collect();
+    let cpuacct = dirs
+        .iter()
+        .find(|d| d.join("cpuacct.usage").exists())
+        .or_else(|| dirs.iter().find(|d| d.join("cpu.stat").exists()))
+        .unwrap()
+        .clone();
+    let own = || -> f64 {
+        std::fs::read_to_string(cpuacct.join("cpuacct.usage"))
+            .map(|s| s.trim().parse::<f64>().unwrap())
+            .unwrap_or_else(|_| {
+                let stat = std::fs::read_to_string(cpuacct.join("cpu.stat")).unwrap();
+                stat.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .unwrap()
+                    .trim()
+                    .parse::<f64>()
+                    .unwrap()
+                    * 1000.0
+            })
+    };
+    let (t0, c0, f0) = (Instant::now(), cpu(&ours(&summary())), own());
+    std::thread::sleep(Duration::from_secs(3));
+    let (c1, f1, dt) = (cpu(&ours(&summary())), own(), t0.elapsed().as_secs_f64());
+    let (reported, cgroup) = ((c1 - c0) / 1e9 / dt, (f1 - f0) / 1e9 / dt);
+    eprintln!("busy container: {reported:.2} cores reported, {cgroup:.2} by its cgroup");
+    assert!(cgroup > 0.3, "{cgroup} cores: not busy");
+    assert!(
+        (reported - cgroup).abs() <= 0.15,
+        "{reported} cores reported, {cgroup} by its cgroup"
+    );
+    let metrics = raw("/metrics/resource").unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with(&format!(
+            "container_memory_working_set_bytes{{container=\"fill\",namespace=\"default\",pod=\"{name}\"}}"
+        ))),
+        "{metrics}"
+    );
+    // logs --previous and --tail of the container that restarts.
+    wait_until(Duration::from_secs(60), "a previous instance", || {
+        jsonpath(
+            "pod",
+            &name,
+            Some("default"),
+            "{.status.containerStatuses[?(@.name==\"bump\")].restartCount}",
+        )
+        .and_then(|c| c.parse::<u32>().ok())
+        .is_some_and(|c| c >= 1)
+    });
+    let previous = kubectl(&["-n", "default", "logs", &name, "-c", "bump", "--previous"]).unwrap();
+    assert!(previous.starts_with("run "), "{previous:?}");
+    let tail = kubectl(&["-n", "default", "logs", &name, "-c", "fill", "--tail=1"]).unwrap();
+    assert_eq!(tail, "", "fill writes nothing");
+    // exec -i: stdin reaches the command.
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            ADMIN,
+            "-n",
+            "default",
+            "exec",
+            "-i",
+            &name,
+            "-c",
+            "fill",
+            "--",
+            "wc",
+            "-c",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"twelve bytes")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "12");
+    kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
+}
+
 #[test]
 fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() {
     let Some((mut n, node)) = joined("apipods", "") else {
