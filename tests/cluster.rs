@@ -624,6 +624,66 @@ fn usage_and_logs_through_the_api_servers_node_proxy() {
     kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
 }
 
+/// `kubectl logs -f` goes on across log rotation (forced every 2 KiB, checked every 300 ms):
+/// every line once, in order (kubelet's own follow stops at a rotation).
+#[test]
+fn kubectl_logs_follow_goes_on_across_rotation() {
+    let ca = "/var/lib/nodelet-env/cluster/pki/ca.crt";
+    let Some((_n, node)) = joined(
+        "logsfollow",
+        &format!("address: 0.0.0.0\nauthentication: {{x509: {{clientCAFile: {ca}}}}}\ncontainerLogMaxSize: 2Ki\ncontainerLogMonitorInterval: 300ms\n"),
+    ) else {
+        return;
+    };
+    let name = format!("chatty-{node}");
+    apply_api_pod(
+        &name,
+        &node,
+        "  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, 'sleep 8; i=0; while [ $i -lt 300 ]; do echo line $i; i=$((i+1)); sleep 0.02; done; echo done; sleep 3600']}\n",
+    );
+    wait_until(Duration::from_secs(30), "the API pod Running", || {
+        jsonpath("pod", &name, Some("default"), "{.status.phase}").is_some_and(|p| p == "Running")
+    });
+    let mut follow = Command::new("kubectl")
+        .args(["--kubeconfig", ADMIN, "-n", "default", "logs", "-f", &name])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = follow.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let done = line == "done";
+            if tx.send(line).is_err() || done {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines.last().map(String::as_str) != Some("done") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            Err(_) => panic!(
+                "the follow stopped after {} lines: {:?}",
+                lines.len(),
+                lines.last()
+            ),
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let want: Vec<String> = (0..300)
+        .map(|i| format!("line {i}"))
+        .chain(["done".to_string()])
+        .collect();
+    assert_eq!(lines, want, "every line once, in order");
+    kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
+}
+
 #[test]
 fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() {
     let Some((mut n, node)) = joined("apipods", "") else {

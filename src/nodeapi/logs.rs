@@ -214,6 +214,16 @@ async fn tail_offset(path: &Path, n: usize) -> std::io::Result<u64> {
     Ok(0)
 }
 
+/// The rotated files of `path` written after the one with inode `ino` (the file a follower was
+/// reading), oldest first; none when that file is gone (pruned: `containerLogMaxFiles`).
+fn rotated_after(path: &Path, ino: Option<u64>) -> Vec<PathBuf> {
+    let rotated = crate::kuberuntime::logs::rotated_files(path);
+    match rotated.iter().position(|p| inode(p) == ino) {
+        Some(i) => rotated[i + 1..].to_vec(),
+        None => Vec::new(),
+    }
+}
+
 /// The inode of `path`, if it exists.
 fn inode(path: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
@@ -300,9 +310,17 @@ async fn read_logs(req: LogRequest, tx: &mpsc::Sender<Bytes>) -> std::io::Result
         }
         let now_ino = inode(&req.path);
         if now_ino.is_some() && now_ino != ino {
-            // Rotated: the rest of the old file first, then the new one from its start.
+            // Rotated: the rest of the old file first, then any file rotated after it (more than
+            // one rotation between two polls), then the new one from its start.
             if r.drain(tx).await? {
                 return Ok(());
+            }
+            for p in rotated_after(&req.path, ino) {
+                r.reader = BufReader::new(tokio::fs::File::open(&p).await?);
+                r.line.clear();
+                if r.drain(tx).await? {
+                    return Ok(());
+                }
             }
             r.reader = BufReader::new(tokio::fs::File::open(&req.path).await?);
             r.line.clear();
@@ -468,6 +486,13 @@ mod tests {
         std::fs::write(&path, "2026-12-04T05:00:03Z stdout F after\n").unwrap();
         assert_eq!(&rx.recv().await.unwrap()[..], b"last of the old\n");
         assert_eq!(&rx.recv().await.unwrap()[..], b"after\n");
+        // Two rotations between two polls: the file in between is read too, in order.
+        std::fs::rename(&path, dir.path().join("0.log.20261204-050004")).unwrap();
+        std::fs::write(&path, "2026-12-04T05:00:05Z stdout F middle\n").unwrap();
+        std::fs::rename(&path, dir.path().join("0.log.20261204-050005")).unwrap();
+        std::fs::write(&path, "2026-12-04T05:00:06Z stdout F newest\n").unwrap();
+        assert_eq!(&rx.recv().await.unwrap()[..], b"middle\n");
+        assert_eq!(&rx.recv().await.unwrap()[..], b"newest\n");
         running.store(false, std::sync::atomic::Ordering::SeqCst);
         assert!(rx.recv().await.is_none(), "ends with the container");
         task.await.unwrap().unwrap();
