@@ -629,7 +629,7 @@ fn usage_and_logs_through_the_api_servers_node_proxy() {
 #[test]
 fn kubectl_logs_follow_goes_on_across_rotation() {
     let ca = "/var/lib/nodelet-env/cluster/pki/ca.crt";
-    let Some((_n, node)) = joined(
+    let Some((n, node)) = joined(
         "logsfollow",
         &format!("address: 0.0.0.0\nauthentication: {{x509: {{clientCAFile: {ca}}}}}\ncontainerLogMaxSize: 2Ki\ncontainerLogMonitorInterval: 300ms\n"),
     ) else {
@@ -681,6 +681,15 @@ fn kubectl_logs_follow_goes_on_across_rotation() {
         .chain(["done".to_string()])
         .collect();
     assert_eq!(lines, want, "every line once, in order");
+    // The log was rotated meanwhile (the rotated files kept are in the container's directory).
+    let uid = jsonpath("pod", &name, Some("default"), "{.metadata.uid}").unwrap();
+    let dir = n.logs().join(format!("default_{name}_{uid}")).join("c");
+    let rotated = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("0.log."))
+        .count();
+    assert!(rotated >= 1, "no rotation in {}", dir.display());
     kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
 }
 
