@@ -318,3 +318,67 @@ fn stats_summary_and_resource_metrics_read_the_cgroups_and_the_runtime() {
         "pod_memory_working_set_bytes{{namespace=\"default\",pod=\"{pod}\"}}"
     )));
 }
+
+/// 100 exec sessions that the client abandons right after the upgrade: the relay ends with
+/// them and nodelet gives back every descriptor it held.
+#[test]
+fn abandoned_exec_sessions_give_back_every_descriptor() {
+    let certs = tempfile::tempdir().unwrap();
+    pki(certs.path(), "good");
+    let mut n = Nodelet::with_config(
+        "execleak",
+        &format!(
+            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            certs.path().join("good-ca.crt").display()
+        ),
+    );
+    n.start();
+    n.write_manifest("talker.yaml", TALKER);
+    let uid = n.uid("talker");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let url = format!(
+        "https://127.0.0.1:{}/exec/default/talker-{}/c?command=sleep&command=30&output=1",
+        n.api_port, n.node
+    );
+    // The container's status (its ID) reaches /pods a moment after it runs.
+    let exec_once = || -> String {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sk",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "2",
+                "-X",
+                "POST",
+            ])
+            .args(["-H", "Connection: Upgrade", "-H", "Upgrade: SPDY/3.1"])
+            .args(["-H", "X-Stream-Protocol-Version: v4.channel.k8s.io"])
+            .arg("--cert")
+            .arg(certs.path().join("good-client.crt"))
+            .arg("--key")
+            .arg(certs.path().join("good-client.key"))
+            .arg(&url)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_until(Duration::from_secs(20), "an exec upgraded", || {
+        exec_once() == "101"
+    });
+    let before = fds(&n);
+    let sh = format!(
+        "seq 100 | xargs -P 20 -I{{}} curl -sk -o /dev/null --max-time 2 -X POST -H 'Connection: Upgrade' -H 'Upgrade: SPDY/3.1' -H 'X-Stream-Protocol-Version: v4.channel.k8s.io' --cert {c} --key {k} '{url}'",
+        c = certs.path().join("good-client.crt").display(),
+        k = certs.path().join("good-client.key").display(),
+    );
+    std::process::Command::new("sh")
+        .args(["-c", &sh])
+        .status()
+        .unwrap();
+    wait_until(Duration::from_secs(30), "descriptors given back", || {
+        fds(&n) <= before + 2
+    });
+}

@@ -207,8 +207,15 @@ pub async fn proxy(mut req: Request, url: &str) -> Response {
         if !rest.is_empty() && client.write_all(&rest).await.is_err() {
             return;
         }
-        // Either side closing ends both (apimachinery's proxy closes both connections).
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
+        // Either direction ending ends both (apimachinery's upgrade-aware proxy closes both
+        // connections): a client that leaves does not hold the runtime's session, nor its
+        // descriptors, until the runtime's own timeout.
+        let (mut client_rx, mut client_tx) = tokio::io::split(client);
+        let (mut backend_rx, mut backend_tx) = backend.into_split();
+        tokio::select! {
+            _ = tokio::io::copy(&mut client_rx, &mut backend_tx) => {}
+            _ = tokio::io::copy(&mut backend_rx, &mut client_tx) => {}
+        }
     });
     response
 }
