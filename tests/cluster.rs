@@ -367,7 +367,7 @@ fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
     apply_api_pod(
         &name,
         &node,
-        "  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, 'echo hello from nodelet; mkdir /www; echo served by the pod > /www/index.html; exec httpd -f -p 8080 -h /www']}\n",
+        "  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, 'echo hello from nodelet; mkdir /www; echo served by the pod > /www/index.html; exec httpd -f -p 8080 -h /www']}\n  - {name: ticker, image: busybox:1.36, command: [sh, -c, 'while true; do echo tick; sleep 0.5; done']}\n",
     );
     wait_until(Duration::from_secs(30), "the API pod Running", || {
         jsonpath("pod", &name, Some("default"), "{.status.phase}").is_some_and(|p| p == "Running")
@@ -382,10 +382,56 @@ fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
         Some(n.api_port.to_string())
     );
     wait_until(Duration::from_secs(20), "kubectl logs", || {
-        kubectl(&["-n", "default", "logs", &name]).is_some_and(|l| l == "hello from nodelet\n")
+        kubectl(&["-n", "default", "logs", &name, "-c", "c"])
+            .is_some_and(|l| l == "hello from nodelet\n")
     });
+    // attach: the container's output as it comes.
+    let mut attach = Command::new("kubectl")
+        .args([
+            "--kubeconfig",
+            ADMIN,
+            "-n",
+            "default",
+            "attach",
+            &name,
+            "-c",
+            "ticker",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(attach.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let _ = attach.kill();
+    let _ = attach.wait();
+    assert_eq!(first, "tick\n");
+    // exec -it: the command gets a terminal (kubectl itself under a pseudo-terminal).
+    let tty = Command::new("script")
+        .args(["-qec"])
+        .arg(format!(
+            "kubectl --kubeconfig {ADMIN} -n default exec -it {name} -c c -- tty"
+        ))
+        .arg("/dev/null")
+        .output()
+        .unwrap();
+    let tty_out = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty_out.contains("/dev/pts/"), "{tty_out:?}");
     let out = Command::new("kubectl")
-        .args(["--kubeconfig", ADMIN, "-n", "default", "exec", &name, "--"])
+        .args([
+            "--kubeconfig",
+            ADMIN,
+            "-n",
+            "default",
+            "exec",
+            &name,
+            "-c",
+            "c",
+            "--",
+        ])
         .args(["sh", "-c", "echo $((6 * 7)); echo oops >&2; exit 3"])
         .output()
         .unwrap();
