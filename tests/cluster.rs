@@ -502,6 +502,35 @@ fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
         r.text().unwrap(),
         "Forbidden (user=nobody, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
     );
+    // A bearer token the API server vouches for (TokenReview): authenticated as its user, then
+    // refused by RBAC; a token it does not know: 401.
+    let token = std::fs::read_to_string(pki.join("tokens.csv"))
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .to_owned();
+    let anon = reqwest::blocking::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let with = |t: &str| {
+        let r = anon
+            .get(format!("https://127.0.0.1:{}/pods", n.api_port))
+            .bearer_auth(t)
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    assert_eq!(
+        with(&token),
+        (
+            403,
+            "Forbidden (user=token-user, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+                .to_string()
+        )
+    );
+    assert_eq!(with("not-a-token"), (401, "Unauthorized".to_string()));
     kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
 }
 

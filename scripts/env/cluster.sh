@@ -121,6 +121,9 @@ subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubern
     [[ -s $PKI/sa.key ]] || openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
     [[ -s $PKI/sa.pub ]] || openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
     [[ -s $ADMIN_KUBECONFIG ]] || kubeconfig "$ADMIN_KUBECONFIG" admin nodelet-test-admin
+    # A static bearer token (user token-user, no RBAC rights): what the nodes' API checks with a
+    # TokenReview in tests/cluster.rs.
+    [[ -s $PKI/tokens.csv ]] || echo "nodelet-test-token-$(openssl rand -hex 16),token-user,token-user-uid,token-group" >"$PKI/tokens.csv"
 }
 
 node_kubeconfig() { # NAME
@@ -192,6 +195,7 @@ start_apiserver() { # PORT PIDFILE LOG
             --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
             --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
             --kubelet-preferred-address-types=InternalIP,Hostname \
+            --token-auth-file="$PKI/tokens.csv" \
             --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
             --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
             --service-account-issuer=https://kubernetes.default.svc.cluster.local \
