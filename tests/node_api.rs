@@ -317,6 +317,34 @@ fn stats_summary_and_resource_metrics_read_the_cgroups_and_the_runtime() {
     assert!(text.contains(&format!(
         "pod_memory_working_set_bytes{{namespace=\"default\",pod=\"{pod}\"}}"
     )));
+
+    // cAdvisor's container series, from the container's own cgroup.
+    let text = good
+        .get(format!("{base}/metrics/cadvisor"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let id = n.wait_running(&uid, &["c"], Duration::from_secs(5))["c"]
+        .id
+        .clone();
+    let sample = |series: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{series}{{container=\"c\","))
+                    && l.contains(&format!("name=\"{id}\""))
+                    && l.contains(&format!("pod=\"{pod}\""))
+            })
+            .unwrap_or_else(|| panic!("{series} in {text}"));
+        line.rsplit(' ').nth(1).unwrap().parse().unwrap()
+    };
+    assert!(sample("container_cpu_usage_seconds_total") > 0.0);
+    assert!(sample("container_memory_working_set_bytes") > 0.0);
+    assert!(sample("container_memory_usage_bytes") >= sample("container_memory_working_set_bytes"));
+    assert_eq!(sample("container_spec_memory_limit_bytes"), 0.0, "no limit");
+    assert_eq!(sample("container_oom_events_total"), 0.0);
+    assert!(text.contains("machine_cpu_cores "));
 }
 
 /// 100 exec sessions that the client abandons right after the upgrade: the relay ends with

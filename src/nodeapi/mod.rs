@@ -6,7 +6,7 @@
 //! - `/healthz`, `/pods`, `/metrics`, `/metrics/probes` (what the loopback healthz listener
 //!   serves, [`crate::server`]), `/runningpods/` (the runtime's pods as a `PodList`),
 //!   `/configz` (the configuration, `{"kubeletconfig": …}`), `/stats/summary` and
-//!   `/metrics/resource` ([`stats`]);
+//!   `/metrics/resource` ([`stats`]), `/metrics/cadvisor` ([`cadvisor`]);
 //! - with `enableDebuggingHandlers` (default true): `/containerLogs/{ns}/{pod}/{container}`
 //!   ([`logs`]), `/exec/{ns}/{pod}[/{uid}]/{container}`, `/attach/…`,
 //!   `/portForward/{ns}/{pod}[/{uid}]` ([`streaming`]).
@@ -16,6 +16,7 @@
 //! each), on its own task: it blocks no one else.
 
 pub mod auth;
+pub mod cadvisor;
 pub mod logs;
 pub mod stats;
 pub mod streaming;
@@ -77,7 +78,8 @@ pub fn router(api: NodeApi, healthz: crate::server::ServerState, auth: Arc<Auth>
         .route("/runningpods/", get(running_pods))
         .route("/configz", get(configz))
         .route("/stats/summary", get(summary).post(summary))
-        .route("/metrics/resource", get(resource_metrics));
+        .route("/metrics/resource", get(resource_metrics))
+        .route("/metrics/cadvisor", get(cadvisor_metrics));
     if api.debugging {
         own = own
             .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
@@ -532,6 +534,22 @@ async fn resource_metrics(State(api): State<NodeApi>) -> Response {
         .resource_metrics(crate::clock::system().epoch_ns())
         .await
     {
+        Ok(text) => {
+            let mut r = Response::new(axum::body::Body::from(text));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
+        Err(e) => cri_error(e),
+    }
+}
+
+/// `/metrics/cadvisor` ([`stats::Stats::cadvisor_metrics`]).
+async fn cadvisor_metrics(State(api): State<NodeApi>) -> Response {
+    let now_ms = crate::clock::system().epoch_ns() / 1_000_000;
+    match api.stats.cadvisor_metrics(now_ms).await {
         Ok(text) => {
             let mut r = Response::new(axum::body::Body::from(text));
             r.headers_mut().insert(

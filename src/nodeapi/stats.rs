@@ -51,9 +51,9 @@ struct ContainerSample {
 
 /// The node's and its pods' usage as one request reads them.
 pub struct Stats {
-    cri: Cri,
-    status: StatusManager,
-    paths: Arc<Paths>,
+    pub(super) cri: Cri,
+    pub(super) status: StatusManager,
+    pub(super) paths: Arc<Paths>,
     node_name: String,
     /// Last cumulative cpu reading per container ID, pod UID or the node (`""`): (time ns,
     /// usage ns), for `usageNanoCores`.
