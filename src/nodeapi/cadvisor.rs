@@ -118,10 +118,10 @@ impl Stats {
         Some(f)
     }
 
-    /// `/metrics/cadvisor` in the Prometheus text format, each sample with time `now_ms`.
+    /// Each running container's labels and figures.
     ///
     /// Errors: the CRI listing of containers.
-    pub async fn cadvisor_metrics(&self, now_ms: i64) -> CriResult<String> {
+    async fn rows(&self) -> CriResult<Vec<(String, Figures)>> {
         let listed = self.cri.list_containers(HashMap::new()).await?;
         let pods: HashMap<String, k8s_openapi::api::core::v1::Pod> = self
             .status
@@ -172,6 +172,14 @@ impl Stats {
                 f,
             ));
         }
+        Ok(rows)
+    }
+
+    /// `/metrics/cadvisor` in the Prometheus text format, each sample with time `now_ms`.
+    ///
+    /// Errors: the CRI listing of containers.
+    pub async fn cadvisor_metrics(&self, now_ms: i64) -> CriResult<String> {
+        let rows = self.rows().await?;
         let mut out = String::new();
         let mut family = |name: &str, kind: &str, help: &str, value: &dyn Fn(&Figures) -> f64| {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
