@@ -410,3 +410,74 @@ fn abandoned_exec_sessions_give_back_every_descriptor() {
         fds(&n) <= before + 2
     });
 }
+
+/// Exec into a pod while it is being deleted: every answer comes at once and says what is
+/// wrong (the pod gone: 404 naming it; its container stopped: the runtime's refusal), never a
+/// hang; once it is gone nothing of it is left in the runtime.
+#[test]
+fn exec_into_a_pod_being_deleted_is_refused_clearly() {
+    let certs = tempfile::tempdir().unwrap();
+    pki(certs.path(), "good");
+    let mut n = Nodelet::with_config(
+        "execgone",
+        &format!(
+            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            certs.path().join("good-ca.crt").display()
+        ),
+    );
+    n.start();
+    n.write_manifest("talker.yaml", TALKER);
+    let uid = n.uid("talker");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let url = format!(
+        "https://127.0.0.1:{}/exec/default/talker-{}/c?command=true&output=1",
+        n.api_port, n.node
+    );
+    let exec_once = || -> (String, String) {
+        let body = certs.path().join("body");
+        let _ = std::fs::remove_file(&body);
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "-o"])
+            .arg(&body)
+            .args(["-w", "%{http_code}", "--max-time", "5", "-X", "POST"])
+            .args(["-H", "Connection: Upgrade", "-H", "Upgrade: SPDY/3.1"])
+            .args(["-H", "X-Stream-Protocol-Version: v4.channel.k8s.io"])
+            .arg("--cert")
+            .arg(certs.path().join("good-client.crt"))
+            .arg("--key")
+            .arg(certs.path().join("good-client.key"))
+            .arg(&url)
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            std::fs::read_to_string(&body).unwrap_or_default(),
+        )
+    };
+    // Right after it runs, the runtime's listing finds the container (the status may lag).
+    assert_eq!(exec_once().0, "101");
+    std::fs::remove_file(n.manifests().join("talker.yaml")).unwrap();
+    let mut seen = Vec::new();
+    wait_until(
+        Duration::from_secs(30),
+        "the pod gone from the node API",
+        || {
+            let (code, body) = exec_once();
+            assert!(
+                ["101", "400", "404", "500"].contains(&code.as_str()),
+                "{code}: {body}"
+            );
+            if code != "101" {
+                assert!(!body.trim().is_empty(), "{code} without a message");
+            }
+            seen.push(format!("{code} {}", body.trim()));
+            code == "404" && body.contains("does not exist")
+        },
+    );
+    eprintln!("answers while the pod went: {seen:?}");
+    wait_until(
+        Duration::from_secs(20),
+        "nothing of the pod in the runtime",
+        || n.runtime.sandboxes(&uid).is_empty() && n.runtime.containers(&uid).is_empty(),
+    );
+}

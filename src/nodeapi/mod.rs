@@ -346,15 +346,20 @@ async fn stream_into(
         Ok(p) => p,
         Err((code, m)) => return plain(code, m),
     };
-    let id = match container_of(&pod, &container) {
-        Ok((_, id)) if !id.is_empty() => id,
-        Ok(_) => {
+    if let Err((code, m)) = container_of(&pod, &container) {
+        return plain(code, m);
+    }
+    // The running instance as the runtime lists it (kubelet's `findContainer` reads the runtime,
+    // not the status, which follows it by up to a relist).
+    let id = match running_container(&api.cri, &pod, &container).await {
+        Ok(Some(id)) => id,
+        Ok(None) => {
             return plain(
                 StatusCode::BAD_REQUEST,
                 format!("container {container:?} in pod {name:?} is not running\n"),
             )
         }
-        Err((code, m)) => return plain(code, m),
+        Err(e) => return cri_error(e),
     };
     let url = if attach {
         api.cri
@@ -385,6 +390,33 @@ async fn stream_into(
         Ok(url) => streaming::proxy(req, &url).await,
         Err(e) => cri_error(e),
     }
+}
+
+/// The ID of the running instance of `container` of `pod`, from the runtime's listing.
+///
+/// Errors: the listing failed.
+async fn running_container(
+    cri: &Cri,
+    pod: &Pod,
+    container: &str,
+) -> Result<Option<String>, crate::cri::CriError> {
+    use crate::kuberuntime::labels;
+    let filter = [
+        (
+            labels::POD_UID.to_owned(),
+            crate::pod::pod_uid(pod).to_owned(),
+        ),
+        (labels::CONTAINER_NAME.to_owned(), container.to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    Ok(cri
+        .list_containers(filter)
+        .await?
+        .into_iter()
+        .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+        .max_by_key(|c| c.created_at)
+        .map(|c| c.id))
 }
 
 /// A CRI error as kubelet's `streaming.WriteError` maps it.
