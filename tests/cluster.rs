@@ -105,6 +105,27 @@ fn joined(test: &str, extra: &str) -> Option<(Nodelet, String)> {
     Some((n, node))
 }
 
+/// The cluster CA, which the nodes' API trusts for the API server's client certificate.
+const CLUSTER_CA: &str = "/var/lib/nodelet-env/cluster/pki/ca.crt";
+
+/// [`joined`] with its node API reachable by the API server (`address: 0.0.0.0`, the cluster CA
+/// as `clientCAFile`) and the extra configuration `extra`.
+fn joined_with_node_api(test: &str, extra: &str) -> Option<(Nodelet, String)> {
+    joined(
+        test,
+        &format!(
+            "address: 0.0.0.0\nauthentication: {{x509: {{clientCAFile: {CLUSTER_CA}}}}}\n{extra}"
+        ),
+    )
+}
+
+/// Waits until API pod `name` of `default` is Running.
+fn wait_api_pod_running(name: &str) {
+    wait_until(Duration::from_secs(30), "the API pod Running", || {
+        jsonpath("pod", name, Some("default"), "{.status.phase}").is_some_and(|p| p == "Running")
+    });
+}
+
 /// [`wait_until`], then prints `what` with the time since `since` (the numbers issue notes
 /// quote; seen with `--nocapture`).
 fn timed_wait(timeout: Duration, what: &str, since: Instant, f: impl FnMut() -> bool) {
@@ -356,11 +377,7 @@ fn kubectl_apply(yaml: &str) {
 /// cluster CA and asks the API server (`SubjectAccessReview`) whether it may.
 #[test]
 fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
-    let ca = "/var/lib/nodelet-env/cluster/pki/ca.crt";
-    let Some((n, node)) = joined(
-        "kubectlexec",
-        &format!("address: 0.0.0.0\nauthentication: {{x509: {{clientCAFile: {ca}}}}}\n"),
-    ) else {
+    let Some((n, node)) = joined_with_node_api("kubectlexec", "") else {
         return;
     };
     let name = format!("talk-{node}");
@@ -369,9 +386,7 @@ fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
         &node,
         "  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, 'echo hello from nodelet; mkdir /www; echo served by the pod > /www/index.html; exec httpd -f -p 8080 -h /www']}\n  - {name: ticker, image: busybox:1.36, command: [sh, -c, 'while true; do echo tick; sleep 0.5; done']}\n",
     );
-    wait_until(Duration::from_secs(30), "the API pod Running", || {
-        jsonpath("pod", &name, Some("default"), "{.status.phase}").is_some_and(|p| p == "Running")
-    });
+    wait_api_pod_running(&name);
     assert_eq!(
         jsonpath(
             "node",
@@ -540,11 +555,7 @@ fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
 /// `--tail`, and `exec -i` with stdin.
 #[test]
 fn usage_and_logs_through_the_api_servers_node_proxy() {
-    let ca = "/var/lib/nodelet-env/cluster/pki/ca.crt";
-    let Some((n, node)) = joined(
-        "nodeproxy",
-        &format!("address: 0.0.0.0\nauthentication: {{x509: {{clientCAFile: {ca}}}}}\n"),
-    ) else {
+    let Some((n, node)) = joined_with_node_api("nodeproxy", "") else {
         return;
     };
     let name = format!("use-{node}");
@@ -553,9 +564,7 @@ fn usage_and_logs_through_the_api_servers_node_proxy() {
         &node,
         "  terminationGracePeriodSeconds: 1\n  volumes: [{name: mem, emptyDir: {medium: Memory, sizeLimit: 128Mi}}]\n  containers:\n  - {name: fill, image: busybox:1.36, command: [sh, -c, 'dd if=/dev/zero of=/mem/fill bs=1M count=64 2>/dev/null; sleep 3600'], volumeMounts: [{name: mem, mountPath: /mem}]}\n  - {name: busy, image: busybox:1.36, command: [sh, -c, 'while true; do :; done']}\n  - {name: bump, image: busybox:1.36, command: [sh, -c, 'echo run $(ls /mem | wc -l); touch /mem/run$RANDOM; sleep 1; exit 1'], volumeMounts: [{name: mem, mountPath: /mem}]}\n",
     );
-    wait_until(Duration::from_secs(30), "the API pod Running", || {
-        jsonpath("pod", &name, Some("default"), "{.status.phase}").is_some_and(|p| p == "Running")
-    });
+    wait_api_pod_running(&name);
     let uid = jsonpath("pod", &name, Some("default"), "{.metadata.uid}").unwrap();
     let raw = |path: &str| kubectl(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy{path}")]);
     let summary = || -> serde_json::Value {
@@ -703,10 +712,9 @@ fn usage_and_logs_through_the_api_servers_node_proxy() {
 /// every line once, in order (kubelet's own follow stops at a rotation).
 #[test]
 fn kubectl_logs_follow_goes_on_across_rotation() {
-    let ca = "/var/lib/nodelet-env/cluster/pki/ca.crt";
-    let Some((n, node)) = joined(
+    let Some((n, node)) = joined_with_node_api(
         "logsfollow",
-        &format!("address: 0.0.0.0\nauthentication: {{x509: {{clientCAFile: {ca}}}}}\ncontainerLogMaxSize: 2Ki\ncontainerLogMonitorInterval: 300ms\n"),
+        "containerLogMaxSize: 2Ki\ncontainerLogMonitorInterval: 300ms\n",
     ) else {
         return;
     };
@@ -716,9 +724,7 @@ fn kubectl_logs_follow_goes_on_across_rotation() {
         &node,
         "  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, 'sleep 8; i=0; while [ $i -lt 300 ]; do echo line $i; i=$((i+1)); sleep 0.02; done; echo done; sleep 3600']}\n",
     );
-    wait_until(Duration::from_secs(30), "the API pod Running", || {
-        jsonpath("pod", &name, Some("default"), "{.status.phase}").is_some_and(|p| p == "Running")
-    });
+    wait_api_pod_running(&name);
     let mut follow = Command::new("kubectl")
         .args(["--kubeconfig", ADMIN, "-n", "default", "logs", "-f", &name])
         .stdout(std::process::Stdio::piped())

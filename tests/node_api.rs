@@ -53,6 +53,60 @@ fn client(dir: &Path, name: Option<&str>) -> reqwest::blocking::Client {
 
 const TALKER: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: talker}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, 'i=0; while true; do echo line $i; i=$((i+1)); sleep 0.2; done']\n";
 
+/// A started nodelet for `test` whose node API trusts the CA `good` made in `certs` and allows
+/// whoever it authenticates.
+fn agent(test: &str, certs: &Path) -> Nodelet {
+    pki(certs, "good");
+    let mut n = Nodelet::with_config(
+        test,
+        &format!(
+            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            certs.join("good-ca.crt").display()
+        ),
+    );
+    n.start();
+    n
+}
+
+/// The talker pod on `n`, running: its UID.
+fn run_talker(n: &Nodelet) -> String {
+    n.write_manifest("talker.yaml", TALKER);
+    let uid = n.uid("talker");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    uid
+}
+
+/// An SPDY exec upgrade request to `url` by curl as client `good` of `certs`, given at most
+/// `secs`: the status code and the body.
+fn curl_exec(certs: &Path, url: &str, secs: u32) -> (String, String) {
+    let body = certs.join("body");
+    let _ = std::fs::remove_file(&body);
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "-o"])
+        .arg(&body)
+        .args([
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            &secs.to_string(),
+            "-X",
+            "POST",
+        ])
+        .args(["-H", "Connection: Upgrade", "-H", "Upgrade: SPDY/3.1"])
+        .args(["-H", "X-Stream-Protocol-Version: v4.channel.k8s.io"])
+        .arg("--cert")
+        .arg(certs.join("good-client.crt"))
+        .arg("--key")
+        .arg(certs.join("good-client.key"))
+        .arg(url)
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        std::fs::read_to_string(&body).unwrap_or_default(),
+    )
+}
+
 /// nodelet's open descriptors.
 fn fds(n: &Nodelet) -> usize {
     let pid = n.child.as_ref().unwrap().id();
@@ -64,19 +118,9 @@ fn fds(n: &Nodelet) -> usize {
 #[test]
 fn logs_over_https_with_kubelets_authentication_and_parameters() {
     let certs = tempfile::tempdir().unwrap();
-    pki(certs.path(), "good");
     pki(certs.path(), "other");
-    let mut n = Nodelet::with_config(
-        "nodeapi",
-        &format!(
-            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
-            certs.path().join("good-ca.crt").display()
-        ),
-    );
-    n.start();
-    n.write_manifest("talker.yaml", TALKER);
-    let uid = n.uid("talker");
-    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let n = agent("nodeapi", certs.path());
+    let uid = run_talker(&n);
     let base = format!("https://127.0.0.1:{}", n.api_port);
     let good = client(certs.path(), Some("good"));
     let pod = format!("talker-{}", n.node);
@@ -187,15 +231,7 @@ fn logs_over_https_with_kubelets_authentication_and_parameters() {
 #[test]
 fn a_client_that_sends_nothing_is_cut_off_and_holds_no_one_up() {
     let certs = tempfile::tempdir().unwrap();
-    pki(certs.path(), "good");
-    let mut n = Nodelet::with_config(
-        "slowclient",
-        &format!(
-            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
-            certs.path().join("good-ca.crt").display()
-        ),
-    );
-    n.start();
+    let n = agent("slowclient", certs.path());
     let mut idle = std::net::TcpStream::connect(("127.0.0.1", n.api_port)).unwrap();
     let opened = Instant::now();
     // Others are served meanwhile.
@@ -220,18 +256,8 @@ fn a_client_that_sends_nothing_is_cut_off_and_holds_no_one_up() {
 #[test]
 fn stats_summary_and_resource_metrics_read_the_cgroups_and_the_runtime() {
     let certs = tempfile::tempdir().unwrap();
-    pki(certs.path(), "good");
-    let mut n = Nodelet::with_config(
-        "nodestats",
-        &format!(
-            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
-            certs.path().join("good-ca.crt").display()
-        ),
-    );
-    n.start();
-    n.write_manifest("talker.yaml", TALKER);
-    let uid = n.uid("talker");
-    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let n = agent("nodestats", certs.path());
+    let uid = run_talker(&n);
     let pod = format!("talker-{}", n.node);
     let base = format!("https://127.0.0.1:{}", n.api_port);
     let good = client(certs.path(), Some("good"));
@@ -352,47 +378,14 @@ fn stats_summary_and_resource_metrics_read_the_cgroups_and_the_runtime() {
 #[test]
 fn abandoned_exec_sessions_give_back_every_descriptor() {
     let certs = tempfile::tempdir().unwrap();
-    pki(certs.path(), "good");
-    let mut n = Nodelet::with_config(
-        "execleak",
-        &format!(
-            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
-            certs.path().join("good-ca.crt").display()
-        ),
-    );
-    n.start();
-    n.write_manifest("talker.yaml", TALKER);
-    let uid = n.uid("talker");
-    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let n = agent("execleak", certs.path());
+    run_talker(&n);
     let url = format!(
         "https://127.0.0.1:{}/exec/default/talker-{}/c?command=sleep&command=30&output=1",
         n.api_port, n.node
     );
     // The container's status (its ID) reaches /pods a moment after it runs.
-    let exec_once = || -> String {
-        let out = std::process::Command::new("curl")
-            .args([
-                "-sk",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "--max-time",
-                "2",
-                "-X",
-                "POST",
-            ])
-            .args(["-H", "Connection: Upgrade", "-H", "Upgrade: SPDY/3.1"])
-            .args(["-H", "X-Stream-Protocol-Version: v4.channel.k8s.io"])
-            .arg("--cert")
-            .arg(certs.path().join("good-client.crt"))
-            .arg("--key")
-            .arg(certs.path().join("good-client.key"))
-            .arg(&url)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let exec_once = || curl_exec(certs.path(), &url, 2).0;
     wait_until(Duration::from_secs(20), "an exec upgraded", || {
         exec_once() == "101"
     });
@@ -417,43 +410,13 @@ fn abandoned_exec_sessions_give_back_every_descriptor() {
 #[test]
 fn exec_into_a_pod_being_deleted_is_refused_clearly() {
     let certs = tempfile::tempdir().unwrap();
-    pki(certs.path(), "good");
-    let mut n = Nodelet::with_config(
-        "execgone",
-        &format!(
-            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
-            certs.path().join("good-ca.crt").display()
-        ),
-    );
-    n.start();
-    n.write_manifest("talker.yaml", TALKER);
-    let uid = n.uid("talker");
-    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let n = agent("execgone", certs.path());
+    let uid = run_talker(&n);
     let url = format!(
         "https://127.0.0.1:{}/exec/default/talker-{}/c?command=true&output=1",
         n.api_port, n.node
     );
-    let exec_once = || -> (String, String) {
-        let body = certs.path().join("body");
-        let _ = std::fs::remove_file(&body);
-        let out = std::process::Command::new("curl")
-            .args(["-sk", "-o"])
-            .arg(&body)
-            .args(["-w", "%{http_code}", "--max-time", "5", "-X", "POST"])
-            .args(["-H", "Connection: Upgrade", "-H", "Upgrade: SPDY/3.1"])
-            .args(["-H", "X-Stream-Protocol-Version: v4.channel.k8s.io"])
-            .arg("--cert")
-            .arg(certs.path().join("good-client.crt"))
-            .arg("--key")
-            .arg(certs.path().join("good-client.key"))
-            .arg(&url)
-            .output()
-            .unwrap();
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            std::fs::read_to_string(&body).unwrap_or_default(),
-        )
-    };
+    let exec_once = || curl_exec(certs.path(), &url, 5);
     // Right after it runs, the runtime's listing finds the container (the status may lag).
     assert_eq!(exec_once().0, "101");
     std::fs::remove_file(n.manifests().join("talker.yaml")).unwrap();

@@ -79,10 +79,10 @@ impl Paths {
         self.cgroup_dir(controller, &spelled)
     }
 
-    /// Every signal this node can observe now.
-    pub fn observe(&self) -> HashMap<String, Observation> {
-        let mut out = HashMap::new();
-        let memory = match self.root_memcg() {
+    /// `memory.available`: from the root memory cgroup on v1, from `/proc/meminfo` and the
+    /// unified root's `memory.stat` on v2.
+    pub fn memory_available(&self) -> Option<Observation> {
+        match self.root_memcg() {
             Some(r) => signals::memory_available(&r, self.memory_capacity),
             None => self
                 .hierarchies
@@ -90,8 +90,13 @@ impl Paths {
                 .as_deref()
                 .filter(|_| self.hierarchies.is_v2())
                 .and_then(|u| signals::memory_available_v2(u, self.memory_capacity)),
-        };
-        if let Some(o) = memory {
+        }
+    }
+
+    /// Every signal this node can observe now.
+    pub fn observe(&self) -> HashMap<String, Observation> {
+        let mut out = HashMap::new();
+        if let Some(o) = self.memory_available() {
             out.insert("memory.available".to_string(), o);
         }
         if let Some(o) = self

@@ -207,6 +207,18 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     }
 }
 
+/// Posts review `obj` to the API server and returns its answer.
+///
+/// Errors: the request's, as a message.
+async fn create<K>(api: kube::Api<K>, obj: &K) -> Result<K, String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.create(&kube::api::PostParams::default(), obj)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// Bearer tokens checked with the API server (`TokenReview`), answers cached `ttl`.
 pub struct TokenWebhook {
     client: kube::Client,
@@ -240,10 +252,7 @@ impl TokenWebhook {
             },
             ..Default::default()
         };
-        let answer = api
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .map_err(|e| e.to_string())?;
+        let answer = create(api, &review).await?;
         let user = answer
             .status
             .filter(|s| s.authenticated == Some(true))
@@ -319,10 +328,7 @@ impl SarWebhook {
             },
             ..Default::default()
         };
-        let answer = api
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .map_err(|e| e.to_string())?;
+        let answer = create(api, &review).await?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
         let ttl = if allowed {
             self.allowed_ttl

@@ -22,6 +22,7 @@ pub mod stats;
 pub mod streaming;
 pub mod tls;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -83,28 +84,26 @@ pub fn router(api: NodeApi, healthz: crate::server::ServerState, auth: Arc<Auth>
     if api.debugging {
         own = own
             .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
-            .route("/exec/{ns}/{pod}/{container}", get(exec).post(exec))
-            .route(
-                "/exec/{ns}/{pod}/{uid}/{container}",
-                get(exec_uid).post(exec_uid),
-            )
-            .route("/attach/{ns}/{pod}/{container}", get(attach).post(attach))
-            .route(
-                "/attach/{ns}/{pod}/{uid}/{container}",
-                get(attach_uid).post(attach_uid),
-            )
-            .route(
-                "/portForward/{ns}/{pod}",
-                get(port_forward).post(port_forward),
-            )
-            .route(
-                "/portForward/{ns}/{pod}/{uid}",
-                get(port_forward_uid).post(port_forward_uid),
-            );
+            .route("/exec/{ns}/{pod}/{container}", streaming())
+            .route("/exec/{ns}/{pod}/{uid}/{container}", streaming())
+            .route("/attach/{ns}/{pod}/{container}", streaming())
+            .route("/attach/{ns}/{pod}/{uid}/{container}", streaming())
+            .route("/portForward/{ns}/{pod}", forwarding())
+            .route("/portForward/{ns}/{pod}/{uid}", forwarding());
     }
     crate::server::router(healthz)
         .merge(own.with_state(api))
         .layer(axum::middleware::from_fn_with_state(auth, authenticate))
+}
+
+/// GET and POST of exec and attach (SPDY clients POST, WebSocket clients GET).
+fn streaming() -> axum::routing::MethodRouter<NodeApi> {
+    get(exec_or_attach).post(exec_or_attach)
+}
+
+/// GET and POST of port-forward.
+fn forwarding() -> axum::routing::MethodRouter<NodeApi> {
+    get(port_forward).post(port_forward)
 }
 
 /// kubelet's filter: authenticate (401 `Unauthorized`), then authorize (403 with kubelet's
@@ -333,11 +332,7 @@ async fn stream_into(
     attach: bool,
     req: Request,
 ) -> Response {
-    let params: Vec<(String, String)> = req
-        .uri()
-        .query()
-        .map(|q| serde_urlencoded::from_str(q).unwrap_or_default())
-        .unwrap_or_default();
+    let params = query_params(&req);
     let o = match streaming::stream_options(&params) {
         Ok(o) => o,
         Err(m) => return plain(StatusCode::BAD_REQUEST, m),
@@ -419,6 +414,29 @@ async fn running_container(
         .map(|c| c.id))
 }
 
+/// The request's query parameters, repeated ones in order (none when it cannot be decoded).
+fn query_params(req: &Request) -> Vec<(String, String)> {
+    req.uri()
+        .query()
+        .map(|q| serde_urlencoded::from_str(q).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// A Prometheus text answer, or the CRI error that kept it from being made.
+fn prometheus_text(text: crate::cri::CriResult<String>) -> Response {
+    match text {
+        Ok(text) => {
+            let mut r = Response::new(axum::body::Body::from(text));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
+        Err(e) => cri_error(e),
+    }
+}
+
 /// A CRI error as kubelet's `streaming.WriteError` maps it.
 fn cri_error(e: crate::cri::CriError) -> Response {
     let code = match e.code {
@@ -431,36 +449,21 @@ fn cri_error(e: crate::cri::CriError) -> Response {
     plain(code, e.to_string())
 }
 
-async fn exec(
+/// `/exec/…` and `/attach/…`, with or without the pod's UID in the path.
+async fn exec_or_attach(
     State(api): State<NodeApi>,
-    Path((ns, name, c)): Path<(String, String, String)>,
+    Path(p): Path<HashMap<String, String>>,
     req: Request,
 ) -> Response {
-    stream_into(api, (ns, name, None, c), false, req).await
-}
-
-async fn exec_uid(
-    State(api): State<NodeApi>,
-    Path((ns, name, uid, c)): Path<(String, String, String, String)>,
-    req: Request,
-) -> Response {
-    stream_into(api, (ns, name, Some(uid), c), false, req).await
-}
-
-async fn attach(
-    State(api): State<NodeApi>,
-    Path((ns, name, c)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    stream_into(api, (ns, name, None, c), true, req).await
-}
-
-async fn attach_uid(
-    State(api): State<NodeApi>,
-    Path((ns, name, uid, c)): Path<(String, String, String, String)>,
-    req: Request,
-) -> Response {
-    stream_into(api, (ns, name, Some(uid), c), true, req).await
+    let attach = req.uri().path().starts_with("/attach/");
+    let get = |k: &str| p.get(k).cloned().unwrap_or_default();
+    let target = (
+        get("ns"),
+        get("pod"),
+        p.get("uid").cloned(),
+        get("container"),
+    );
+    stream_into(api, target, attach, req).await
 }
 
 /// Port-forward into pod `ns/name`'s sandbox: the CRI call with the `port` parameters (empty
@@ -472,11 +475,7 @@ async fn forward(
     uid: Option<String>,
     req: Request,
 ) -> Response {
-    let params: Vec<(String, String)> = req
-        .uri()
-        .query()
-        .map(|q| serde_urlencoded::from_str(q).unwrap_or_default())
-        .unwrap_or_default();
+    let params = query_params(&req);
     let ports = match streaming::ports(&params) {
         Ok(p) => p,
         Err(m) => return plain(StatusCode::BAD_REQUEST, m),
@@ -520,20 +519,14 @@ async fn forward(
     }
 }
 
+/// `/portForward/…`, with or without the pod's UID in the path.
 async fn port_forward(
     State(api): State<NodeApi>,
-    Path((ns, name)): Path<(String, String)>,
+    Path(p): Path<HashMap<String, String>>,
     req: Request,
 ) -> Response {
-    forward(api, ns, name, None, req).await
-}
-
-async fn port_forward_uid(
-    State(api): State<NodeApi>,
-    Path((ns, name, uid)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    forward(api, ns, name, Some(uid), req).await
+    let get = |k: &str| p.get(k).cloned().unwrap_or_default();
+    forward(api, get("ns"), get("pod"), p.get("uid").cloned(), req).await
 }
 
 /// `/runningpods/`: the runtime's pods of this node as a `PodList` (kubelet's: "used for
@@ -561,37 +554,17 @@ async fn summary(State(api): State<NodeApi>) -> Response {
 
 /// `/metrics/resource` ([`stats::Stats::resource_metrics`]).
 async fn resource_metrics(State(api): State<NodeApi>) -> Response {
-    match api
-        .stats
-        .resource_metrics(crate::clock::system().epoch_ns())
-        .await
-    {
-        Ok(text) => {
-            let mut r = Response::new(axum::body::Body::from(text));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
-            r
-        }
-        Err(e) => cri_error(e),
-    }
+    prometheus_text(
+        api.stats
+            .resource_metrics(crate::clock::system().epoch_ns())
+            .await,
+    )
 }
 
 /// `/metrics/cadvisor` ([`stats::Stats::cadvisor_metrics`]).
 async fn cadvisor_metrics(State(api): State<NodeApi>) -> Response {
     let now_ms = crate::clock::system().epoch_ns() / 1_000_000;
-    match api.stats.cadvisor_metrics(now_ms).await {
-        Ok(text) => {
-            let mut r = Response::new(axum::body::Body::from(text));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
-            r
-        }
-        Err(e) => cri_error(e),
-    }
+    prometheus_text(api.stats.cadvisor_metrics(now_ms).await)
 }
 
 /// `/configz`: the configuration as loaded, defaults filled in (kubelet's

@@ -191,17 +191,8 @@ impl Stats {
 
     /// The node's memory working set, bytes (what `memory.available` is computed from).
     fn node_working_set(&self) -> Option<u64> {
-        let capacity = self.paths.memory_capacity;
-        let available = match self.paths.root_memcg() {
-            Some(r) => crate::eviction::signals::memory_available(&r, capacity),
-            None => self
-                .paths
-                .hierarchies
-                .unified
-                .as_deref()
-                .and_then(|u| crate::eviction::signals::memory_available_v2(u, capacity)),
-        }?;
-        u64::try_from(capacity - available.available).ok()
+        let available = self.paths.memory_available()?;
+        u64::try_from(available.capacity - available.available).ok()
     }
 
     /// A pod's cpu time and memory working set from its pod cgroup.
