@@ -373,6 +373,118 @@ fn stats_summary_and_resource_metrics_read_the_cgroups_and_the_runtime() {
     assert!(text.contains("machine_cpu_cores "));
 }
 
+/// A pod that writes 4 MiB into an emptyDir and a line to its log, then waits.
+const FILLER: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: filler}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes: [{name: scratch, emptyDir: {}}]\n  containers:\n  - name: c\n    image: busybox:1.36\n    volumeMounts: [{name: scratch, mountPath: /scratch}]\n    command: [sh, -c, 'dd if=/dev/zero of=/scratch/f bs=1M count=4 && echo filled; sleep 3600']\n";
+
+/// The summary's network and storage figures: the pod's `eth0` counts what reaches its
+/// namespace, its emptyDir holds what the container wrote, its log directory and ephemeral
+/// storage add up, and the node's and the runtime's filesystems are there; `/metrics/cadvisor`
+/// carries the same interface.
+#[test]
+fn summary_reports_network_volumes_logs_and_ephemeral_storage() {
+    let certs = tempfile::tempdir().unwrap();
+    let n = agent("nodestorage", certs.path());
+    n.write_manifest("filler.yaml", FILLER);
+    let uid = n.uid("filler");
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let base = format!("https://127.0.0.1:{}", n.api_port);
+    let good = client(certs.path(), Some("good"));
+    let ours = || -> (serde_json::Value, serde_json::Value) {
+        let s: serde_json::Value = good
+            .get(format!("{base}/stats/summary"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let p = s["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["podRef"]["uid"] == uid.as_str())
+            .cloned()
+            .unwrap_or_default();
+        (s, p)
+    };
+    let used = |v: &serde_json::Value| v["usedBytes"].as_i64().unwrap_or(0);
+    wait_until(Duration::from_secs(20), "the emptyDir's 4 MiB", || {
+        let (_, p) = ours();
+        p["volume"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["name"] == "scratch"))
+            .is_some_and(|v| used(v) >= 4 << 20)
+    });
+    let (s, p) = ours();
+    let vol = p["volume"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "scratch")
+        .unwrap()
+        .clone();
+    assert!(used(&vol) < 5 << 20, "{vol}");
+    assert_eq!(vol["inodesUsed"], 2, "the directory and f: {vol}");
+    assert!(vol["capacityBytes"].as_i64().unwrap() >= vol["availableBytes"].as_i64().unwrap());
+    let logs = &p["containers"][0]["logs"];
+    assert!(used(logs) > 0, "the container's log: {p}");
+    let eph = &p["ephemeral-storage"];
+    assert!(
+        used(eph) >= used(&vol) + used(logs),
+        "ephemeral storage counts the volume and the log: {p}"
+    );
+    assert!(s["node"]["fs"]["capacityBytes"].as_i64().unwrap() > 0);
+    assert!(used(&s["node"]["fs"]) > 0);
+    assert!(
+        used(&s["node"]["runtime"]["imageFs"]) > 0,
+        "the runtime's images: {}",
+        s["node"]
+    );
+    assert!(
+        !s["node"]["network"]["interfaces"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{}",
+        s["node"]["network"]
+    );
+
+    // What reaches the pod's namespace shows on its eth0: connections to a closed port of the
+    // pod's address (each a SYN in, a RST out).
+    let ip = n.pod("filler").unwrap()["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rx = |p: &serde_json::Value| p["network"]["rxBytes"].as_u64().unwrap();
+    assert_eq!(p["network"]["name"], "eth0", "{p}");
+    let before = rx(&p);
+    for _ in 0..20 {
+        let _ = std::net::TcpStream::connect_timeout(
+            &format!("{ip}:9").parse().unwrap(),
+            Duration::from_millis(200),
+        );
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the pod's eth0 to count them",
+        || rx(&ours().1) >= before + 20 * 40,
+    );
+    let text = good
+        .get(format!("{base}/metrics/cadvisor"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("container_network_receive_bytes_total{")
+                && l.contains("interface=\"eth0\"")
+                && l.contains(&format!("pod=\"filler-{}\"", n.node))
+        })
+        .unwrap_or_else(|| panic!("the pod's eth0 in {text}"));
+    let value: u64 = line.rsplit(' ').nth(1).unwrap().parse().unwrap();
+    assert!(value >= before + 20 * 40, "{line}");
+}
+
 /// 100 exec sessions that the client abandons right after the upgrade: the relay ends with
 /// them and nodelet gives back every descriptor it held.
 #[test]

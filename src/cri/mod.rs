@@ -637,6 +637,24 @@ impl Cri {
     }
 }
 
+/// What the node API's `/stats/summary` asks beyond the runtime manager's calls.
+impl Cri {
+    /// `ImageFsInfo`: each image filesystem's use as the runtime counts it (bytes and inodes
+    /// of its images, with the mount point holding them).
+    ///
+    /// Errors: the runtime's.
+    pub async fn image_fs_usage(&self) -> CriResult<Vec<cri::FilesystemUsage>> {
+        cri_call!(
+            self,
+            image.image_fs_info,
+            "image_fs_info",
+            cri::ImageFsInfoRequest {},
+            self.bounded()
+        )
+        .map(|r| r.image_filesystems)
+    }
+}
+
 impl ImageService for Cri {
     async fn image_status(&self, image: &str) -> CriResult<Option<cri::Image>> {
         let req = cri::ImageStatusRequest {

@@ -23,6 +23,7 @@ use crate::events::Recorder;
 use crate::podworkers::{PodSyncer, PodWorkers};
 use crate::status::failed::{FailPod, FailedPods, Failure};
 use crate::status::StatusManager;
+use crate::volume::metrics;
 
 /// PSI trigger of the cgroup v2 notifier: 100 ms of memory stall in any 1 s window.
 const PSI_STALL: std::time::Duration = std::time::Duration::from_millis(100);
@@ -136,86 +137,6 @@ fn allocatable_available(kubepods: &Path) -> Option<Observation> {
         available: max - signals::working_set_v2(kubepods)?,
         capacity: max,
     })
-}
-
-/// What `du` counts below `dir`, bytes: the blocks in use (512 bytes each) of every file and
-/// directory, a file with several hard links once, other filesystems (a mount below it) left
-/// out (kubelet's `MetricsDu`, `fs.DiskUsage`). The walk goes from directory descriptor to
-/// directory descriptor (`openat`, `fstatat`), never through a full path, so a tree nested past
-/// `PATH_MAX` is counted whole (a container cannot hide data below a 4 KiB path); a directory
-/// stays open only while entries of it wait to be walked.
-fn du(dir: &Path) -> i64 {
-    use nix::fcntl::{AtFlags, OFlag};
-    use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
-    use std::os::fd::OwnedFd;
-    use std::rc::Rc;
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let Ok(top) = nix::fcntl::open(dir, flags, Mode::empty()) else {
-        return 0;
-    };
-    let Ok(st) = fstat(&top) else { return 0 };
-    let dev = st.st_dev;
-    let blocks = |st: &nix::sys::stat::FileStat| st.st_blocks.max(0).saturating_mul(512);
-    let mut bytes = blocks(&st);
-    let mut seen = std::collections::HashSet::new();
-    // Directories still to walk: (their parent, their name).
-    let mut pending: Vec<(Rc<OwnedFd>, std::ffi::CString)> = Vec::new();
-    let mut next = Some(Rc::new(top));
-    while let Some(fd) = next.take().or_else(|| {
-        while let Some((parent, name)) = pending.pop() {
-            if let Ok(child) = nix::fcntl::openat(&*parent, name.as_c_str(), flags, Mode::empty()) {
-                return Some(Rc::new(child));
-            }
-        }
-        None
-    }) {
-        let Some(mut entries) = fd
-            .try_clone()
-            .ok()
-            .and_then(|d| nix::dir::Dir::from_fd(d).ok())
-        else {
-            continue;
-        };
-        for e in entries.iter().flatten() {
-            let name = e.file_name();
-            if name.to_bytes() == b"." || name.to_bytes() == b".." {
-                continue;
-            }
-            let Ok(st) = fstatat(&*fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-                continue;
-            };
-            if st.st_dev != dev || (st.st_nlink > 1 && !seen.insert(st.st_ino)) {
-                continue;
-            }
-            bytes = bytes.saturating_add(blocks(&st));
-            if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR {
-                pending.push((fd.clone(), name.to_owned()));
-            }
-        }
-    }
-    bytes
-}
-
-/// Bytes and inodes used below `dir` (a pod's log directory).
-fn disk_usage(dir: &Path) -> (i64, i64) {
-    let mut bytes = 0i64;
-    let mut inodes = 0i64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            inodes += 1;
-            let Ok(m) = e.metadata() else { continue };
-            if m.is_dir() {
-                stack.push(e.path());
-            } else {
-                bytes += m.len() as i64;
-            }
-        }
-    }
-    (bytes, inodes)
 }
 
 /// The runtime's side of local storage: containers' writable layers through CRI, read from the
@@ -393,7 +314,7 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
             }
             Resource::EphemeralStorage | Resource::Inodes => {
                 let dir = crate::pod::pod_logs_dir_under(&self.paths.pod_logs_dir, pod);
-                let (bytes, inodes) = disk_usage(&dir);
+                let (bytes, inodes) = metrics::disk_usage(&dir);
                 if resource == Resource::Inodes {
                     Some((inodes, 0))
                 } else {
@@ -425,7 +346,7 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
             layers
                 .into_iter()
                 .map(|(name, layer)| ContainerUsage {
-                    bytes: layer.saturating_add(disk_usage(&logs.join(&name)).0),
+                    bytes: layer.saturating_add(metrics::disk_usage(&logs.join(&name)).0),
                     name,
                 })
                 .collect(),
@@ -434,19 +355,12 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
 
     /// `du` of each disk-backed emptyDir under the pod's directory.
     fn empty_dir_usage(&self, pod: &Pod) -> Vec<(String, i64)> {
-        let dir =
-            crate::kuberuntime::hosts_file::pod_dir(&self.paths.nodefs, crate::pod::pod_uid(pod))
-                .join("volumes")
-                .join("kubernetes.io~empty-dir");
-        pod.spec
-            .iter()
-            .flat_map(|s| s.volumes.iter().flatten())
-            .filter(|v| {
-                v.empty_dir
-                    .as_ref()
-                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
-            })
-            .map(|v| (v.name.clone(), du(&dir.join(&v.name))))
+        let pod_dir =
+            crate::kuberuntime::hosts_file::pod_dir(&self.paths.nodefs, crate::pod::pod_uid(pod));
+        crate::volume::pod_volume_dirs(pod, &pod_dir)
+            .into_iter()
+            .filter(|(_, _, on_disk)| *on_disk)
+            .map(|(name, dir, _)| (name, metrics::du(&dir).bytes))
             .collect()
     }
 
@@ -569,7 +483,7 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("0.log"), vec![b'x'; 1000]).unwrap();
         std::fs::write(d.join("1.log"), vec![b'x'; 24]).unwrap();
-        assert_eq!(disk_usage(&tmp.path().join("ns_p_u")), (1024, 3));
+        assert_eq!(metrics::disk_usage(&tmp.path().join("ns_p_u")), (1024, 3));
         let pod: Pod = serde_yaml::from_str(
             "spec: {containers: [{name: a, resources: {requests: {ephemeral-storage: 1Mi}}}, {name: b}]}",
         )
@@ -688,34 +602,5 @@ mod tests {
             p.tripwire(&[t("allocatableMemory.available", 512, 0)]),
             None
         );
-    }
-
-    /// A tree nested past PATH_MAX (4096 bytes) is counted whole: a container cannot hide data
-    /// from its emptyDir's sizeLimit below a long path.
-    #[test]
-    fn du_counts_a_tree_nested_past_path_max() {
-        use nix::fcntl::{openat, OFlag};
-        use nix::sys::stat::{mkdirat, Mode};
-        use std::io::Write;
-        let tmp = tempfile::tempdir().unwrap();
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
-        let mut fd = nix::fcntl::open(tmp.path(), flags, Mode::empty()).unwrap();
-        // 1,000 levels of "dddd/": 5,000 bytes of path.
-        for _ in 0..1000 {
-            mkdirat(&fd, "dddd", Mode::from_bits_truncate(0o755)).unwrap();
-            fd = openat(&fd, "dddd", flags, Mode::empty()).unwrap();
-        }
-        let file = openat(
-            &fd,
-            "big",
-            OFlag::O_WRONLY | OFlag::O_CREAT,
-            Mode::from_bits_truncate(0o644),
-        )
-        .unwrap();
-        let mut f = std::fs::File::from(file);
-        f.write_all(&vec![1u8; 4 << 20]).unwrap();
-        f.sync_all().unwrap();
-        let counted = du(tmp.path());
-        assert!(counted >= 4 << 20, "counted {counted}");
     }
 }

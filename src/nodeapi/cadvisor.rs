@@ -5,8 +5,12 @@
 //! cores and memory. Labels as cAdvisor gives them under CRI: `container`, `id` (the cgroup
 //! path), `image`, `name` (the container ID), `namespace`, `pod`.
 //!
+//! Network counters are the pod's (its containers share one network namespace), as cAdvisor
+//! reports them on the pod's sandbox: labelled `container=""`, `id` the pod cgroup, `interface`,
+//! `namespace`, `pod` ([`super::network_stats`]).
+//!
 //! cgroups-rs reads a file it cannot read as 0, so a container whose cgroup directory is gone
-//! (it just stopped) is left out rather than reported at 0. Not reported yet: network, disk I/O,
+//! (it just stopped) is left out rather than reported at 0. Not reported yet: disk I/O,
 //! filesystem usage.
 
 use std::collections::HashMap;
@@ -16,6 +20,7 @@ use cgroups_rs::fs::cpu::CpuController;
 use cgroups_rs::fs::cpuacct::CpuAcctController;
 use cgroups_rs::fs::memory::MemController;
 
+use super::network_stats;
 use super::stats::Stats;
 use crate::cri::api as cri;
 use crate::cri::{CriResult, RuntimeService};
@@ -145,16 +150,7 @@ impl Stats {
                 .paths
                 .pod_cgroup("memory", pod)
                 .and_then(|d| container_dir(&d, &c.id))
-                .and_then(|d| {
-                    let root = self.paths.hierarchies.v1_mount("memory").or(self
-                        .paths
-                        .hierarchies
-                        .unified
-                        .as_deref())?;
-                    d.strip_prefix(root)
-                        .ok()
-                        .map(|p| format!("/{}", p.display()))
-                })
+                .and_then(|d| self.cgroup_id(&d))
                 .unwrap_or_default();
             let image = c
                 .image
@@ -173,6 +169,42 @@ impl Stats {
             ));
         }
         Ok(rows)
+    }
+
+    /// `path` below the root of `controller`'s hierarchy, `/`-rooted: cAdvisor's `id`.
+    fn cgroup_id(&self, path: &Path) -> Option<String> {
+        let h = &self.paths.hierarchies;
+        let root = h.v1_mount("memory").or(h.unified.as_deref())?;
+        path.strip_prefix(root)
+            .ok()
+            .map(|p| format!("/{}", p.display()))
+    }
+
+    /// Each pod's interfaces: their labels and counters.
+    fn network_rows(&self) -> Vec<(String, network_stats::Interface)> {
+        let mut rows = Vec::new();
+        for pod in self.status.active_pods() {
+            let Some(ifaces) = self.pod_process(&pod).and_then(network_stats::of_process) else {
+                continue;
+            };
+            let id = self
+                .paths
+                .pod_cgroup("memory", &pod)
+                .and_then(|d| self.cgroup_id(&d))
+                .unwrap_or_default();
+            for i in ifaces {
+                rows.push((
+                    format!(
+                        "{{container=\"\",id=\"{id}\",image=\"\",interface=\"{}\",name=\"\",namespace=\"{}\",pod=\"{}\"}}",
+                        i.name,
+                        pod.metadata.namespace.as_deref().unwrap_or("default"),
+                        pod.metadata.name.as_deref().unwrap_or_default(),
+                    ),
+                    i,
+                ));
+            }
+        }
+        rows
     }
 
     /// `/metrics/cadvisor` in the Prometheus text format, each sample with time `now_ms`.
@@ -272,6 +304,34 @@ impl Stats {
             "counter",
             "Count of out of memory events observed for the container",
             &|f| f.oom_kills as f64,
+        );
+        let network = self.network_rows();
+        let mut net_family =
+            |name: &str, help: &str, value: &dyn Fn(&network_stats::Interface) -> u64| {
+                out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+                for (l, i) in &network {
+                    out.push_str(&format!("{name}{l} {} {now_ms}\n", value(i)));
+                }
+            };
+        net_family(
+            "container_network_receive_bytes_total",
+            "Cumulative count of bytes received",
+            &|i| i.rx_bytes,
+        );
+        net_family(
+            "container_network_receive_errors_total",
+            "Cumulative count of errors encountered while receiving",
+            &|i| i.rx_errors,
+        );
+        net_family(
+            "container_network_transmit_bytes_total",
+            "Cumulative count of bytes transmitted",
+            &|i| i.tx_bytes,
+        );
+        net_family(
+            "container_network_transmit_errors_total",
+            "Cumulative count of errors encountered while transmitting",
+            &|i| i.tx_errors,
         );
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         out.push_str(&format!(

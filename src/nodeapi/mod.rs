@@ -18,7 +18,9 @@
 pub mod auth;
 pub mod cadvisor;
 pub mod logs;
+pub mod network_stats;
 pub mod stats;
+pub mod storage_stats;
 pub mod streaming;
 pub mod tls;
 

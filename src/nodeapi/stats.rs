@@ -16,7 +16,12 @@
 //! first summary after a container starts has none. A container whose cpu or memory reads 0 is
 //! left out of `/metrics/resource`: metrics-server drops the whole pod over one zero.
 //!
-//! Not reported yet: network, filesystems, volumes, ephemeral storage, process counts.
+//! - network: `/proc/<pid>/net/dev` of a process in the pod, the host's for the node
+//!   ([`super::network_stats`]);
+//! - filesystems: the node's `fs` and the runtime's `imageFs` (CRI `ImageFsInfo`), each pod's
+//!   volumes, its containers' logs and its ephemeral storage ([`super::storage_stats`]).
+//!
+//! Not reported yet: process counts, accelerators, swap.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 
+use super::{network_stats, storage_stats};
 use crate::cri::api as cri;
 use crate::cri::{Cri, CriResult, RuntimeService};
 use crate::eviction::provider::Paths;
@@ -214,6 +220,14 @@ impl Stats {
         (cpu, mem)
     }
 
+    /// A process of the pod (in its pod cgroup), whose network namespace is the pod's.
+    pub(super) fn pod_process(&self, pod: &Pod) -> Option<i32> {
+        let h = &self.paths.hierarchies;
+        let dir = self.paths.pod_cgroup("memory", pod)?;
+        let root = h.v1_mount("memory").or(h.unified.as_deref())?;
+        network_stats::process_in(&dir, root, h.is_v2())
+    }
+
     /// `/stats/summary` (`stats.k8s.io/v1alpha1` `Summary`), at `now_ns`.
     ///
     /// Errors: a CRI list call.
@@ -237,6 +251,22 @@ impl Stats {
             let capacity = u64::try_from(self.paths.memory_capacity).unwrap_or(0);
             node["memory"]["availableBytes"] = json!(capacity.saturating_sub(ws));
         }
+        if let Some(n) = network_stats::node() {
+            node["network"] = network_stats::to_json(&n, &time);
+        }
+        if let Some(fs) = storage_stats::node_fs(&self.paths.nodefs, &time) {
+            node["fs"] = fs;
+        }
+        // The image filesystem is left out, not the summary failed, when the runtime cannot say.
+        if let Some(fs) = self
+            .cri
+            .image_fs_usage()
+            .await
+            .ok()
+            .and_then(|u| storage_stats::image_fs(&u, &time))
+        {
+            node["runtime"] = json!({"imageFs": fs});
+        }
         let mut pods = Vec::new();
         for pod in self.status.active_pods() {
             let uid = crate::pod::pod_uid(&pod).to_owned();
@@ -254,9 +284,21 @@ impl Stats {
         now_ns: i64,
     ) -> Value {
         let time = rfc3339(now_ns);
+        let storage = storage_stats::pod_storage(
+            pod,
+            &crate::kuberuntime::hosts_file::pod_dir(&self.paths.nodefs, uid),
+            &crate::pod::pod_logs_dir_under(&self.paths.pod_logs_dir, pod),
+            &containers
+                .iter()
+                .map(|c| (c.name.as_str(), c.rootfs_used))
+                .collect::<Vec<_>>(),
+            &self.paths.nodefs,
+            &time,
+        );
         let cs: Vec<Value> = containers
             .iter()
-            .map(|c| {
+            .zip(storage.logs)
+            .map(|(c, logs)| {
                 let t = rfc3339(if c.time_ns > 0 { c.time_ns } else { now_ns });
                 let mut cpu = json!({"time": t});
                 if let Some(u) = c.cpu_ns {
@@ -286,6 +328,9 @@ impl Stats {
                 if let Some(u) = c.rootfs_used {
                     out["rootfs"] = json!({"time": t, "usedBytes": u});
                 }
+                if let Some(l) = logs {
+                    out["logs"] = l;
+                }
                 out
             })
             .collect();
@@ -306,7 +351,7 @@ impl Stats {
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
             .map(|t| t.0.to_string());
-        json!({
+        let mut out = json!({
             "podRef": {
                 "name": pod.metadata.name,
                 "namespace": pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -316,7 +361,17 @@ impl Stats {
             "containers": cs,
             "cpu": cpu,
             "memory": memory,
-        })
+        });
+        if !storage.volumes.is_empty() {
+            out["volume"] = Value::Array(storage.volumes);
+        }
+        if let Some(n) = self.pod_process(pod).and_then(network_stats::of_process) {
+            out["network"] = network_stats::to_json(&n, &time);
+        }
+        if let Some(e) = storage.ephemeral {
+            out["ephemeral-storage"] = e;
+        }
+        out
     }
 
     /// `/metrics/resource`: kubelet's resource metrics in the Prometheus text format, each

@@ -20,6 +20,7 @@ pub mod config_map;
 pub mod downward_api;
 pub mod empty_dir;
 pub mod host_path;
+pub mod metrics;
 pub mod mounts;
 pub mod projected;
 pub mod secret;
@@ -227,6 +228,27 @@ pub fn set_up_pod(
         out.insert(v.name.clone(), path);
     }
     Ok(out)
+}
+
+/// The pod's volumes that live under its directory (every kind but hostPath), each with its
+/// directory `<pod dir>/volumes/<plugin>/<name>` and whether it is disk-backed (an emptyDir
+/// without `medium: Memory`, which counts as the pod's ephemeral storage). What kubelet's
+/// volume stats calculator measures; hostPath volumes are the host's, not the pod's.
+pub fn pod_volume_dirs(pod: &Pod, pod_dir: &Path) -> Vec<(String, PathBuf, bool)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter(|v| v.host_path.is_none())
+        .filter_map(|v| {
+            let p = plugin_of(v)?;
+            let on_disk = v
+                .empty_dir
+                .as_ref()
+                .is_some_and(|e| e.medium.as_deref() != Some("Memory"));
+            let dir = volumes_dir(pod_dir).join(p.dir_name()).join(&v.name);
+            Some((v.name.clone(), dir, on_disk))
+        })
+        .collect()
 }
 
 /// Tears down every volume under `pod_dir` (after the pod's containers are gone), so that the
