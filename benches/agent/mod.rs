@@ -30,6 +30,8 @@ pub struct Agent {
     pub node: String,
     /// healthzPort.
     pub port: u16,
+    /// The node API's `port` (HTTPS).
+    pub api_port: u16,
     /// cgroupRoot.
     pub cgroup_root: String,
     /// The process.
@@ -111,6 +113,7 @@ pub fn start_with_args(
         logs,
         node: node.to_owned(),
         port,
+        api_port,
         cgroup_root,
         child,
         bin: bin.to_owned(),
@@ -179,6 +182,21 @@ pub fn cpu_seconds(pid: u32, children: bool) -> f64 {
         ticks += f[2] + f[3];
     }
     ticks / 100.0
+}
+
+/// CPU seconds of a process's live threads at nanosecond resolution: the sum of the first
+/// field of `/proc/<pid>/task/*/schedstat` (time on a CPU, ns). Threads that have exited are
+/// not counted: for a short measurement of an agent whose threads live as long as it does.
+pub fn cpu_seconds_fine(pid: u32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e9
 }
 
 /// The part of [`cpu_seconds`] (without children) spent in the kernel (stime), seconds.

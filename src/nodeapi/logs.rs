@@ -22,6 +22,12 @@ use tokio::sync::mpsc;
 /// How often a follower looks for new output, a rotation, the container's end and its client.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
+/// Most bytes of log text sent to the client in one write.
+const CHUNK: usize = 64 << 10;
+
+/// Bytes read from a log file at a time.
+const READ_BUFFER: usize = 256 << 10;
+
 /// kubelet's `PodLogOptions`, as the node API takes them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogOptions {
@@ -239,18 +245,22 @@ struct Reading<'a> {
 }
 
 impl Reading<'_> {
-    /// Sends every complete line there is now; `Ok(true)` once the byte limit is reached.
+    /// Sends every complete line there is now, in chunks of up to [`CHUNK`] bytes (one write
+    /// per line would cost a channel message, a chunk header and a TLS record per line);
+    /// `Ok(true)` once the byte limit is reached.
     async fn drain(&mut self, tx: &mpsc::Sender<Bytes>) -> std::io::Result<bool> {
+        let mut out = Vec::new();
         loop {
             let n = self.reader.read_until(b'\n', &mut self.line).await?;
             if n == 0 || self.line.last() != Some(&b'\n') {
                 // At the end; a line being written stays in `line` until its newline comes.
+                send(tx, out).await?;
                 return Ok(false);
             }
             self.line.pop();
             if let Some(e) = parse_line(&self.line) {
                 if self.options.since_ns.is_none_or(|s| e.time_ns >= s) {
-                    let mut out = Vec::with_capacity(e.text.len() + 40);
+                    let start = out.len();
                     if self.options.timestamps {
                         out.extend_from_slice(e.time.as_bytes());
                         out.push(b' ');
@@ -259,14 +269,16 @@ impl Reading<'_> {
                     if e.full {
                         out.push(b'\n');
                     }
-                    let take = out
-                        .len()
-                        .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-                    out.truncate(take);
+                    let take =
+                        (out.len() - start).min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                    out.truncate(start + take);
                     self.left -= take as u64;
-                    send(tx, out).await?;
                     if self.left == 0 {
+                        send(tx, out).await?;
                         return Ok(true);
+                    }
+                    if out.len() >= CHUNK {
+                        send(tx, std::mem::take(&mut out)).await?;
                     }
                 }
             }
@@ -290,7 +302,7 @@ async fn read_logs(req: LogRequest, tx: &mpsc::Sender<Bytes>) -> std::io::Result
         file.seek(std::io::SeekFrom::Start(at)).await?;
     }
     let mut r = Reading {
-        reader: BufReader::new(file),
+        reader: BufReader::with_capacity(READ_BUFFER, file),
         line: Vec::new(),
         left: o.limit_bytes.unwrap_or(u64::MAX),
         options: o,
@@ -316,13 +328,14 @@ async fn read_logs(req: LogRequest, tx: &mpsc::Sender<Bytes>) -> std::io::Result
                 return Ok(());
             }
             for p in rotated_after(&req.path, ino) {
-                r.reader = BufReader::new(tokio::fs::File::open(&p).await?);
+                r.reader = BufReader::with_capacity(READ_BUFFER, tokio::fs::File::open(&p).await?);
                 r.line.clear();
                 if r.drain(tx).await? {
                     return Ok(());
                 }
             }
-            r.reader = BufReader::new(tokio::fs::File::open(&req.path).await?);
+            r.reader =
+                BufReader::with_capacity(READ_BUFFER, tokio::fs::File::open(&req.path).await?);
             r.line.clear();
             ino = now_ino;
             continue;

@@ -147,6 +147,8 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerCon
                 continue;
             }
         };
+        // Relayed streams carry small frames: no Nagle delay (see streaming::proxy).
+        let _ = tcp.set_nodelay(true);
         let (acceptor, app) = (acceptor.clone(), app.clone());
         tokio::spawn(async move { serve_connection(tcp, from, acceptor, app).await });
     }

@@ -130,7 +130,13 @@ pub async fn proxy(mut req: Request, url: &str) -> Response {
         .trim_end_matches(']')
         .to_owned();
     let mut backend = match TcpStream::connect((host.as_str(), port)).await {
-        Ok(s) => s,
+        Ok(s) => {
+            // Small frames each way (a keystroke, an exit status): sent at once, not held for
+            // Nagle's algorithm against the peer's delayed ACK (about 40 ms a round; Go, which
+            // kubelet and the runtime are written in, sets the same on every connection).
+            let _ = s.set_nodelay(true);
+            s
+        }
         Err(e) => {
             return plain(
                 StatusCode::BAD_GATEWAY,
