@@ -171,7 +171,8 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     };
 
     let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
-    serve_http(&core, &config, &pleg_slot)?;
+    let stats_slot = crate::nodeapi::StatsSlot::default();
+    serve_http(&core, &config, &pleg_slot, &stats_slot)?;
     let Some(runtime_version) = core
         .rt
         .block_on(async { wait_for_runtime(&core.cri).await })
@@ -187,6 +188,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let cluster_client = join_cluster(&core, &config, &flags, &runtime_version)?;
     let (pleg, cache, pleg_rx) = start_pleg(&core, &config, &pleg_slot);
     let imagefs = image_fs(&core);
+    let _ = stats_slot.set(node_stats(&core, &config, &flags, imagefs.clone()));
     let objects = crate::objects::LocalObjects::default();
     let api_objects = crate::objects::ApiObjects::default();
     let (manager, probe_rx) = start_runtime_manager(
@@ -198,7 +200,15 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         api_objects.clone(),
     )?;
     let client = cluster_client.clone();
-    start_node_api(&core, &config, &flags, &manager, client, &pleg_slot)?;
+    start_node_api(
+        &core,
+        &config,
+        &flags,
+        &manager,
+        client,
+        &pleg_slot,
+        &stats_slot,
+    )?;
     start_qos_resync(&core);
     let queue = WorkQueue::default();
     let workers = start_pod_workers(&core, &config, &manager, &queue);
@@ -368,20 +378,27 @@ fn start_container_manager(
 }
 
 /// The healthz listener, and the read-only port when configured; both serve every endpoint,
-/// from before the runtime answers, so operators can see the agent waiting.
+/// from before the runtime answers, so operators can see the agent waiting. The read-only port
+/// also serves the stats paths of `stats` (kubelet's read-only port serves them without
+/// authentication), 503 until the runtime answers.
 fn serve_http(
     core: &Core,
     config: &Config,
     pleg: &Arc<std::sync::OnceLock<Arc<Pleg>>>,
+    stats: &crate::nodeapi::StatsSlot,
 ) -> Result<(), AgentError> {
-    for addr in [config.healthz_address, config.read_only_address]
-        .into_iter()
-        .flatten()
-    {
-        let state = server_state(core, pleg);
+    let listeners = [
+        config.healthz_address.map(|a| (a, false)),
+        config.read_only_address.map(|a| (a, true)),
+    ];
+    for (addr, read_only) in listeners.into_iter().flatten() {
+        let mut app = crate::server::router(server_state(core, pleg));
+        if read_only {
+            app = app.merge(crate::nodeapi::stats_router(stats.clone()));
+        }
         let server = core
             .rt
-            .block_on(crate::server::serve(addr, state))
+            .block_on(crate::server::serve(addr, app))
             .map_err(|source| AgentError::Listen { addr, source })?;
         core.rt.spawn(async move {
             if let Err(e) = server.await {
@@ -500,6 +517,30 @@ fn server_state(
     }
 }
 
+/// Usage of the node, its pods and containers, read on demand for the node API and the
+/// read-only port, from the same files the eviction manager reads (`imagefs`: the runtime's
+/// image filesystem, `None` when it is nodefs).
+fn node_stats(
+    core: &Core,
+    config: &Config,
+    flags: &Flags,
+    imagefs: Option<std::path::PathBuf>,
+) -> Arc<crate::nodeapi::stats::Stats> {
+    Arc::new(crate::nodeapi::stats::Stats::new(
+        core.cri.clone(),
+        core.status.clone(),
+        Arc::new(crate::eviction::provider::Paths {
+            hierarchies: Hierarchies::current(),
+            layout: core.cm.layout().clone(),
+            memory_capacity: core.cm.memory_capacity(),
+            nodefs: flags.root_dir.clone(),
+            imagefs,
+            pod_logs_dir: config.pod_logs_dir.clone(),
+        }),
+        core.node_name.clone(),
+    ))
+}
+
 /// The node API on `address:port` (kubelet's server on 10250): its TLS pair (configured, or
 /// self-signed under `--root-dir`), authentication and authorization, logs, exec, attach and
 /// port-forward. Nothing when `port` is 0.
@@ -514,6 +555,7 @@ fn start_node_api(
     manager: &PodSync,
     client: Option<kube::Client>,
     pleg: &Arc<std::sync::OnceLock<Arc<Pleg>>>,
+    stats: &crate::nodeapi::StatsSlot,
 ) -> Result<(), AgentError> {
     use crate::config::typed::AuthorizationMode;
     use crate::nodeapi::auth;
@@ -566,21 +608,8 @@ fn start_node_api(
         settings: Arc::new(manager.runtime().settings().clone()),
         configz: Arc::new(config.configz.clone()),
         debugging: api.debugging,
-        stats: Arc::new(crate::nodeapi::stats::Stats::new(
-            core.cri.clone(),
-            core.status.clone(),
-            Arc::new(crate::eviction::provider::Paths {
-                hierarchies: Hierarchies::current(),
-                layout: core.cm.layout().clone(),
-                memory_capacity: core.cm.memory_capacity(),
-                nodefs: flags.root_dir.clone(),
-                imagefs: None,
-                pod_logs_dir: config.pod_logs_dir.clone(),
-            }),
-            core.node_name.clone(),
-        )),
     };
-    let app = crate::nodeapi::router(node_api, server_state(core, pleg), auth);
+    let app = crate::nodeapi::router(node_api, server_state(core, pleg), stats.clone(), auth);
     crate::nodeapi::start(&core.rt, api.address, tls, app).map_err(AgentError::NodeApi)?;
     Ok(())
 }

@@ -156,13 +156,13 @@ pub fn router(state: ServerState) -> Router {
         .with_state(state)
 }
 
-/// Binds `addr` and serves until the task is dropped.
+/// Binds `addr` and serves `app` (the [`router`], perhaps with more) until the task is dropped.
 ///
 /// Errors: the bind error (address in use, permission denied).
 pub async fn serve(
     addr: SocketAddr,
-    state: ServerState,
+    app: Router,
 ) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    Ok(async move { axum::serve(listener, router(state)).await })
+    Ok(async move { axum::serve(listener, app).await })
 }

@@ -56,11 +56,16 @@ const TALKER: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: talker}\nspec:
 /// A started nodelet for `test` whose node API trusts the CA `good` made in `certs` and allows
 /// whoever it authenticates.
 fn agent(test: &str, certs: &Path) -> Nodelet {
+    agent_with(test, certs, "")
+}
+
+/// [`agent`] with more configuration `extra`.
+fn agent_with(test: &str, certs: &Path, extra: &str) -> Nodelet {
     pki(certs, "good");
     let mut n = Nodelet::with_config(
         test,
         &format!(
-            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            "authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: AlwaysAllow}}\n{extra}",
             certs.join("good-ca.crt").display()
         ),
     );
@@ -483,6 +488,83 @@ fn summary_reports_network_volumes_logs_and_ephemeral_storage() {
         .unwrap_or_else(|| panic!("the pod's eth0 in {text}"));
     let value: u64 = line.rsplit(' ').nth(1).unwrap().parse().unwrap();
     assert!(value >= before + 20 * 40, "{line}");
+}
+
+/// `/run` answers with a command's output (kubelet's `handleRun`), and the read-only port
+/// serves the stats paths without authentication but nothing that reaches into a container.
+#[test]
+fn run_gives_a_commands_output_and_the_read_only_port_serves_stats_alone() {
+    let certs = tempfile::tempdir().unwrap();
+    let ro = common::free_port();
+    let n = agent_with("noderun", certs.path(), &format!("readOnlyPort: {ro}\n"));
+    let uid = run_talker(&n);
+    let pod = format!("talker-{}", n.node);
+    let base = format!("https://127.0.0.1:{}", n.api_port);
+    let good = client(certs.path(), Some("good"));
+    let run = |path: &str| {
+        let r = good.post(format!("{base}{path}")).send().unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    assert_eq!(
+        run(&format!("/run/default/{pod}/c?cmd=echo%20hi%20there")),
+        (200, "hi there\n".to_owned())
+    );
+    assert_eq!(
+        run(&format!(
+            "/run/default/{pod}/{uid}/c?cmd=cat%20/proc/1/comm"
+        ))
+        .1,
+        "sh\n",
+        "the container's own processes"
+    );
+    let (code, body) = run(&format!("/run/default/{pod}/c?cmd=false"));
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("command 'false' exited with 1"), "{body}");
+    let (code, body) = run(&format!("/run/default/{pod}/c"));
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("cmd"), "{body}");
+    let (code, body) = run(&format!("/run/default/{pod}/nope?cmd=true"));
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("nope"), "{body}");
+    let (code, _) = run("/run/default/nobody/c?cmd=true");
+    assert_eq!(code, 404);
+
+    // The read-only port: plain HTTP, no credentials.
+    let plain_http = reqwest::blocking::Client::new();
+    let ro_get = |path: &str| {
+        let r = plain_http
+            .get(format!("http://127.0.0.1:{ro}{path}"))
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    let (code, body) = ro_get("/stats/summary");
+    assert_eq!(code, 200, "{body}");
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        s["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["podRef"]["uid"] == uid.as_str()),
+        "{s}"
+    );
+    for path in [
+        "/metrics/resource",
+        "/metrics/cadvisor",
+        "/pods",
+        "/healthz",
+    ] {
+        assert_eq!(ro_get(path).0, 200, "{path}");
+    }
+    for path in [
+        format!("/containerLogs/default/{pod}/c"),
+        format!("/exec/default/{pod}/c?command=id&output=1"),
+        "/configz".to_owned(),
+        "/runningpods/".to_owned(),
+    ] {
+        assert_eq!(ro_get(&path).0, 404, "{path} is not on the read-only port");
+    }
 }
 
 /// 100 exec sessions that the client abandons right after the upgrade: the relay ends with

@@ -9,7 +9,8 @@
 //!   `/metrics/resource` ([`stats`]), `/metrics/cadvisor` ([`cadvisor`]);
 //! - with `enableDebuggingHandlers` (default true): `/containerLogs/{ns}/{pod}/{container}`
 //!   ([`logs`]), `/exec/{ns}/{pod}[/{uid}]/{container}`, `/attach/…`,
-//!   `/portForward/{ns}/{pod}[/{uid}]` ([`streaming`]).
+//!   `/portForward/{ns}/{pod}[/{uid}]` ([`streaming`]), `/run/{ns}/{pod}[/{uid}]/{container}`
+//!   (a command's output through CRI `ExecSync`).
 //!
 //! An unknown pod or container is 404 naming it; a bad parameter 400 naming it. A client that
 //! connects and sends nothing is cut after [`HEADER_TIMEOUT`] (TLS handshake and request head
@@ -34,7 +35,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use k8s_openapi::api::core::v1::Pod;
@@ -62,10 +63,33 @@ pub struct NodeApi {
     pub settings: Arc<crate::kuberuntime::Settings>,
     /// The configuration as loaded, for `/configz`.
     pub configz: Arc<serde_json::Value>,
-    /// `enableDebuggingHandlers`: logs, exec, attach, port-forward.
+    /// `enableDebuggingHandlers`: logs, exec, attach, port-forward, run.
     pub debugging: bool,
-    /// Usage of the node, its pods and containers (`/stats/summary`, `/metrics/resource`).
-    pub stats: Arc<stats::Stats>,
+}
+
+/// Usage of the node, its pods and containers (`/stats/summary`, `/metrics/resource`,
+/// `/metrics/cadvisor`), once the runtime has answered: the read-only port serves from before
+/// that, and answers 503 until it is filled.
+pub type StatsSlot = Arc<std::sync::OnceLock<Arc<stats::Stats>>>;
+
+/// The stats paths, served from `slot`: what both the node API and the read-only port
+/// (`readOnlyPort`, no authentication, as kubelet's) serve.
+pub fn stats_router(slot: StatsSlot) -> Router {
+    Router::new()
+        .route("/stats/summary", get(summary).post(summary))
+        .route("/metrics/resource", get(resource_metrics))
+        .route("/metrics/cadvisor", get(cadvisor_metrics))
+        .with_state(slot)
+}
+
+/// The stats of `slot`, or the 503 to answer while the runtime has not answered yet.
+fn stats_of(slot: &StatsSlot) -> Result<Arc<stats::Stats>, Refusal> {
+    slot.get().cloned().ok_or_else(|| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stats are served once the container runtime answers\n".to_owned(),
+        )
+    })
 }
 
 /// A request refused: its status and message.
@@ -75,14 +99,17 @@ type Refusal = (StatusCode, String);
 #[derive(Clone, Default)]
 pub struct Peer(pub Arc<Vec<CertificateDer<'static>>>);
 
-/// The router: the loopback listener's paths, the node's own, every one behind `auth`.
-pub fn router(api: NodeApi, healthz: crate::server::ServerState, auth: Arc<Auth>) -> Router {
+/// The router: the loopback listener's paths, the stats of `stats`, the node's own, every one
+/// behind `auth`.
+pub fn router(
+    api: NodeApi,
+    healthz: crate::server::ServerState,
+    stats: StatsSlot,
+    auth: Arc<Auth>,
+) -> Router {
     let mut own = Router::new()
         .route("/runningpods/", get(running_pods))
-        .route("/configz", get(configz))
-        .route("/stats/summary", get(summary).post(summary))
-        .route("/metrics/resource", get(resource_metrics))
-        .route("/metrics/cadvisor", get(cadvisor_metrics));
+        .route("/configz", get(configz));
     if api.debugging {
         own = own
             .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
@@ -90,10 +117,13 @@ pub fn router(api: NodeApi, healthz: crate::server::ServerState, auth: Arc<Auth>
             .route("/exec/{ns}/{pod}/{uid}/{container}", streaming())
             .route("/attach/{ns}/{pod}/{container}", streaming())
             .route("/attach/{ns}/{pod}/{uid}/{container}", streaming())
+            .route("/run/{ns}/{pod}/{container}", post(run_in_container))
+            .route("/run/{ns}/{pod}/{uid}/{container}", post(run_in_container))
             .route("/portForward/{ns}/{pod}", forwarding())
             .route("/portForward/{ns}/{pod}/{uid}", forwarding());
     }
     crate::server::router(healthz)
+        .merge(stats_router(stats))
         .merge(own.with_state(api))
         .layer(axum::middleware::from_fn_with_state(auth, authenticate))
 }
@@ -341,24 +371,9 @@ async fn stream_into(
         Ok(o) => o,
         Err(m) => return plain(StatusCode::BAD_REQUEST, m),
     };
-    let pod = match api.pod(&ns, &name, uid.as_deref()) {
-        Ok(p) => p,
-        Err((code, m)) => return plain(code, m),
-    };
-    if let Err((code, m)) = container_of(&pod, &container) {
-        return plain(code, m);
-    }
-    // The running instance as the runtime lists it (kubelet's `findContainer` reads the runtime,
-    // not the status, which follows it by up to a relist).
-    let id = match running_container(&api.cri, &pod, &container).await {
-        Ok(Some(id)) => id,
-        Ok(None) => {
-            return plain(
-                StatusCode::BAD_REQUEST,
-                format!("container {container:?} in pod {name:?} is not running\n"),
-            )
-        }
-        Err(e) => return cri_error(e),
+    let id = match running_target(&api, &ns, &name, uid.as_deref(), &container).await {
+        Ok(id) => id,
+        Err(r) => return r,
     };
     let url = if attach {
         api.cri
@@ -387,6 +402,88 @@ async fn stream_into(
     };
     match url {
         Ok(url) => streaming::proxy(req, &url).await,
+        Err(e) => cri_error(e),
+    }
+}
+
+/// The ID of the running instance of `container` of pod `ns/name` (of UID `uid` when given),
+/// or the answer to give: 404 naming an unknown pod or container, 400 when it is not running,
+/// the runtime's error.
+async fn running_target(
+    api: &NodeApi,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+    container: &str,
+) -> Result<String, Response> {
+    let pod = api.pod(ns, name, uid).map_err(|(code, m)| plain(code, m))?;
+    container_of(&pod, container).map_err(|(code, m)| plain(code, m))?;
+    // The running instance as the runtime lists it (kubelet's `findContainer` reads the runtime,
+    // not the status, which follows it by up to a relist).
+    match running_container(&api.cri, &pod, container).await {
+        Ok(Some(id)) => Ok(id),
+        Ok(None) => Err(plain(
+            StatusCode::BAD_REQUEST,
+            format!("container {container:?} in pod {name:?} is not running\n"),
+        )),
+        Err(e) => Err(cri_error(e)),
+    }
+}
+
+/// `POST /run/{ns}/{pod}[/{uid}]/{container}?cmd=…` (kubelet's `handleRun`): runs `cmd`, split
+/// on spaces, in the running container through CRI `ExecSync` (no time limit, as kubelet's
+/// `RunInContainer`) and answers 200 with its stdout followed by its stderr. A command that
+/// exits non-zero: 500 with kubelet's `command '…' exited with N: <output>`. No `cmd`: 400.
+async fn run_in_container(
+    State(api): State<NodeApi>,
+    Path(p): Path<HashMap<String, String>>,
+    req: Request,
+) -> Response {
+    let get = |k: &str| p.get(k).cloned().unwrap_or_default();
+    let params = query_params(&req);
+    let cmd: Vec<String> = params
+        .iter()
+        .find(|(k, _)| k == "cmd")
+        .map(|(_, v)| {
+            v.split(' ')
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if cmd.is_empty() {
+        return plain(StatusCode::BAD_REQUEST, "cmd: a command is required\n");
+    }
+    let id = match running_target(
+        &api,
+        &get("ns"),
+        &get("pod"),
+        p.get("uid").map(String::as_str),
+        &get("container"),
+    )
+    .await
+    {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match api.cri.exec_sync(&id, cmd.clone(), Duration::ZERO).await {
+        Ok(r) => {
+            let mut out = r.stdout;
+            out.extend_from_slice(&r.stderr);
+            if r.exit_code == 0 {
+                (StatusCode::OK, out).into_response()
+            } else {
+                plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "command '{}' exited with {}: {}",
+                        cmd.join(" "),
+                        r.exit_code,
+                        String::from_utf8_lossy(&out)
+                    ),
+                )
+            }
+        }
         Err(e) => cri_error(e),
     }
 }
@@ -549,26 +646,32 @@ async fn running_pods(State(api): State<NodeApi>) -> Response {
 }
 
 /// `/stats/summary` ([`stats::Stats::summary`]).
-async fn summary(State(api): State<NodeApi>) -> Response {
-    match api.stats.summary(crate::clock::system().epoch_ns()).await {
+async fn summary(State(slot): State<StatsSlot>) -> Response {
+    let stats = match stats_of(&slot) {
+        Ok(s) => s,
+        Err((code, m)) => return plain(code, m),
+    };
+    match stats.summary(crate::clock::system().epoch_ns()).await {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => cri_error(e),
     }
 }
 
 /// `/metrics/resource` ([`stats::Stats::resource_metrics`]).
-async fn resource_metrics(State(api): State<NodeApi>) -> Response {
-    prometheus_text(
-        api.stats
-            .resource_metrics(crate::clock::system().epoch_ns())
-            .await,
-    )
+async fn resource_metrics(State(slot): State<StatsSlot>) -> Response {
+    match stats_of(&slot) {
+        Ok(s) => prometheus_text(s.resource_metrics(crate::clock::system().epoch_ns()).await),
+        Err((code, m)) => plain(code, m),
+    }
 }
 
 /// `/metrics/cadvisor` ([`stats::Stats::cadvisor_metrics`]).
-async fn cadvisor_metrics(State(api): State<NodeApi>) -> Response {
+async fn cadvisor_metrics(State(slot): State<StatsSlot>) -> Response {
     let now_ms = crate::clock::system().epoch_ns() / 1_000_000;
-    prometheus_text(api.stats.cadvisor_metrics(now_ms).await)
+    match stats_of(&slot) {
+        Ok(s) => prometheus_text(s.cadvisor_metrics(now_ms).await),
+        Err((code, m)) => plain(code, m),
+    }
 }
 
 /// `/configz`: the configuration as loaded, defaults filled in (kubelet's

@@ -302,7 +302,8 @@ pub struct Nodelet {
     pub extra_env: Vec<(String, String)>,
 }
 
-fn free_port() -> u16 {
+/// A TCP port free on loopback now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
