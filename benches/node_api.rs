@@ -298,9 +298,21 @@ fn follow_throughput(
         std::thread::sleep(Duration::from_millis(100));
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
+    /// Sets `stop` when dropped, so that the file reader ends on a panic too (the scope would
+    /// wait for it forever).
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     let (followed, direct) = std::thread::scope(|s| {
-        let direct = s.spawn(|| tail_file(&file, &stop));
-        let url = format!("{}/containerLogs/default/{pod}/c?follow=true", side.api);
+        let guard = Stop(&stop);
+        // From the last line on, as the file reader: the same stretch of output for both.
+        let url = format!(
+            "{}/containerLogs/default/{pod}/c?follow=true&tailLines=1",
+            side.api
+        );
         let c = reqwest::blocking::Client::builder()
             .danger_accept_invalid_certs(true)
             .build()
@@ -315,6 +327,7 @@ fn follow_throughput(
             assert!(Instant::now() < deadline, "{url}: {}", r.status());
             std::thread::sleep(Duration::from_millis(200));
         };
+        let direct = s.spawn(|| tail_file(&file, &stop));
         let t0 = Instant::now();
         let mut total = 0u64;
         let mut buf = vec![0u8; 1 << 20];
@@ -324,7 +337,7 @@ fn follow_throughput(
                 Ok(n) => total += n as u64,
             }
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(guard);
         (total, direct.join().unwrap())
     });
     std::fs::remove_file(side.manifests.join("flood.yaml")).unwrap();

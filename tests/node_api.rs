@@ -454,10 +454,17 @@ fn summary_reports_network_volumes_logs_and_ephemeral_storage() {
 
     // What reaches the pod's namespace shows on its eth0: connections to a closed port of the
     // pod's address (each a SYN in, a RST out).
-    let ip = n.pod("filler").unwrap()["status"]["podIP"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let pod_ip = || {
+        n.pod("filler")
+            .and_then(|p| p["status"]["podIP"].as_str().map(str::to_owned))
+    };
+    // The status follows the runtime by up to a relist.
+    wait_until(
+        Duration::from_secs(10),
+        "the pod's IP in its status",
+        || pod_ip().is_some(),
+    );
+    let ip = pod_ip().unwrap();
     let rx = |p: &serde_json::Value| p["network"]["rxBytes"].as_u64().unwrap();
     assert_eq!(p["network"]["name"], "eth0", "{p}");
     let before = rx(&p);

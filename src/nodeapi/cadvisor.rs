@@ -45,20 +45,15 @@ struct Figures {
     oom_kills: u64,
 }
 
-/// A value of `cpu.stat` (`key value` lines).
-fn stat_value(stat: &str, key: &str) -> Option<u64> {
-    stat.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
-}
+use super::cgroup_stats::stat_value;
 
 /// The directory under `pod_dir` of the container with ID `id` (`<id>` with the cgroupfs
-/// driver, `cri-containerd-<id>.scope` with systemd's).
-fn container_dir(pod_dir: &Path, id: &str) -> Option<PathBuf> {
-    std::fs::read_dir(pod_dir)
-        .ok()?
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().contains(id))
-        .map(|e| e.path())
+/// driver, `cri-containerd-<id>.scope` with systemd's), if it exists.
+pub fn container_cgroup(pod_dir: &Path, id: &str) -> Option<PathBuf> {
+    [id.to_owned(), format!("cri-containerd-{id}.scope")]
+        .into_iter()
+        .map(|n| pod_dir.join(n))
+        .find(|d| d.is_dir())
 }
 
 impl Stats {
@@ -68,7 +63,7 @@ impl Stats {
         let v2 = h.is_v2();
         let dir = |controller: &str| {
             let pod_dir = self.paths.pod_cgroup(controller, pod)?;
-            container_dir(&pod_dir, id)
+            container_cgroup(&pod_dir, id)
         };
         let root = |controller: &str| -> PathBuf {
             if v2 {
@@ -149,7 +144,7 @@ impl Stats {
             let id = self
                 .paths
                 .pod_cgroup("memory", pod)
-                .and_then(|d| container_dir(&d, &c.id))
+                .and_then(|d| container_cgroup(&d, &c.id))
                 .and_then(|d| self.cgroup_id(&d))
                 .unwrap_or_default();
             let image = c
@@ -361,13 +356,13 @@ mod tests {
         std::fs::create_dir(d.path().join("abc123")).unwrap();
         std::fs::create_dir(d.path().join("cri-containerd-def456.scope")).unwrap();
         assert_eq!(
-            container_dir(d.path(), "abc123"),
+            container_cgroup(d.path(), "abc123"),
             Some(d.path().join("abc123"))
         );
         assert_eq!(
-            container_dir(d.path(), "def456"),
+            container_cgroup(d.path(), "def456"),
             Some(d.path().join("cri-containerd-def456.scope"))
         );
-        assert_eq!(container_dir(d.path(), "zzz"), None);
+        assert_eq!(container_cgroup(d.path(), "zzz"), None);
     }
 }

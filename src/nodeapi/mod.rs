@@ -18,8 +18,10 @@
 
 pub mod auth;
 pub mod cadvisor;
+pub mod cgroup_stats;
 pub mod logs;
 pub mod network_stats;
+pub mod rootfs_cache;
 pub mod stats;
 pub mod storage_stats;
 pub mod streaming;

@@ -2,12 +2,13 @@
 //! its resource metrics): `/stats/summary` in the `stats.k8s.io/v1alpha1` shape and
 //! `/metrics/resource` with kubelet's series, what metrics-server and `kubectl top` read.
 //!
-//! Sources, read on demand (nothing older than the request):
-//! - containers: CRI `ListContainerStats` (cpu `usage_core_nano_seconds`, memory
-//!   `working_set_bytes` and the rest, the writable layer) with `ListContainers` for their
-//!   creation times (the container's `startTime` under CRI);
+//! Sources, read on demand (nothing older than the request but the writable layers):
+//! - containers: the runtime's `ListContainers` (IDs, names, creation times: the container's
+//!   `startTime` under CRI), cpu and memory from each container's cgroup ([`cgroup_stats`], as
+//!   cAdvisor reads them for kubelet), the writable layer (`rootfs`) from the runtime's
+//!   `ListContainerStats` at most 10 s old ([`super::rootfs_cache`]);
 //! - pods: their pod cgroups (cpu: `cpuacct.usage`, or `usage_usec` of `cpu.stat` on v2; memory:
-//!   usage − inactive_file), as kubelet reads them through cAdvisor;
+//!   usage − inactive_file);
 //! - the node: the root cgroup's `cpuacct.usage` (else `/proc/stat` through procfs) and the memory
 //!   working set the eviction manager observes.
 //!
@@ -24,13 +25,13 @@
 //! Not reported yet: process counts, accelerators, swap.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 
-use super::{network_stats, storage_stats};
+use super::rootfs_cache::RootfsCache;
+use super::{cgroup_stats, network_stats, storage_stats};
 use crate::cri::api as cri;
 use crate::cri::{Cri, CriResult, RuntimeService};
 use crate::eviction::provider::Paths;
@@ -61,6 +62,8 @@ pub struct Stats {
     pub(super) status: StatusManager,
     pub(super) paths: Arc<Paths>,
     node_name: String,
+    /// The containers' writable layers (`rootfs`), read from the runtime at most 10 s ago.
+    rootfs: RootfsCache<Cri>,
     /// Last cumulative cpu reading per container ID, pod UID or the node (`""`): (time ns,
     /// usage ns), for `usageNanoCores`.
     cpu_seen: Mutex<HashMap<String, (i64, u64)>>,
@@ -69,22 +72,6 @@ pub struct Stats {
 /// `value` of a CRI `UInt64Value`.
 fn v(x: Option<&cri::UInt64Value>) -> Option<u64> {
     x.map(|x| x.value)
-}
-
-fn read_u64(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-/// Cumulative cpu time of a cgroup, nanoseconds: v1 `cpuacct.usage` in the `cpuacct` hierarchy,
-/// else v2 `usage_usec` of `cpu.stat`.
-fn cgroup_cpu_ns(v1: Option<&Path>, v2: Option<&Path>) -> Option<u64> {
-    v1.and_then(|d| read_u64(&d.join("cpuacct.usage")))
-        .or_else(|| {
-            let stat = std::fs::read_to_string(v2?.join("cpu.stat")).ok()?;
-            stat.lines()
-                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok())
-                .map(|us| us.saturating_mul(1000))
-        })
 }
 
 /// RFC 3339 of `ns` nanoseconds since the epoch.
@@ -111,6 +98,7 @@ impl Stats {
     /// `node_name`.
     pub fn new(cri: Cri, status: StatusManager, paths: Arc<Paths>, node_name: String) -> Self {
         Self {
+            rootfs: RootfsCache::new(cri.clone(), crate::clock::system()),
             cri,
             status,
             paths,
@@ -119,8 +107,61 @@ impl Stats {
         }
     }
 
-    /// Running containers' usage by pod UID.
-    async fn containers(&self) -> CriResult<HashMap<String, Vec<ContainerSample>>> {
+    /// Running containers' usage by pod UID, read at `now_ns`: IDs, names and creation times
+    /// from the runtime's listing, cpu and memory from each container's cgroup
+    /// ([`cgroup_stats`]); from the runtime's `ListContainerStats` instead when pods have no
+    /// pod cgroup (`cgroupsPerQOS: false`) to find them under. No `rootfs` (see
+    /// [`RootfsCache`]).
+    async fn containers(&self, now_ns: i64) -> CriResult<HashMap<String, Vec<ContainerSample>>> {
+        if !self.paths.layout.per_qos {
+            return self.containers_from_runtime().await;
+        }
+        let listed = self.cri.list_containers(HashMap::new()).await?;
+        let pods: HashMap<String, Arc<Pod>> = self
+            .status
+            .active_pods()
+            .into_iter()
+            .map(|p| (crate::pod::pod_uid(&p).to_owned(), p))
+            .collect();
+        let v2 = self.paths.hierarchies.is_v2();
+        let mut out: HashMap<String, Vec<ContainerSample>> = HashMap::new();
+        for c in listed
+            .iter()
+            .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+        {
+            let (Some(uid), Some(name)) = (
+                c.labels.get(labels::POD_UID),
+                c.labels.get(labels::CONTAINER_NAME),
+            ) else {
+                continue;
+            };
+            let Some(pod) = pods.get(uid) else { continue };
+            let dir = |controller: &str| {
+                super::cadvisor::container_cgroup(&self.paths.pod_cgroup(controller, pod)?, &c.id)
+            };
+            let mem = dir("memory");
+            let cpu = dir(if v2 { "cpu" } else { "cpuacct" });
+            let u = cgroup_stats::read(cpu.as_deref(), mem.as_deref(), v2);
+            out.entry(uid.clone()).or_default().push(ContainerSample {
+                name: name.clone(),
+                id: c.id.clone(),
+                created_ns: c.created_at,
+                time_ns: now_ns,
+                cpu_ns: u.cpu_ns,
+                working_set: u.working_set,
+                usage: u.usage,
+                rss: u.rss,
+                page_faults: u.page_faults,
+                major_page_faults: u.major_page_faults,
+                rootfs_used: None,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Running containers' usage by pod UID as the runtime's `ListContainerStats` gives it
+    /// (with `rootfs`).
+    async fn containers_from_runtime(&self) -> CriResult<HashMap<String, Vec<ContainerSample>>> {
         let (stats, listed) = tokio::try_join!(
             self.cri.list_container_stats(HashMap::new()),
             self.cri.list_containers(HashMap::new())
@@ -180,7 +221,7 @@ impl Stats {
     /// of `/proc/stat`.
     fn node_cpu_ns(&self) -> Option<u64> {
         let h = &self.paths.hierarchies;
-        cgroup_cpu_ns(h.v1_mount("cpuacct"), None).or_else(|| {
+        cgroup_stats::cpu_ns(h.v1_mount("cpuacct"), None).or_else(|| {
             use procfs::CurrentSI;
             let k = procfs::KernelStats::current().ok()?;
             let t = k.total;
@@ -204,20 +245,12 @@ impl Stats {
     /// A pod's cpu time and memory working set from its pod cgroup.
     fn pod_usage(&self, pod: &Pod) -> (Option<u64>, Option<u64>) {
         let v2 = self.paths.hierarchies.is_v2();
-        let cpu_dir = self
+        let cpu = self
             .paths
             .pod_cgroup(if v2 { "cpu" } else { "cpuacct" }, pod);
-        let cpu = if v2 {
-            cgroup_cpu_ns(None, cpu_dir.as_deref())
-        } else {
-            cgroup_cpu_ns(cpu_dir.as_deref(), None)
-        };
-        let mem = self
-            .paths
-            .pod_cgroup("memory", pod)
-            .and_then(|d| crate::eviction::signals::working_set_any(&d))
-            .and_then(|w| u64::try_from(w).ok());
-        (cpu, mem)
+        let mem = self.paths.pod_cgroup("memory", pod);
+        let u = cgroup_stats::read(cpu.as_deref(), mem.as_deref(), v2);
+        (u.cpu_ns, u.working_set)
     }
 
     /// A process of the pod (in its pod cgroup), whose network namespace is the pod's.
@@ -232,7 +265,13 @@ impl Stats {
     ///
     /// Errors: a CRI list call.
     pub async fn summary(&self, now_ns: i64) -> CriResult<Value> {
-        let mut by_pod = self.containers().await?;
+        let mut by_pod = self.containers(now_ns).await?;
+        let layers = self.rootfs.get().await;
+        for c in by_pod.values_mut().flatten() {
+            if c.rootfs_used.is_none() {
+                c.rootfs_used = layers.get(&c.id).map(|l| l.1);
+            }
+        }
         let time = rfc3339(now_ns);
         let node_cpu = self.node_cpu_ns();
         let mut node = json!({
@@ -379,7 +418,7 @@ impl Stats {
     ///
     /// Errors: a CRI list call.
     pub async fn resource_metrics(&self, now_ns: i64) -> CriResult<String> {
-        let mut by_pod = self.containers().await?;
+        let mut by_pod = self.containers(now_ns).await?;
         let now_ms = now_ns / 1_000_000;
         let mut out = String::new();
         let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, f64, i64)]| {
@@ -506,19 +545,5 @@ mod tests {
         );
         assert_eq!(rate(Some((5, 100)), 5, 200), None, "no time passed");
         assert_eq!(rate(Some((5, 100)), 10, 50), None, "the counter went back");
-    }
-
-    #[test]
-    fn cgroup_cpu_time_is_read_from_either_version() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("cpuacct.usage"), "123456789\n").unwrap();
-        assert_eq!(cgroup_cpu_ns(Some(d.path()), None), Some(123_456_789));
-        std::fs::write(
-            d.path().join("cpu.stat"),
-            "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n",
-        )
-        .unwrap();
-        assert_eq!(cgroup_cpu_ns(None, Some(d.path())), Some(2_500_000));
-        assert_eq!(cgroup_cpu_ns(None, None), None);
     }
 }
