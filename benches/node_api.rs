@@ -65,6 +65,9 @@ const FLOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: flood, namespac
 #[derive(Debug, Default, Clone, Copy)]
 struct Scrape {
     cpu_ms: f64,
+    /// The part of the agent's CPU in the kernel (10 ms ticks of `/proc/<pid>/stat`), ms per
+    /// scrape, idle not subtracted.
+    sys_ms: f64,
     p50_ms: f64,
     p99_ms: f64,
     kib: f64,
@@ -159,6 +162,7 @@ fn scrape(side: &Side, path: &str, idle_rate: f64, scrapes: usize) -> Scrape {
         get();
     }
     let cpu0 = agent::cpu_seconds_fine(side.pid);
+    let sys0 = agent::system_seconds(side.pid);
     let t0 = Instant::now();
     let mut lat = Vec::with_capacity(scrapes);
     let mut bytes = 0;
@@ -171,6 +175,7 @@ fn scrape(side: &Side, path: &str, idle_rate: f64, scrapes: usize) -> Scrape {
     let cpu = agent::cpu_seconds_fine(side.pid) - cpu0 - idle_rate * wall;
     Scrape {
         cpu_ms: (cpu.max(0.0) / scrapes as f64) * 1e3,
+        sys_ms: (agent::system_seconds(side.pid) - sys0) / scrapes as f64 * 1e3,
         p50_ms: quantile(&mut lat, 0.5),
         p99_ms: quantile(&mut lat, 0.99),
         kib: bytes as f64 / 1024.0,
@@ -525,15 +530,17 @@ fn main() {
         median(&v.iter().map(f).collect::<Vec<_>>())
     };
     println!("\nnode API at {pods} pods, median of {reps} (nodelet | kubelet | ratio)");
-    let rows: [Row; 16] = [
+    let rows: [Row; 18] = [
         ("idle CPU, % of a core", &|f| f.idle_cpu_pct),
         ("/stats/summary CPU per scrape, ms", &|f| f.summary.cpu_ms),
+        ("  of which in the kernel, ms", &|f| f.summary.sys_ms),
         ("/stats/summary p50, ms", &|f| f.summary.p50_ms),
         ("/stats/summary p99, ms", &|f| f.summary.p99_ms),
         ("/stats/summary size, KiB", &|f| f.summary.kib),
         ("/metrics/resource CPU per scrape, ms", &|f| {
             f.resource.cpu_ms
         }),
+        ("  of which in the kernel, ms", &|f| f.resource.sys_ms),
         ("/metrics/resource p50, ms", &|f| f.resource.p50_ms),
         ("/metrics/resource p99, ms", &|f| f.resource.p99_ms),
         ("/metrics/resource size, KiB", &|f| f.resource.kib),

@@ -2,7 +2,10 @@
 //! authentication (a client certificate of the configured CA; none, or one of another CA, is
 //! 401), `/pods`, `/containerLogs` with kubelet's parameters (tail, timestamps, byte limit,
 //! follow), 404 and 400 naming what is wrong, a client that sends nothing cut off without
-//! holding anyone else up, and followers that leave giving back every descriptor they held.
+//! holding anyone else up, and followers that leave giving back every descriptor they held;
+//! exec relayed for SPDY and WebSocket clients alike; `/run`; the stats (cgroups, network,
+//! volumes, logs, ephemeral storage) and the read-only port, which serves them and nothing
+//! that reaches into a container.
 // Test code reads the machine's clocks and casts measurements freely.
 #![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
@@ -10,6 +13,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{wait_until, Nodelet};
@@ -572,6 +576,126 @@ fn run_gives_a_commands_output_and_the_read_only_port_serves_stats_alone() {
     ] {
         assert_eq!(ro_get(&path).0, 404, "{path} is not on the read-only port");
     }
+}
+
+/// Accepts any server certificate: the node's is self-signed (the tests check the client side).
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// An exec over WebSocket (`v4.channel.k8s.io`, what client-go's WebSocket executor and most
+/// libraries speak) on `n`'s node API as client `good` of `certs`: what arrived on stdout
+/// (channel 1) and the status (channel 3).
+fn websocket_exec(n: &Nodelet, certs: &Path, path: &str) -> (String, serde_json::Value) {
+    use rustls::pki_types::pem::PemObject;
+    use tungstenite::client::IntoClientRequest;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = rustls::pki_types::CertificateDer::pem_file_iter(certs.join("good-client.crt"))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_file(certs.join("good-client.key")).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", n.api_port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+    let tls = rustls::StreamOwned::new(conn, tcp);
+    let mut req = format!("wss://127.0.0.1:{}{path}", n.api_port)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v4.channel.k8s.io".parse().unwrap(),
+    );
+    let (mut ws, resp) = tungstenite::client(req, tls).expect("the WebSocket upgrade");
+    assert_eq!(
+        resp.headers()
+            .get("Sec-WebSocket-Protocol")
+            .map(|v| v.to_str().unwrap()),
+        Some("v4.channel.k8s.io"),
+        "the runtime's answer, relayed"
+    );
+    let (mut stdout, mut status) = (Vec::new(), serde_json::Value::Null);
+    loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Binary(b)) if !b.is_empty() => match b[0] {
+                1 => stdout.extend_from_slice(&b[1..]),
+                3 if b.len() > 1 => status = serde_json::from_slice(&b[1..]).unwrap(),
+                _ => {}
+            },
+            Ok(tungstenite::Message::Close(_)) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    (String::from_utf8(stdout).unwrap(), status)
+}
+
+/// exec over WebSocket works through the byte relay as SPDY does: output, the exit status.
+#[test]
+fn exec_over_websocket_is_relayed_like_spdy() {
+    let certs = tempfile::tempdir().unwrap();
+    let n = agent("nodews", certs.path());
+    run_talker(&n);
+    let pod = format!("talker-{}", n.node);
+    let (out, status) = websocket_exec(
+        &n,
+        certs.path(),
+        &format!("/exec/default/{pod}/c?command=echo&command=hello&output=1&error=1"),
+    );
+    assert_eq!(out, "hello\n");
+    assert_eq!(status["status"], "Success", "{status}");
+    let (_, status) = websocket_exec(
+        &n,
+        certs.path(),
+        &format!("/exec/default/{pod}/c?command=sh&command=-c&command=exit%207&output=1&error=1"),
+    );
+    assert_eq!(status["status"], "Failure", "{status}");
+    let causes = status["details"]["causes"].as_array().unwrap();
+    assert!(
+        causes
+            .iter()
+            .any(|c| c["reason"] == "ExitCode" && c["message"] == "7"),
+        "{status}"
+    );
 }
 
 /// 100 exec sessions that the client abandons right after the upgrade: the relay ends with

@@ -136,12 +136,25 @@ impl Stats {
                 continue;
             };
             let Some(pod) = pods.get(uid) else { continue };
-            let dir = |controller: &str| {
-                super::cadvisor::container_cgroup(&self.paths.pod_cgroup(controller, pod)?, &c.id)
+            let (mem_pod, cpu_pod) = (
+                self.paths.pod_cgroup("memory", pod),
+                self.paths
+                    .pod_cgroup(if v2 { "cpu" } else { "cpuacct" }, pod),
+            );
+            // The container's cgroup is `<id>` under the cgroupfs driver, else systemd's
+            // scope: read the first, and the second only when the first is not there (no
+            // lookup of the directory first: two fewer calls per container).
+            let read = |name: &str| {
+                cgroup_stats::read(
+                    cpu_pod.as_ref().map(|d| d.join(name)).as_deref(),
+                    mem_pod.as_ref().map(|d| d.join(name)).as_deref(),
+                    v2,
+                )
             };
-            let mem = dir("memory");
-            let cpu = dir(if v2 { "cpu" } else { "cpuacct" });
-            let u = cgroup_stats::read(cpu.as_deref(), mem.as_deref(), v2);
+            let mut u = read(&c.id);
+            if u.cpu_ns.is_none() && u.usage.is_none() {
+                u = read(&format!("cri-containerd-{}.scope", c.id));
+            }
             out.entry(uid.clone()).or_default().push(ContainerSample {
                 name: name.clone(),
                 id: c.id.clone(),
