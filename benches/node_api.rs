@@ -514,7 +514,17 @@ fn main() {
             nodelet::metrics::Metrics::new(),
         )
     });
-    let kubelet = peer::binary();
+    let kubelet = peer::binary().and_then(|bin| {
+        let others = peer::foreign_pods(&rt, &cri, &["bench-napi-nodelet", "bench-napi-kubelet"]);
+        if others.is_empty() {
+            Ok(bin)
+        } else {
+            Err(format!(
+                "kubelet side skipped: kubelet would remove the other pods on this containerd ({}); stop the agent that runs them (scripts/up.sh's nodelet: `pkill -x nodelet`) first",
+                others.join(", ")
+            ))
+        }
+    });
     if let Err(why) = &kubelet {
         eprintln!("{why}");
     }

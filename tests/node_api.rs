@@ -540,6 +540,28 @@ fn run_gives_a_commands_output_and_the_read_only_port_serves_stats_alone() {
     let (code, _) = run("/run/default/nobody/c?cmd=true");
     assert_eq!(code, 404);
 
+    // What an operator types on a standalone node: curl with a certificate of clientCAFile.
+    let curl = |path: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sfk", "--max-time", "20", "--cert"])
+            .arg(certs.path().join("good-client.crt"))
+            .arg("--key")
+            .arg(certs.path().join("good-client.key"))
+            .arg(format!("{base}{path}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "curl {path}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let line = curl(&format!("/containerLogs/default/{pod}/c?tailLines=1"));
+    assert!(
+        line.starts_with("line ") && line.lines().count() == 1,
+        "{line:?}"
+    );
+    let s: serde_json::Value = serde_json::from_str(&curl("/stats/summary")).unwrap();
+    assert_eq!(s["node"]["nodeName"], n.node.as_str());
+    assert!(curl("/metrics/resource").contains("pod_memory_working_set_bytes{"));
+
     // The read-only port: plain HTTP, no credentials.
     let plain_http = reqwest::blocking::Client::new();
     let ro_get = |path: &str| {

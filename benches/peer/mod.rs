@@ -160,6 +160,17 @@ impl Drop for Kubelet {
     }
 }
 
+/// The pods on the runtime (sandboxes, ready or not) that belong to none of the nodes `ours`
+/// (by the `-<node>` ending of static pod names): what kubelet would remove when it starts.
+pub fn foreign_pods(rt: &tokio::runtime::Runtime, cri: &Cri, ours: &[&str]) -> Vec<String> {
+    rt.block_on(cri.list_pod_sandbox(Default::default()))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|s| s.metadata.map(|m| format!("{}/{}", m.namespace, m.name)))
+        .filter(|n| !ours.iter().any(|o| n.ends_with(&format!("-{o}"))))
+        .collect()
+}
+
 /// Removes every sandbox whose pod name ends in `-<node>` (with its containers) through CRI.
 pub fn remove_pods_of(socket: &str, node: &str) {
     let rt = tokio::runtime::Builder::new_current_thread()
