@@ -4,6 +4,12 @@
 //! (OpenMetrics text, which Prometheus scrapes natively), `GET /metrics/probes` (the prober's
 //! metrics, apart as kubelet serves them) and `GET /events` (in memory: the last
 //! 1000 since the agent started).
+//!
+//! Each listener serves at most [`MAX_CONNECTIONS`] connections at once (one more is closed at
+//! once) and cuts a client that takes longer than [`HEADER_TIMEOUT`] to send a request head,
+//! an idle keep-alive connection included: these ports need no credentials, and a client
+//! holding thousands of connections open must not take the agent's descriptors (which its
+//! sources and the runtime need).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -156,7 +162,16 @@ pub fn router(state: ServerState) -> Router {
         .with_state(state)
 }
 
-/// Binds `addr` and serves `app` (the [`router`], perhaps with more) until the task is dropped.
+/// Longest a client may take to send a request head, waiting for the next one on a kept-alive
+/// connection included (the node API's [`crate::nodeapi::HEADER_TIMEOUT`] too).
+pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Most connections one listener serves at once.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// Binds `addr` and serves `app` (the [`router`], perhaps with more) until the task is
+/// dropped, each connection on its own task, at most [`MAX_CONNECTIONS`] at once, request heads
+/// bounded by [`HEADER_TIMEOUT`].
 ///
 /// Errors: the bind error (address in use, permission denied).
 pub async fn serve(
@@ -164,5 +179,57 @@ pub async fn serve(
     app: Router,
 ) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    Ok(async move { axum::serve(listener, app).await })
+    Ok(async move {
+        let slots = ConnectionSlots::default();
+        loop {
+            let (tcp, from) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors, say: a moment for connections to close.
+                    tracing::warn!(%addr, error = %e, "accept failed");
+                    crate::clock::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let Some(slot) = slots.take(&from) else {
+                continue;
+            };
+            let app = app.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        tower::ServiceExt::oneshot(app.clone(), req.map(axum::body::Body::new))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+                drop(slot);
+            });
+        }
+    })
+}
+
+/// The connections a listener may still take ([`MAX_CONNECTIONS`]); clones share them.
+#[derive(Clone)]
+pub struct ConnectionSlots(Arc<tokio::sync::Semaphore>);
+
+impl Default for ConnectionSlots {
+    fn default() -> Self {
+        Self(Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)))
+    }
+}
+
+impl ConnectionSlots {
+    /// A slot for the connection from `from`, held until dropped; `None` (the caller closes
+    /// the connection) when every slot is taken.
+    pub fn take(&self, from: &SocketAddr) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let slot = self.0.clone().try_acquire_owned().ok();
+        if slot.is_none() {
+            tracing::debug!(%from, limit = MAX_CONNECTIONS, "too many connections; closed");
+        }
+        slot
+    }
 }

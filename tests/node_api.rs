@@ -240,8 +240,15 @@ fn logs_over_https_with_kubelets_authentication_and_parameters() {
 #[test]
 fn a_client_that_sends_nothing_is_cut_off_and_holds_no_one_up() {
     let certs = tempfile::tempdir().unwrap();
-    let n = agent("slowclient", certs.path());
-    let mut idle = std::net::TcpStream::connect(("127.0.0.1", n.api_port)).unwrap();
+    let ro = common::free_port();
+    let n = agent_with("slowclient", certs.path(), &format!("readOnlyPort: {ro}\n"));
+    // On the node API, the healthz port and the read-only port alike (the last two need no
+    // credentials): connections that send nothing.
+    let ports = [n.api_port, n.port, ro];
+    let mut idle: Vec<std::net::TcpStream> = ports
+        .iter()
+        .map(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).unwrap())
+        .collect();
     let opened = Instant::now();
     // Others are served meanwhile.
     let r = client(certs.path(), Some("good"))
@@ -249,17 +256,48 @@ fn a_client_that_sends_nothing_is_cut_off_and_holds_no_one_up() {
         .send()
         .unwrap();
     assert_eq!(r.status(), 200);
-    idle.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut buf = [0u8; 16];
-    let k = idle.read(&mut buf).unwrap_or(0);
-    assert_eq!(k, 0, "closed without an answer");
-    let waited = opened.elapsed();
+    for (port, idle) in ports.iter().zip(&mut idle) {
+        idle.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let k = idle.read(&mut buf).unwrap_or(0);
+        assert_eq!(k, 0, "port {port}: closed without an answer");
+        let waited = opened.elapsed();
+        assert!(
+            waited >= Duration::from_secs(9) && waited < Duration::from_secs(25),
+            "port {port}: cut off after {waited:?}"
+        );
+        let _ = idle.write_all(b"late");
+    }
+    // More connections than a listener serves at once: the ones over the limit are closed at
+    // once, and the agent answers when they are gone.
+    let many: Vec<std::net::TcpStream> = (0..nodelet::server::MAX_CONNECTIONS + 50)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", ro)).ok())
+        .collect();
+    let closed = many
+        .iter()
+        .skip(nodelet::server::MAX_CONNECTIONS)
+        .filter(|c| {
+            let mut c: &std::net::TcpStream = c;
+            c.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            let mut buf = [0u8; 1];
+            matches!(c.read(&mut buf), Ok(0))
+        })
+        .count();
     assert!(
-        waited >= Duration::from_secs(9) && waited < Duration::from_secs(25),
-        "cut off after {waited:?}"
+        closed >= 45,
+        "{closed} of the 50 over the limit closed at once"
     );
-    let _ = idle.write_all(b"late");
+    drop(many);
+    wait_until(
+        Duration::from_secs(10),
+        "the read-only port to answer",
+        || {
+            reqwest::blocking::get(format!("http://127.0.0.1:{ro}/healthz"))
+                .is_ok_and(|r| r.status() == 200)
+        },
+    );
 }
 
 #[test]

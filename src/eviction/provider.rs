@@ -353,13 +353,14 @@ impl<S: PodSyncer> EvictionNode for AgentNode<S> {
         )
     }
 
-    /// `du` of each disk-backed emptyDir under the pod's directory.
+    /// `du` of each local ephemeral volume under the pod's directory (an emptyDir on disk, a
+    /// configMap: [`crate::volume::pod_volume_dirs`]).
     fn empty_dir_usage(&self, pod: &Pod) -> Vec<(String, i64)> {
         let pod_dir =
             crate::kuberuntime::hosts_file::pod_dir(&self.paths.nodefs, crate::pod::pod_uid(pod));
         crate::volume::pod_volume_dirs(pod, &pod_dir)
             .into_iter()
-            .filter(|(_, _, on_disk)| *on_disk)
+            .filter(|(_, _, ephemeral)| *ephemeral)
             .map(|(name, dir, _)| (name, metrics::du(&dir).bytes))
             .collect()
     }

@@ -203,19 +203,31 @@ pub fn stream(req: LogRequest) -> Body {
     }))
 }
 
-/// Where a read starts: the offset of the last `n` lines of `path`.
+/// Where a read starts: the offset of the last `n` lines of `path`, read backwards from the end
+/// in 64 KiB blocks (kubelet's `tail.FindTailLineStartIndex`): a log grown far past
+/// `containerLogMaxSize` between two rotation checks costs one block of memory per request, not
+/// the file.
 async fn tail_offset(path: &Path, n: usize) -> std::io::Result<u64> {
-    let bytes = tokio::fs::read(path).await?;
-    let mut newlines = 0;
+    use tokio::io::AsyncReadExt;
+    let mut f = tokio::fs::File::open(path).await?;
     // The file ends with a newline; the last line's is not a separator.
-    let end = bytes.len().saturating_sub(1);
-    for i in (0..end).rev() {
-        if bytes[i] == b'\n' {
-            newlines += 1;
-            if newlines == n {
-                return Ok((i + 1) as u64);
+    let mut end = f.metadata().await?.len().saturating_sub(1);
+    let mut newlines = 0;
+    let mut buf = vec![0u8; 64 << 10];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let block = &mut buf[..usize::try_from(end - start).unwrap_or(0)];
+        f.seek(std::io::SeekFrom::Start(start)).await?;
+        f.read_exact(block).await?;
+        for (i, b) in block.iter().enumerate().rev() {
+            if *b == b'\n' {
+                newlines += 1;
+                if newlines == n {
+                    return Ok(start + i as u64 + 1);
+                }
             }
         }
+        end = start;
     }
     Ok(0)
 }
@@ -431,6 +443,27 @@ mod tests {
         }
         task.await.unwrap().unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_tail_is_found_across_blocks_from_the_end() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("0.log");
+        // 3,000 lines of 100 bytes: 300 KB, several of the 64 KiB blocks read from the end.
+        let line = |i: usize| format!("2026-12-04T05:00:00Z stdout F {i:069}\n");
+        let text: String = (0..3000).map(line).collect();
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(line(0).len(), 100);
+        for n in [1usize, 2, 655, 656, 1000, 2999] {
+            let at = tail_offset(&path, n).await.unwrap();
+            assert_eq!(at, ((3000 - n) * 100) as u64, "last {n} lines");
+        }
+        assert_eq!(tail_offset(&path, 3000).await.unwrap(), 0, "all of them");
+        assert_eq!(
+            tail_offset(&path, 5000).await.unwrap(),
+            0,
+            "more than there are"
+        );
     }
 
     #[tokio::test]

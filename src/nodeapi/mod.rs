@@ -52,7 +52,7 @@ use auth::{Auth, AuthError};
 use streaming::plain;
 
 /// Longest a client may take for its TLS handshake, and then for its request head.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HEADER_TIMEOUT: Duration = crate::server::HEADER_TIMEOUT;
 
 /// What the node API serves from.
 #[derive(Clone)]
@@ -166,9 +166,12 @@ async fn authenticate(State(auth): State<Arc<Auth>>, req: Request, next: Next) -
 }
 
 /// Serves `app` over TLS on `listener` until the task is dropped: each connection on its own
-/// task, its handshake and request head bounded by [`HEADER_TIMEOUT`], upgrades allowed.
+/// task, at most [`crate::server::MAX_CONNECTIONS`] at once (a follow or an exec holds one for
+/// as long as it runs), its handshake and request head bounded by [`HEADER_TIMEOUT`], upgrades
+/// allowed.
 pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerConfig>, app: Router) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let slots = crate::server::ConnectionSlots::default();
     loop {
         let (tcp, from) = match listener.accept().await {
             Ok(c) => c,
@@ -179,10 +182,16 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerCon
                 continue;
             }
         };
+        let Some(slot) = slots.take(&from) else {
+            continue;
+        };
         // Relayed streams carry small frames: no Nagle delay (see streaming::proxy).
         let _ = tcp.set_nodelay(true);
         let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move { serve_connection(tcp, from, acceptor, app).await });
+        tokio::spawn(async move {
+            serve_connection(tcp, from, acceptor, app).await;
+            drop(slot);
+        });
     }
 }
 

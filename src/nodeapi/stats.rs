@@ -320,11 +320,20 @@ impl Stats {
             node["runtime"] = json!({"imageFs": fs});
         }
         let mut pods = Vec::new();
+        // The rate readings still wanted: the node's, and those of what is listed now.
+        let mut current: std::collections::HashSet<String> = [String::new()].into();
         for pod in self.status.active_pods() {
             let uid = crate::pod::pod_uid(&pod).to_owned();
             let containers = by_pod.remove(&uid).unwrap_or_default();
             pods.push(self.pod_summary(&pod, &uid, &containers, now_ns));
+            current.extend(containers.into_iter().map(|c| c.id));
+            current.insert(uid);
         }
+        // Gone pods and containers leave no reading behind (months of churn on one agent).
+        self.cpu_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| current.contains(k));
         Ok(json!({"node": node, "pods": pods}))
     }
 

@@ -6,8 +6,8 @@
 //!
 //! Volumes and logs are measured with [`crate::volume::metrics`] (`du` and an inode count, the
 //! figures the eviction manager reads for local storage), on demand. The pod's ephemeral
-//! storage is, as kubelet sums it, its containers' writable layers and logs plus its volumes
-//! that live in the pod directory (every kind but hostPath).
+//! storage is, as kubelet sums it, its containers' writable layers and logs plus its local
+//! ephemeral volumes (emptyDirs on disk and configMaps; not those on tmpfs).
 
 use std::path::Path;
 
@@ -80,8 +80,9 @@ pub struct PodStorage {
 }
 
 /// The storage of `pod` at `time`: its volumes under `pod_dir`, the logs of `containers`
-/// (name, writable layer bytes) under `logs_dir` (the pod's `/var/log/pods` directory), and the
-/// sum of the three as its ephemeral storage, on the filesystem of `nodefs`.
+/// (name, writable layer bytes) under `logs_dir` (the pod's `/var/log/pods` directory), and as
+/// its ephemeral storage the layers, the logs and the local ephemeral volumes, on the
+/// filesystem of `nodefs`.
 pub fn pod_storage(
     pod: &Pod,
     pod_dir: &Path,
@@ -93,12 +94,14 @@ pub fn pod_storage(
     let mut used = 0i64;
     let mut inodes = 0i64;
     let mut out = PodStorage::default();
-    for (name, dir, _) in crate::volume::pod_volume_dirs(pod, pod_dir) {
+    for (name, dir, ephemeral) in crate::volume::pod_volume_dirs(pod, pod_dir) {
         let Some(m) = metrics::metrics_du(&dir) else {
             continue; // not set up (yet), or gone
         };
-        used = used.saturating_add(m.used_bytes);
-        inodes = inodes.saturating_add(m.inodes_used);
+        if ephemeral {
+            used = used.saturating_add(m.used_bytes);
+            inodes = inodes.saturating_add(m.inodes_used);
+        }
         let mut v = fs_json(&m, time);
         v["name"] = json!(name);
         out.volumes.push(v);
@@ -143,13 +146,16 @@ mod tests {
     fn a_pods_ephemeral_storage_is_its_layers_logs_and_volumes() {
         let tmp = tempfile::tempdir().unwrap();
         let pod: Pod = serde_yaml::from_str(
-            "spec:\n  containers: [{name: c}]\n  volumes:\n  - {name: scratch, emptyDir: {}}\n  - {name: host, hostPath: {path: /tmp}}\n  - {name: late, emptyDir: {}}\n",
+            "spec:\n  containers: [{name: c}]\n  volumes:\n  - {name: scratch, emptyDir: {}}\n  - {name: host, hostPath: {path: /tmp}}\n  - {name: late, emptyDir: {}}\n  - {name: mem, emptyDir: {medium: Memory}}\n",
         )
         .unwrap();
         let pod_dir = tmp.path().join("pods/u");
         let scratch = pod_dir.join("volumes/kubernetes.io~empty-dir/scratch");
         std::fs::create_dir_all(&scratch).unwrap();
         std::fs::write(scratch.join("f"), vec![1u8; 64 << 10]).unwrap();
+        let mem = pod_dir.join("volumes/kubernetes.io~empty-dir/mem");
+        std::fs::create_dir_all(&mem).unwrap();
+        std::fs::write(mem.join("f"), vec![1u8; 256 << 10]).unwrap();
         let logs = tmp.path().join("logs");
         std::fs::create_dir_all(logs.join("c")).unwrap();
         std::fs::write(logs.join("c/0.log"), vec![1u8; 8 << 10]).unwrap();
@@ -163,16 +169,22 @@ mod tests {
         );
         assert_eq!(
             s.volumes.len(),
-            1,
+            2,
             "hostPath is the host's, `late` is not set up"
         );
         assert_eq!(s.volumes[0]["name"], "scratch");
+        assert_eq!(s.volumes[1]["name"], "mem");
+        assert!(s.volumes[1]["usedBytes"].as_i64().unwrap() >= 256 << 10);
         let vol = s.volumes[0]["usedBytes"].as_i64().unwrap();
         assert!(vol >= 64 << 10, "{vol}");
         let log = s.logs[0].as_ref().unwrap()["usedBytes"].as_i64().unwrap();
         assert!(log >= 8 << 10, "{log}");
         let eph = s.ephemeral.unwrap();
-        assert_eq!(eph["usedBytes"].as_i64().unwrap(), (1 << 20) + vol + log);
+        assert_eq!(
+            eph["usedBytes"].as_i64().unwrap(),
+            (1 << 20) + vol + log,
+            "the memory-backed emptyDir is not local storage"
+        );
         assert_eq!(eph["inodesUsed"].as_i64().unwrap(), 2 + 2);
         assert!(eph["capacityBytes"].as_i64().unwrap() > 0);
     }

@@ -231,9 +231,11 @@ pub fn set_up_pod(
 }
 
 /// The pod's volumes that live under its directory (every kind but hostPath), each with its
-/// directory `<pod dir>/volumes/<plugin>/<name>` and whether it is disk-backed (an emptyDir
-/// without `medium: Memory`, which counts as the pod's ephemeral storage). What kubelet's
-/// volume stats calculator measures; hostPath volumes are the host's, not the pod's.
+/// directory `<pod dir>/volumes/<plugin>/<name>` and whether it counts as the pod's local
+/// ephemeral storage: an emptyDir on disk (not `medium: Memory`) or a configMap (kubelet's
+/// `IsLocalEphemeralVolume`, which its eviction manager and its summary both use; secrets,
+/// downwardAPI and projected volumes are on tmpfs). What kubelet's volume stats calculator
+/// measures; hostPath volumes are the host's, not the pod's.
 pub fn pod_volume_dirs(pod: &Pod, pod_dir: &Path) -> Vec<(String, PathBuf, bool)> {
     pod.spec
         .iter()
@@ -241,12 +243,12 @@ pub fn pod_volume_dirs(pod: &Pod, pod_dir: &Path) -> Vec<(String, PathBuf, bool)
         .filter(|v| v.host_path.is_none())
         .filter_map(|v| {
             let p = plugin_of(v)?;
-            let on_disk = v
-                .empty_dir
-                .as_ref()
-                .is_some_and(|e| e.medium.as_deref() != Some("Memory"));
+            let ephemeral = v.config_map.is_some()
+                || v.empty_dir
+                    .as_ref()
+                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"));
             let dir = volumes_dir(pod_dir).join(p.dir_name()).join(&v.name);
-            Some((v.name.clone(), dir, on_disk))
+            Some((v.name.clone(), dir, ephemeral))
         })
         .collect()
 }

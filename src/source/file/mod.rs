@@ -293,7 +293,10 @@ impl FileSource {
     }
 
     /// The candidate manifest paths: the file itself when `staticPodPath` is a file, else the
-    /// directory's entries without dotfiles, sorted. `None` when the path cannot be read.
+    /// directory's entries without dotfiles, sorted; none when the path does not exist (kubelet
+    /// then sets no pods: removing the directory removes its pods). `None` when the path exists
+    /// but cannot be read now (out of descriptors, a permission): nothing can be told of the
+    /// files, so nothing changes (kubelet's file source keeps its pods on such an error too).
     fn candidates(&mut self) -> Option<Vec<PathBuf>> {
         if std::fs::metadata(&self.dir).is_ok_and(|m| m.is_file()) {
             self.missing_dir_reported = false;
@@ -315,7 +318,7 @@ impl FileSource {
                     tracing::warn!(path = %self.dir.display(), error = %e, "cannot read staticPodPath; will retry");
                     self.missing_dir_reported = true;
                 }
-                None
+                (e.kind() == std::io::ErrorKind::NotFound).then(Vec::new)
             }
         }
     }
@@ -324,7 +327,7 @@ impl FileSource {
     /// still being written is neither read nor reported: its last state stands until it is
     /// complete (see [`FileSource::take_unsettled`]).
     pub fn list(&mut self) -> Vec<Arc<Pod>> {
-        self.relist(true).unwrap_or_default()
+        self.relist(true).unwrap_or_else(|| self.collect_pods())
     }
 
     /// [`FileSource::list`], or `None` when no file was added, removed or changed since the
@@ -334,10 +337,11 @@ impl FileSource {
         self.relist(false)
     }
 
+    /// `None` also when the directory cannot be read now: the pods stand as they were.
     fn relist(&mut self, always: bool) -> Option<Vec<Arc<Pod>>> {
         let mut present: Vec<(PathBuf, Result<Vec<u8>, String>)> = Vec::new();
         let mut unread: Vec<PathBuf> = Vec::new();
-        let candidates = self.candidates().unwrap_or_default();
+        let candidates = self.candidates()?;
         // Sets, not scans: with a thousand files a scan per file would cost a million path
         // comparisons per listing.
         let listed: HashSet<&Path> = candidates.iter().map(PathBuf::as_path).collect();
@@ -580,6 +584,27 @@ mod tests {
     }
 
     const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec: {containers: [{name: c, image: busybox}]}\n";
+
+    /// A directory that cannot be read for a while (here a symlink loop stands in for running
+    /// out of descriptors) changes nothing: the pods stay. A directory that is gone removes
+    /// them, as kubelet's file source does.
+    #[test]
+    fn an_unreadable_directory_keeps_its_pods_and_a_missing_one_removes_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("manifests");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        let mut s = source(&dir);
+        assert_eq!(s.list().len(), 1);
+        std::fs::rename(&dir, tmp.path().join("aside")).unwrap();
+        std::os::unix::fs::symlink(&dir, &dir).unwrap();
+        assert!(std::fs::read_dir(&dir).is_err());
+        assert_eq!(s.list().len(), 1, "an unreadable directory removes nothing");
+        assert_eq!(s.list_if_changed(), None, "nor changes anything");
+        assert!(s.dir_missing(), "and is reported");
+        std::fs::remove_file(&dir).unwrap();
+        assert!(s.list().is_empty(), "a directory that is gone has no pods");
+    }
 
     #[test]
     fn lists_good_pods_and_reports_broken_ones_once() {
