@@ -537,6 +537,29 @@ fn summary_reports_network_volumes_logs_and_ephemeral_storage() {
         .unwrap_or_else(|| panic!("the pod's eth0 in {text}"));
     let value: u64 = line.rsplit(' ').nth(1).unwrap().parse().unwrap();
     assert!(value >= before + 20 * 40, "{line}");
+
+    // What older metrics-server asks: cpu and memory alone.
+    let s: serde_json::Value = good
+        .get(format!("{base}/stats/summary?only_cpu_and_memory=true"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let p = s["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["uid"] == uid.as_str())
+        .unwrap();
+    assert!(p["memory"]["workingSetBytes"].as_u64().unwrap() > 0, "{p}");
+    assert!(p["containers"][0]["cpu"]["usageCoreNanoSeconds"]
+        .as_u64()
+        .is_some());
+    for absent in ["volume", "network", "ephemeral-storage"] {
+        assert!(p.get(absent).is_none(), "{absent} in {p}");
+    }
+    assert!(p["containers"][0].get("logs").is_none(), "{p}");
+    assert!(s["node"].get("fs").is_none(), "{}", s["node"]);
 }
 
 /// `/run` answers with a command's output (kubelet's `handleRun`), and the read-only port
@@ -787,6 +810,35 @@ fn abandoned_exec_sessions_give_back_every_descriptor() {
     wait_until(Duration::from_secs(30), "descriptors given back", || {
         fds(&n) <= before + 2
     });
+    // The runtime's refusal (a protocol it does not speak) is relayed whole as soon as it comes,
+    // not after waiting for the runtime to close its side.
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "3",
+        ])
+        .args([
+            "-X",
+            "POST",
+            "-H",
+            "Connection: Upgrade",
+            "-H",
+            "Upgrade: SPDY/3.1",
+        ])
+        .args(["-H", "X-Stream-Protocol-Version: nonsense"])
+        .arg("--cert")
+        .arg(certs.path().join("good-client.crt"))
+        .arg("--key")
+        .arg(certs.path().join("good-client.key"))
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403", "{out:?}");
 }
 
 /// Exec into a pod while it is being deleted: every answer comes at once and says what is

@@ -657,12 +657,22 @@ async fn running_pods(State(api): State<NodeApi>) -> Response {
 }
 
 /// `/stats/summary` ([`stats::Stats::summary`]).
-async fn summary(State(slot): State<StatsSlot>) -> Response {
+async fn summary(State(slot): State<StatsSlot>, req: Request) -> Response {
     let stats = match stats_of(&slot) {
         Ok(s) => s,
         Err((code, m)) => return plain(code, m),
     };
-    match stats.summary(crate::clock::system().epoch_ns()).await {
+    // kubelet's rule: exactly one `only_cpu_and_memory`, and it says "true".
+    let params = query_params(&req);
+    let only: Vec<&str> = params
+        .iter()
+        .filter(|(k, _)| k == "only_cpu_and_memory")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    match stats
+        .summary(crate::clock::system().epoch_ns(), only == ["true"])
+        .await
+    {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => cri_error(e),
     }

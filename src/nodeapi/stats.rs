@@ -274,15 +274,19 @@ impl Stats {
         network_stats::process_in(&dir, root, h.is_v2())
     }
 
-    /// `/stats/summary` (`stats.k8s.io/v1alpha1` `Summary`), at `now_ns`.
+    /// `/stats/summary` (`stats.k8s.io/v1alpha1` `Summary`), at `now_ns`; with
+    /// `only_cpu_and_memory` (kubelet's `?only_cpu_and_memory=true`, what older metrics-server
+    /// asks) the cpu and memory figures alone: no network, filesystems, volumes or logs.
     ///
     /// Errors: a CRI list call.
-    pub async fn summary(&self, now_ns: i64) -> CriResult<Value> {
+    pub async fn summary(&self, now_ns: i64, only_cpu_and_memory: bool) -> CriResult<Value> {
         let mut by_pod = self.containers(now_ns).await?;
-        let layers = self.rootfs.get().await;
-        for c in by_pod.values_mut().flatten() {
-            if c.rootfs_used.is_none() {
-                c.rootfs_used = layers.get(&c.id).map(|l| l.1);
+        if !only_cpu_and_memory {
+            let layers = self.rootfs.get().await;
+            for c in by_pod.values_mut().flatten() {
+                if c.rootfs_used.is_none() {
+                    c.rootfs_used = layers.get(&c.id).map(|l| l.1);
+                }
             }
         }
         let time = rfc3339(now_ns);
@@ -303,21 +307,8 @@ impl Stats {
             let capacity = u64::try_from(self.paths.memory_capacity).unwrap_or(0);
             node["memory"]["availableBytes"] = json!(capacity.saturating_sub(ws));
         }
-        if let Some(n) = network_stats::node() {
-            node["network"] = network_stats::to_json(&n, &time);
-        }
-        if let Some(fs) = storage_stats::node_fs(&self.paths.nodefs, &time) {
-            node["fs"] = fs;
-        }
-        // The image filesystem is left out, not the summary failed, when the runtime cannot say.
-        if let Some(fs) = self
-            .cri
-            .image_fs_usage()
-            .await
-            .ok()
-            .and_then(|u| storage_stats::image_fs(&u, &time))
-        {
-            node["runtime"] = json!({"imageFs": fs});
+        if !only_cpu_and_memory {
+            self.node_network_and_filesystems(&mut node, &time).await;
         }
         let mut pods = Vec::new();
         // The rate readings still wanted: the node's, and those of what is listed now.
@@ -325,7 +316,11 @@ impl Stats {
         for pod in self.status.active_pods() {
             let uid = crate::pod::pod_uid(&pod).to_owned();
             let containers = by_pod.remove(&uid).unwrap_or_default();
-            pods.push(self.pod_summary(&pod, &uid, &containers, now_ns));
+            let mut p = self.pod_summary(&pod, &uid, &containers, now_ns);
+            if !only_cpu_and_memory {
+                self.pod_network_and_storage(&mut p, &pod, &uid, &containers, now_ns);
+            }
+            pods.push(p);
             current.extend(containers.into_iter().map(|c| c.id));
             current.insert(uid);
         }
@@ -345,21 +340,9 @@ impl Stats {
         now_ns: i64,
     ) -> Value {
         let time = rfc3339(now_ns);
-        let storage = storage_stats::pod_storage(
-            pod,
-            &crate::kuberuntime::hosts_file::pod_dir(&self.paths.nodefs, uid),
-            &crate::pod::pod_logs_dir_under(&self.paths.pod_logs_dir, pod),
-            &containers
-                .iter()
-                .map(|c| (c.name.as_str(), c.rootfs_used))
-                .collect::<Vec<_>>(),
-            &self.paths.nodefs,
-            &time,
-        );
         let cs: Vec<Value> = containers
             .iter()
-            .zip(storage.logs)
-            .map(|(c, logs)| {
+            .map(|c| {
                 let t = rfc3339(if c.time_ns > 0 { c.time_ns } else { now_ns });
                 let mut cpu = json!({"time": t});
                 if let Some(u) = c.cpu_ns {
@@ -389,9 +372,6 @@ impl Stats {
                 if let Some(u) = c.rootfs_used {
                     out["rootfs"] = json!({"time": t, "usedBytes": u});
                 }
-                if let Some(l) = logs {
-                    out["logs"] = l;
-                }
                 out
             })
             .collect();
@@ -412,7 +392,7 @@ impl Stats {
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
             .map(|t| t.0.to_string());
-        let mut out = json!({
+        json!({
             "podRef": {
                 "name": pod.metadata.name,
                 "namespace": pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -422,7 +402,58 @@ impl Stats {
             "containers": cs,
             "cpu": cpu,
             "memory": memory,
-        });
+        })
+    }
+
+    /// The node's network, its `fs` and the runtime's `imageFs`, added to `node` at `time`.
+    async fn node_network_and_filesystems(&self, node: &mut Value, time: &str) {
+        if let Some(n) = network_stats::node() {
+            node["network"] = network_stats::to_json(&n, time);
+        }
+        if let Some(fs) = storage_stats::node_fs(&self.paths.nodefs, time) {
+            node["fs"] = fs;
+        }
+        // The image filesystem is left out, not the summary failed, when the runtime cannot say.
+        if let Some(fs) = self
+            .cri
+            .image_fs_usage()
+            .await
+            .ok()
+            .and_then(|u| storage_stats::image_fs(&u, time))
+        {
+            node["runtime"] = json!({"imageFs": fs});
+        }
+    }
+
+    /// The pod's network, volumes, its containers' logs and its ephemeral storage, added to its
+    /// summary `out` (whose `containers` are `containers`, in order) at `now_ns`.
+    fn pod_network_and_storage(
+        &self,
+        out: &mut Value,
+        pod: &Pod,
+        uid: &str,
+        containers: &[ContainerSample],
+        now_ns: i64,
+    ) {
+        let time = rfc3339(now_ns);
+        let storage = storage_stats::pod_storage(
+            pod,
+            &crate::kuberuntime::hosts_file::pod_dir(&self.paths.nodefs, uid),
+            &crate::pod::pod_logs_dir_under(&self.paths.pod_logs_dir, pod),
+            &containers
+                .iter()
+                .map(|c| (c.name.as_str(), c.rootfs_used))
+                .collect::<Vec<_>>(),
+            &self.paths.nodefs,
+            &time,
+        );
+        if let Some(cs) = out["containers"].as_array_mut() {
+            for (c, logs) in cs.iter_mut().zip(storage.logs) {
+                if let Some(l) = logs {
+                    c["logs"] = l;
+                }
+            }
+        }
         if !storage.volumes.is_empty() {
             out["volume"] = Value::Array(storage.volumes);
         }
@@ -432,7 +463,6 @@ impl Stats {
         if let Some(e) = storage.ephemeral {
             out["ephemeral-storage"] = e;
         }
-        out
     }
 
     /// `/metrics/resource`: kubelet's resource metrics in the Prometheus text format, each

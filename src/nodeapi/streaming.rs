@@ -179,11 +179,13 @@ pub async fn proxy(mut req: Request, url: &str) -> Response {
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     if status != StatusCode::SWITCHING_PROTOCOLS {
-        // An error from the runtime (an expired token: 404): its body, as it is.
+        // An error from the runtime (an expired token: 404): its body, as it is, read to its
+        // Content-Length (else until the runtime closes, at most 5 s).
         let mut body = rest;
+        let length = headers_length(response.headers()).unwrap_or(MAX_HEAD);
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
             let mut buf = vec![0u8; 8192];
-            while body.len() < MAX_HEAD {
+            while body.len() < length.min(MAX_HEAD) {
                 match backend.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => body.extend_from_slice(&buf[..n]),
@@ -264,6 +266,16 @@ async fn read_head(s: &mut TcpStream) -> std::io::Result<(StatusCode, HeaderMap,
             Err(e) => return Err(std::io::Error::other(e.to_string())),
         }
     }
+}
+
+/// The `Content-Length` of an answer's headers.
+fn headers_length(h: &axum::http::HeaderMap) -> Option<usize> {
+    h.get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

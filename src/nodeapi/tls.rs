@@ -64,7 +64,10 @@ const SUITES: [(&str, rustls::CipherSuite); 9] = [
     ),
 ];
 
-/// The crypto provider with the suites `names` asks for (all of rustls's when empty).
+/// The crypto provider with the TLS 1.2 suites `names` asks for (all of rustls's when empty)
+/// and every TLS 1.3 suite: as in Go, whose `tls.Config.CipherSuites` kubelet fills from
+/// `tlsCipherSuites`, the list does not apply to TLS 1.3 (so `tlsMinVersion: VersionTLS13` with
+/// TLS 1.2 names starts, as kubelet does).
 ///
 /// Errors: a name rustls does not have (CBC and RSA key exchange suites among them), naming it
 /// and the setting.
@@ -83,7 +86,8 @@ pub fn provider(names: &[String]) -> Result<CryptoProvider, String> {
         };
         wanted.push(*suite);
     }
-    p.cipher_suites.retain(|s| wanted.contains(&s.suite()));
+    p.cipher_suites
+        .retain(|s| s.version() == &rustls::version::TLS13 || wanted.contains(&s.suite()));
     Ok(p)
 }
 
@@ -265,8 +269,25 @@ mod tests {
         assert!(versions("VersionTLS11")
             .unwrap_err()
             .contains("tlsMinVersion"));
+        let tls13 = |p: &CryptoProvider| {
+            p.cipher_suites
+                .iter()
+                .filter(|s| s.version() == &rustls::version::TLS13)
+                .count()
+        };
+        let p = provider(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()]).unwrap();
+        assert_eq!(
+            tls13(&p),
+            3,
+            "TLS 1.3's suites whatever the list (Go's rule)"
+        );
+        assert_eq!(p.cipher_suites.len(), 4, "and the one TLS 1.2 suite named");
         let p = provider(&["TLS_AES_128_GCM_SHA256".into()]).unwrap();
-        assert_eq!(p.cipher_suites.len(), 1);
+        assert_eq!(
+            (tls13(&p), p.cipher_suites.len()),
+            (3, 3),
+            "no TLS 1.2 suite"
+        );
         let e = provider(&["TLS_RSA_WITH_AES_128_CBC_SHA".into()]).unwrap_err();
         assert!(e.contains("TLS_RSA_WITH_AES_128_CBC_SHA") && e.contains("tlsCipherSuites"));
     }
