@@ -405,7 +405,11 @@ fn serve_http(
                 error!(error = %e, "HTTP server stopped");
             }
         });
-        info!(%addr, "serving /healthz /pods /node /metrics /metrics/probes /events");
+        if read_only {
+            info!(%addr, "read-only port: serving /healthz /pods /node /metrics /metrics/probes /events /stats/summary /metrics/resource /metrics/cadvisor");
+        } else {
+            info!(%addr, "serving /healthz /pods /node /metrics /metrics/probes /events");
+        }
     }
     Ok(())
 }
@@ -562,6 +566,7 @@ fn start_node_api(
     let Some(api) = &config.node_api else {
         return Ok(());
     };
+    crate::nodeapi::check(api, client.is_some()).map_err(AgentError::NodeApi)?;
     let (crt, key) = match &api.tls.cert_and_key {
         Some(pair) => pair.clone(),
         None => crate::nodeapi::tls::ensure_self_signed(
@@ -581,16 +586,21 @@ fn start_node_api(
         .map_err(AgentError::NodeApi)?;
     let authorizer = match (api.authorization, &client) {
         (AuthorizationMode::AlwaysAllow, _) => None,
-        (AuthorizationMode::Webhook { allowed_ttl, denied_ttl }, Some(c)) => Some(
-            auth::SarWebhook::new(c.clone(), core.node_name.clone(), allowed_ttl, denied_ttl),
-        ),
-        // Nothing can authenticate: every request is 401, nothing to authorize.
-        (AuthorizationMode::Webhook { .. }, None) if x509.is_none() && !api.anonymous => None,
-        (AuthorizationMode::Webhook { .. }, None) => {
-            return Err(AgentError::NodeApi(
-                "authorization.mode: Webhook asks the API server, and this node has none (no --kubeconfig); set authorization.mode: AlwaysAllow on a standalone node".into(),
-            ))
-        }
+        (
+            AuthorizationMode::Webhook {
+                allowed_ttl,
+                denied_ttl,
+            },
+            Some(c),
+        ) => Some(auth::SarWebhook::new(
+            c.clone(),
+            core.node_name.clone(),
+            allowed_ttl,
+            denied_ttl,
+        )),
+        // Nothing can authenticate (every request is 401): nothing to authorize. With an
+        // authenticator, `nodeapi::check` refused this above.
+        (AuthorizationMode::Webhook { .. }, None) => None,
     };
     let tokens = match (api.token_webhook_ttl, &client) {
         (Some(ttl), Some(c)) => Some(auth::TokenWebhook::new(c.clone(), ttl)),

@@ -34,7 +34,7 @@ struct Cli {
     /// Join the cluster of this kubeconfig (client certificate or token; kubelet's
     /// `--kubeconfig`): register the node and keep its status and Lease. Without it nodelet runs
     /// standalone, static pods only.
-    #[arg(long, value_name = "FILE", help_heading = "Cluster")]
+    #[arg(long, value_name = "FILE", global = true, help_heading = "Cluster")]
     kubeconfig: Option<PathBuf>,
     /// Directory for the agent's own files.
     #[arg(
@@ -61,7 +61,9 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Validate the configuration and print it as YAML with every default filled in.
-    /// Exit 0 when valid, 2 (with the field and value named) when not.
+    /// Exit 0 when valid, 2 (with the field and value named) when not. The node API's files
+    /// (clientCAFile, tlsCertFile/tlsPrivateKeyFile) are loaded as at start; give --kubeconfig
+    /// when the node joins a cluster (Webhook authorization needs one).
     CheckConfig,
     /// Print, as YAML, what nodelet would do with each manifest on this node (QoS class, pod
     /// cgroup path and values, container resources and oom_score_adj, and whether admission
@@ -234,6 +236,14 @@ fn main() -> ExitCode {
         tracing::warn!(fields = ?loaded.unknown_fields, file = %config_path.display(), "configuration fields not supported by nodelet are ignored");
     }
     if let Some(Command::CheckConfig) = cli.command {
+        // What start-up loads besides the file: the node API's certificates and its
+        // authorization without an API server (`--kubeconfig` given or not, as at start).
+        if let Some(api) = &loaded.config.node_api {
+            if let Err(e) = nodelet::nodeapi::check(api, cli.kubeconfig.is_some()) {
+                eprintln!("nodelet: {}: {e}", config_path.display());
+                return ExitCode::from(2);
+            }
+        }
         match serde_yaml::to_string(&loaded.file) {
             Ok(y) => {
                 print!("{y}");

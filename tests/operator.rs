@@ -272,6 +272,53 @@ fn check_config_prints_the_effective_config_and_refuses_broken_ones() {
         stderr.contains("healthzPort") && stderr.contains("lots"),
         "{stderr}"
     );
+    // What start-up would refuse, check-config refuses too, naming the setting: a client CA
+    // that is not there, Webhook authorization without an API server.
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    let ca = dir.path().join("ca.crt");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    std::fs::write(&ca, params.self_signed(&key).unwrap().pem()).unwrap();
+    for (body, kubeconfig, want) in [
+        (
+            "authentication: {x509: {clientCAFile: /nonexistent/ca.crt}}\nauthorization: {mode: AlwaysAllow}\n".to_owned(),
+            false,
+            Some("authentication.x509.clientCAFile /nonexistent/ca.crt"),
+        ),
+        (
+            format!("authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: Webhook}}\n", ca.display()),
+            false,
+            Some("authorization.mode: Webhook"),
+        ),
+        (
+            format!("authentication: {{x509: {{clientCAFile: {}}}}}\nauthorization: {{mode: Webhook}}\n", ca.display()),
+            true,
+            None,
+        ),
+        (
+            "tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n".to_owned(),
+            false,
+            None,
+        ),
+    ] {
+        let file = dir.path().join("api.yaml");
+        std::fs::write(&file, format!("{head}{body}")).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodelet"));
+        cmd.args(["check-config", "--config"]).arg(&file);
+        if kubeconfig {
+            cmd.args(["--kubeconfig", "/dev/null"]);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        match want {
+            Some(w) => {
+                assert_eq!(out.status.code(), Some(2), "{body}: {stderr}");
+                assert!(stderr.contains(w), "{body}: {stderr}");
+            }
+            None => assert_eq!(out.status.code(), Some(0), "{body}: {stderr}"),
+        }
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_nodelet"))
         .arg("--version")
         .output()

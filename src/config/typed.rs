@@ -238,6 +238,37 @@ impl KubeletConfiguration {
         let cgroup_layout = self.cgroup_layout(&invalid)?;
         let (healthz_address, read_only_address) = self.addresses(&invalid)?;
         let node_api = self.node_api(&invalid)?;
+        // Each listener needs a port of its own (else the second fails to bind at start, with
+        // only "address in use" to say why).
+        let api = node_api.as_ref().map(|a| a.address);
+        for (field, other) in [
+            ("healthzPort", healthz_address),
+            ("readOnlyPort", read_only_address),
+        ] {
+            if let (Some(api), Some(other)) = (api, other) {
+                let overlap = api.ip() == other.ip()
+                    || api.ip().is_unspecified()
+                    || other.ip().is_unspecified();
+                if api.port() == other.port() && overlap {
+                    return Err(invalid(
+                        "port",
+                        &api.port().to_string(),
+                        &format!("is also {field}: each listener needs a port of its own"),
+                    ));
+                }
+            }
+        }
+        if let (Some(h), Some(r)) = (healthz_address, read_only_address) {
+            if h.port() == r.port()
+                && (h.ip() == r.ip() || h.ip().is_unspecified() || r.ip().is_unspecified())
+            {
+                return Err(invalid(
+                    "readOnlyPort",
+                    &r.port().to_string(),
+                    "is also healthzPort: each listener needs a port of its own",
+                ));
+            }
+        }
         if !self.pod_logs_dir.starts_with('/') {
             return Err(invalid(
                 "podLogsDir",
@@ -1096,6 +1127,24 @@ mod tests {
                 "1ms and 1s",
             ),
             ("maxPods: 0", "maxPods", "0", "at least 1"),
+            (
+                "port: 10255\nreadOnlyPort: 10255",
+                "port",
+                "10255",
+                "also readOnlyPort",
+            ),
+            (
+                "port: 10248\nhealthzPort: 10248",
+                "port",
+                "10248",
+                "also healthzPort",
+            ),
+            (
+                "readOnlyPort: 10248\nhealthzPort: 10248",
+                "readOnlyPort",
+                "10248",
+                "also healthzPort",
+            ),
         ] {
             let e = config(&format!("{lines}\n")).unwrap_err();
             let ConfigError::Invalid {

@@ -168,8 +168,10 @@ pub fn self_signed_paths(root_dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// Makes the self-signed serving pair once (kubelet's behaviour when no certificate is
-/// configured): subject CN `system:node:<node>`, the node name and `ips` as SANs, valid for one
-/// year from now. An existing pair is kept.
+/// configured): subject CN `system:node:<node>`, the node name and `ips` as SANs, and (as
+/// nodelet's `address` is loopback by default, unlike kubelet's) `localhost`, 127.0.0.1 and ::1,
+/// so that `curl --cacert <root-dir>/pki/nodelet.crt https://127.0.0.1:10250/…` verifies; valid
+/// for one year from now. An existing pair is kept.
 ///
 /// Errors: the pair cannot be made or written, naming the path.
 pub fn ensure_self_signed(
@@ -181,16 +183,28 @@ pub fn ensure_self_signed(
     if crt.exists() && key.exists() {
         return Ok((crt, key));
     }
-    let mut params = rcgen::CertificateParams::new(vec![node_name.to_owned()])
+    let mut names = vec![node_name.to_owned()];
+    if node_name != "localhost" {
+        names.push("localhost".to_owned());
+    }
+    let mut params = rcgen::CertificateParams::new(names)
         .map_err(|e| format!("self-signed certificate for {node_name:?}: {e}"))?;
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(
         rcgen::DnType::CommonName,
         format!("system:node:{node_name}"),
     );
-    params
-        .subject_alt_names
-        .extend(ips.iter().map(|ip| rcgen::SanType::IpAddress(*ip)));
+    let loopback = [
+        std::net::IpAddr::from([127, 0, 0, 1]),
+        std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    params.subject_alt_names.extend(
+        ips.iter()
+            .chain(&loopback)
+            .filter(|ip| seen.insert(**ip))
+            .map(|ip| rcgen::SanType::IpAddress(*ip)),
+    );
     let now = crate::clock::wall_now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -322,5 +336,18 @@ mod tests {
                 .unwrap(),
             "system:node:node1"
         );
+        let sans = parsed.subject_alternative_name().unwrap().unwrap();
+        let names: Vec<String> = sans
+            .value
+            .general_names
+            .iter()
+            .map(|n| format!("{n}"))
+            .collect();
+        for want in ["node1", "localhost", "0a:00:00:0a", "7f:00:00:01"] {
+            assert!(
+                names.iter().any(|n| n.contains(want)),
+                "{want} in {names:?}"
+            );
+        }
     }
 }
