@@ -566,7 +566,7 @@ fn start_node_api(
     let Some(api) = &config.node_api else {
         return Ok(());
     };
-    crate::nodeapi::check(api, client.is_some()).map_err(AgentError::NodeApi)?;
+    api.check(client.is_some()).map_err(AgentError::NodeApi)?;
     let (crt, key) = match &api.tls.cert_and_key {
         Some(pair) => pair.clone(),
         None => crate::nodeapi::tls::ensure_self_signed(
@@ -599,7 +599,7 @@ fn start_node_api(
             denied_ttl,
         )),
         // Nothing can authenticate (every request is 401): nothing to authorize. With an
-        // authenticator, `nodeapi::check` refused this above.
+        // authenticator, `NodeApiConfig::check` refused this above.
         (AuthorizationMode::Webhook { .. }, None) => None,
     };
     let tokens = match (api.token_webhook_ttl, &client) {

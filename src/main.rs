@@ -239,7 +239,7 @@ fn main() -> ExitCode {
         // What start-up loads besides the file: the node API's certificates and its
         // authorization without an API server (`--kubeconfig` given or not, as at start).
         if let Some(api) = &loaded.config.node_api {
-            if let Err(e) = nodelet::nodeapi::check(api, cli.kubeconfig.is_some()) {
+            if let Err(e) = api.check(cli.kubeconfig.is_some()) {
                 eprintln!("nodelet: {}: {e}", config_path.display());
                 return ExitCode::from(2);
             }

@@ -45,6 +45,39 @@ pub struct NodeApiConfig {
     pub debugging: bool,
 }
 
+impl NodeApiConfig {
+    /// Checks what the node API will load at start, so that `nodelet check-config` refuses what
+    /// start-up would: the `clientCAFile` (readable, with a certificate), the serving pair when
+    /// configured (readable, matching, with the versions and suites asked), and
+    /// `authorization.mode: Webhook` on a node without an API server (`cluster` false) where a
+    /// client could authenticate (nothing could authorize it).
+    ///
+    /// Errors: the first problem, naming the setting.
+    pub fn check(&self, cluster: bool) -> Result<(), String> {
+        use crate::nodeapi::{auth, tls};
+        if let Some(ca) = &self.client_ca_file {
+            auth::X509::from_file(ca)?;
+        }
+        match &self.tls.cert_and_key {
+            Some((crt, key)) => {
+                tls::server_config(crt, key, &self.tls)?;
+            }
+            None => {
+                tls::provider(&self.tls.cipher_suites)?;
+                tls::versions(&self.tls.min_version)?;
+            }
+        }
+        let someone_gets_in = self.client_ca_file.is_some() || self.anonymous;
+        if matches!(self.authorization, AuthorizationMode::Webhook { .. })
+            && !cluster
+            && someone_gets_in
+        {
+            return Err("authorization.mode: Webhook asks the API server, and this node has none (no --kubeconfig); set authorization.mode: AlwaysAllow on a standalone node".into());
+        }
+        Ok(())
+    }
+}
+
 /// `authorization.mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthorizationMode {

@@ -235,35 +235,6 @@ async fn serve_connection(
     }
 }
 
-/// Checks what the node API will load at start, so that `nodelet check-config` refuses what
-/// start-up would: the `clientCAFile` (readable, with a certificate), the serving pair when
-/// configured (readable, matching, with the versions and suites asked), and
-/// `authorization.mode: Webhook` on a node without an API server (`cluster` false) where a
-/// client could authenticate (nothing could authorize it).
-///
-/// Errors: the first problem, naming the setting.
-pub fn check(api: &crate::config::typed::NodeApiConfig, cluster: bool) -> Result<(), String> {
-    use crate::config::typed::AuthorizationMode;
-    if let Some(ca) = &api.client_ca_file {
-        auth::X509::from_file(ca)?;
-    }
-    match &api.tls.cert_and_key {
-        Some((crt, key)) => {
-            tls::server_config(crt, key, &api.tls)?;
-        }
-        None => {
-            tls::provider(&api.tls.cipher_suites)?;
-            tls::versions(&api.tls.min_version)?;
-        }
-    }
-    let someone_gets_in = api.client_ca_file.is_some() || api.anonymous;
-    if matches!(api.authorization, AuthorizationMode::Webhook { .. }) && !cluster && someone_gets_in
-    {
-        return Err("authorization.mode: Webhook asks the API server, and this node has none (no --kubeconfig); set authorization.mode: AlwaysAllow on a standalone node".into());
-    }
-    Ok(())
-}
-
 /// Binds `addr` and serves the node API on `rt`; returns the bound address.
 ///
 /// Errors: the address cannot be bound (in use: another kubelet or nodelet), naming it and the
