@@ -205,6 +205,41 @@ fn parse_percent(s: &str) -> Option<i64> {
 /// the order of [`NodeResources`]' fields.
 const SUMMED: [(&str, &str); 3] = [("cpu", "millicores"), ("memory", "bytes"), ("pid", "pids")];
 
+/// Each listener needs a port of its own, else the second fails to bind at start with only
+/// "address in use" to say why: the node API's `port` against `healthzPort` and `readOnlyPort`,
+/// and those two against each other, where their addresses overlap (the same, or one of them
+/// unspecified).
+///
+/// Errors: the setting that repeats another's port, naming both.
+fn distinct_ports(
+    invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    healthz: Option<SocketAddr>,
+    read_only: Option<SocketAddr>,
+    api: Option<SocketAddr>,
+) -> Result<(), ConfigError> {
+    let clash = |a: SocketAddr, b: SocketAddr| {
+        a.port() == b.port()
+            && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+    };
+    let pairs = [
+        ("port", api, "healthzPort", healthz),
+        ("port", api, "readOnlyPort", read_only),
+        ("readOnlyPort", read_only, "healthzPort", healthz),
+    ];
+    for (field, a, other, b) in pairs {
+        if let (Some(a), Some(b)) = (a, b) {
+            if clash(a, b) {
+                return Err(invalid(
+                    field,
+                    &a.port().to_string(),
+                    &format!("is also {other}: each listener needs a port of its own"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A duration setting of at least `min`: lower bounds keep a typo (`1ns`) from turning a loop into
 /// a busy spin.
 fn at_least(
@@ -271,37 +306,12 @@ impl KubeletConfiguration {
         let cgroup_layout = self.cgroup_layout(&invalid)?;
         let (healthz_address, read_only_address) = self.addresses(&invalid)?;
         let node_api = self.node_api(&invalid)?;
-        // Each listener needs a port of its own (else the second fails to bind at start, with
-        // only "address in use" to say why).
-        let api = node_api.as_ref().map(|a| a.address);
-        for (field, other) in [
-            ("healthzPort", healthz_address),
-            ("readOnlyPort", read_only_address),
-        ] {
-            if let (Some(api), Some(other)) = (api, other) {
-                let overlap = api.ip() == other.ip()
-                    || api.ip().is_unspecified()
-                    || other.ip().is_unspecified();
-                if api.port() == other.port() && overlap {
-                    return Err(invalid(
-                        "port",
-                        &api.port().to_string(),
-                        &format!("is also {field}: each listener needs a port of its own"),
-                    ));
-                }
-            }
-        }
-        if let (Some(h), Some(r)) = (healthz_address, read_only_address) {
-            if h.port() == r.port()
-                && (h.ip() == r.ip() || h.ip().is_unspecified() || r.ip().is_unspecified())
-            {
-                return Err(invalid(
-                    "readOnlyPort",
-                    &r.port().to_string(),
-                    "is also healthzPort: each listener needs a port of its own",
-                ));
-            }
-        }
+        distinct_ports(
+            &invalid,
+            healthz_address,
+            read_only_address,
+            node_api.as_ref().map(|a| a.address),
+        )?;
         if !self.pod_logs_dir.starts_with('/') {
             return Err(invalid(
                 "podLogsDir",
