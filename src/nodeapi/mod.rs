@@ -166,8 +166,9 @@ async fn authenticate(State(auth): State<Arc<Auth>>, req: Request, next: Next) -
 }
 
 /// Serves `app` over TLS on `listener` until the task is dropped: each connection on its own
-/// task, at most [`crate::server::MAX_CONNECTIONS`] at once (a follow or an exec holds one for
-/// as long as it runs), its handshake and request head bounded by [`HEADER_TIMEOUT`], upgrades
+/// task, at most [`crate::server::MAX_CONNECTIONS`] at once (a follow holds one for as long as
+/// it runs; an exec, attach or port-forward gives its back once its upgraded connection is
+/// handed to the relay), its handshake and request head bounded by [`HEADER_TIMEOUT`], upgrades
 /// allowed.
 pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerConfig>, app: Router) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
