@@ -123,21 +123,25 @@ fn kubectl(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Running containers of pods whose names end in `suffix`.
+fn running(rt: &tokio::runtime::Runtime, cri: &Cri, suffix: &str) -> usize {
+    rt.block_on(cri.list_containers(Default::default()))
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| c.state == nodelet::cri::api::ContainerState::ContainerRunning as i32)
+        .filter(|c| {
+            c.labels
+                .get(nodelet::kuberuntime::labels::POD_NAME)
+                .is_some_and(|p| p.ends_with(suffix))
+        })
+        .count()
+}
+
 /// Waits until `n` containers of pods whose names end in `suffix` run in containerd.
 fn wait_running(rt: &tokio::runtime::Runtime, cri: &Cri, suffix: &str, n: usize, secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let running = rt
-            .block_on(cri.list_containers(Default::default()))
-            .unwrap_or_default()
-            .iter()
-            .filter(|c| c.state == nodelet::cri::api::ContainerState::ContainerRunning as i32)
-            .filter(|c| {
-                c.labels
-                    .get(nodelet::kuberuntime::labels::POD_NAME)
-                    .is_some_and(|p| p.ends_with(suffix))
-            })
-            .count();
+        let running = running(rt, cri, suffix);
         if running >= n {
             return;
         }
@@ -406,22 +410,8 @@ fn measure(rt: &tokio::runtime::Runtime, cri: &Cri, side: &Side, pods: usize) ->
 
 /// Waits until no container of pods `*-<node>` is left in containerd (at most `secs`).
 fn wait_gone(rt: &tokio::runtime::Runtime, cri: &Cri, node: &str, secs: u64) {
-    let suffix = format!("-{node}");
     let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        let left = rt
-            .block_on(cri.list_containers(Default::default()))
-            .unwrap_or_default()
-            .iter()
-            .filter(|c| c.state == nodelet::cri::api::ContainerState::ContainerRunning as i32)
-            .any(|c| {
-                c.labels
-                    .get(nodelet::kuberuntime::labels::POD_NAME)
-                    .is_some_and(|p| p.ends_with(&suffix))
-            });
-        if !left {
-            return;
-        }
+    while Instant::now() < deadline && running(rt, cri, &format!("-{node}")) > 0 {
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -521,6 +521,24 @@ fn server_state(
     }
 }
 
+/// Where the node's usage is read (cgroups, nodefs, imagefs, pod logs): the eviction manager's
+/// signals and the stats read the same places.
+fn node_paths(
+    core: &Core,
+    config: &Config,
+    flags: &Flags,
+    imagefs: Option<PathBuf>,
+) -> crate::eviction::provider::Paths {
+    crate::eviction::provider::Paths {
+        hierarchies: Hierarchies::current(),
+        layout: core.cm.layout().clone(),
+        memory_capacity: core.cm.memory_capacity(),
+        nodefs: flags.root_dir.clone(),
+        imagefs,
+        pod_logs_dir: config.pod_logs_dir.clone(),
+    }
+}
+
 /// Usage of the node, its pods and containers, read on demand for the node API and the
 /// read-only port, from the same files the eviction manager reads (`imagefs`: the runtime's
 /// image filesystem, `None` when it is nodefs).
@@ -528,19 +546,12 @@ fn node_stats(
     core: &Core,
     config: &Config,
     flags: &Flags,
-    imagefs: Option<std::path::PathBuf>,
+    imagefs: Option<PathBuf>,
 ) -> Arc<crate::nodeapi::stats::Stats> {
     Arc::new(crate::nodeapi::stats::Stats::new(
         core.cri.clone(),
         core.status.clone(),
-        Arc::new(crate::eviction::provider::Paths {
-            hierarchies: Hierarchies::current(),
-            layout: core.cm.layout().clone(),
-            memory_capacity: core.cm.memory_capacity(),
-            nodefs: flags.root_dir.clone(),
-            imagefs,
-            pod_logs_dir: config.pod_logs_dir.clone(),
-        }),
+        Arc::new(node_paths(core, config, flags, imagefs)),
         core.node_name.clone(),
     ))
 }
@@ -876,14 +887,7 @@ fn start_eviction_manager(
     imagefs: Option<PathBuf>,
 ) -> std::thread::JoinHandle<()> {
     let mut node = crate::eviction::provider::AgentNode {
-        paths: crate::eviction::provider::Paths {
-            hierarchies: Hierarchies::current(),
-            layout: core.cm.layout().clone(),
-            memory_capacity: core.cm.memory_capacity(),
-            nodefs: flags.root_dir.clone(),
-            imagefs,
-            pod_logs_dir: config.pod_logs_dir.clone(),
-        },
+        paths: node_paths(core, config, flags, imagefs),
         status: core.status.clone(),
         failed: core.failed.clone(),
         fail: core.fail.clone(),

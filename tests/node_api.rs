@@ -436,9 +436,10 @@ fn summary_reports_network_volumes_logs_and_ephemeral_storage() {
     n.wait_running(&uid, &["c"], Duration::from_secs(30));
     let base = format!("https://127.0.0.1:{}", n.api_port);
     let good = client(certs.path(), Some("good"));
-    let ours = || -> (serde_json::Value, serde_json::Value) {
+    // The summary (with `query`) and our pod in it.
+    let summary_of = |query: &str| -> (serde_json::Value, serde_json::Value) {
         let s: serde_json::Value = good
-            .get(format!("{base}/stats/summary"))
+            .get(format!("{base}/stats/summary{query}"))
             .send()
             .unwrap()
             .json()
@@ -452,6 +453,7 @@ fn summary_reports_network_volumes_logs_and_ephemeral_storage() {
             .unwrap_or_default();
         (s, p)
     };
+    let ours = || summary_of("");
     let used = |v: &serde_json::Value| v["usedBytes"].as_i64().unwrap_or(0);
     wait_until(Duration::from_secs(20), "the emptyDir's 4 MiB", || {
         let (_, p) = ours();
@@ -539,18 +541,7 @@ fn summary_reports_network_volumes_logs_and_ephemeral_storage() {
     assert!(value >= before + 20 * 40, "{line}");
 
     // What older metrics-server asks: cpu and memory alone.
-    let s: serde_json::Value = good
-        .get(format!("{base}/stats/summary?only_cpu_and_memory=true"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let p = s["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["podRef"]["uid"] == uid.as_str())
-        .unwrap();
+    let (s, p) = summary_of("?only_cpu_and_memory=true");
     assert!(p["memory"]["workingSetBytes"].as_u64().unwrap() > 0, "{p}");
     assert!(p["containers"][0]["cpu"]["usageCoreNanoSeconds"]
         .as_u64()

@@ -691,16 +691,8 @@ impl ImageService for Cri {
     }
 
     async fn image_fs_mountpoints(&self) -> CriResult<Vec<String>> {
-        cri_call!(
-            self,
-            image.image_fs_info,
-            "image_fs_info",
-            cri::ImageFsInfoRequest {},
-            self.bounded()
-        )
-        .map(|r| {
-            r.image_filesystems
-                .into_iter()
+        self.image_fs_usage().await.map(|fs| {
+            fs.into_iter()
                 .filter_map(|f| f.fs_id.map(|id| id.mountpoint))
                 .filter(|m| !m.is_empty())
                 .collect()
