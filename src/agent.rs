@@ -558,9 +558,12 @@ fn node_stats(
 
 /// The node API on `address:port` (kubelet's server on 10250): its TLS pair (configured, or
 /// self-signed under `--root-dir`), authentication and authorization, logs, exec, attach and
-/// port-forward. Nothing when `port` is 0.
+/// port-forward. Nothing when `port` is 0. Before it, and whatever `port` is, the same paths on
+/// the local socket `<root-dir>/nodelet.sock` for root ([`crate::nodeapi::local`]: the command
+/// line's).
 ///
-/// Errors: [`AgentError::NodeApi`], naming the setting: a certificate, key or CA file that
+/// Errors: [`AgentError::NodeApi`], naming the setting: another agent on the local socket, a
+/// certificate, key or CA file that
 /// cannot be used, an address in use, `authorization.mode: Webhook` on a standalone node where a
 /// client could authenticate (nothing could authorize it).
 fn start_node_api(
@@ -574,6 +577,24 @@ fn start_node_api(
 ) -> Result<(), AgentError> {
     use crate::config::typed::AuthorizationMode;
     use crate::nodeapi::auth;
+    let node_api = crate::nodeapi::NodeApi {
+        status: core.status.clone(),
+        cri: core.cri.clone(),
+        settings: Arc::new(manager.runtime().settings().clone()),
+        configz: Arc::new(config.configz.clone()),
+        // kubelet's default when the node API is off (`port: 0`) too: the local socket serves
+        // logs and exec to root, who could read and enter the containers anyway.
+        debugging: config.node_api.as_ref().is_none_or(|a| a.debugging),
+        layout: core.cm.layout().clone(),
+    };
+    let local =
+        crate::nodeapi::local::router(node_api.clone(), server_state(core, pleg), stats.clone());
+    crate::nodeapi::local::start(
+        &core.rt,
+        &crate::nodeapi::local::socket_path(&flags.root_dir),
+        local,
+    )
+    .map_err(AgentError::NodeApi)?;
     let Some(api) = &config.node_api else {
         return Ok(());
     };
@@ -623,13 +644,6 @@ fn start_node_api(
         anonymous: api.anonymous,
         authorizer,
     });
-    let node_api = crate::nodeapi::NodeApi {
-        status: core.status.clone(),
-        cri: core.cri.clone(),
-        settings: Arc::new(manager.runtime().settings().clone()),
-        configz: Arc::new(config.configz.clone()),
-        debugging: api.debugging,
-    };
     let app = crate::nodeapi::router(node_api, server_state(core, pleg), stats.clone(), auth);
     crate::nodeapi::start(&core.rt, api.address, tls, app).map_err(AgentError::NodeApi)?;
     Ok(())

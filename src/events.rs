@@ -79,8 +79,8 @@ pub struct Event {
     /// The pod's UID when the event is about a pod (not in `/events`).
     #[serde(skip)]
     pub involved_uid: Option<String>,
-    /// Position in the recorder, from 1, increasing (not in `/events`).
-    #[serde(skip)]
+    /// Position in the recorder, from 1, increasing (`nodelet events -w` prints those above the
+    /// last it printed).
     pub seq: u64,
 }
 

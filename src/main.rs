@@ -36,11 +36,14 @@ struct Cli {
     /// standalone, static pods only.
     #[arg(long, value_name = "FILE", global = true, help_heading = "Cluster")]
     kubeconfig: Option<PathBuf>,
-    /// Directory for the agent's own files.
+    /// Directory for the agent's own files (and its local socket, `nodelet.sock`, which the
+    /// command line's `get`, `describe`, `logs`, `exec`, `top` and `events` use).
     #[arg(
         long,
         value_name = "DIR",
         default_value = "/var/lib/nodelet",
+        env = nodelet::cli::complete::ROOT_DIR_ENV,
+        global = true,
         help_heading = "Node"
     )]
     root_dir: PathBuf,
@@ -81,6 +84,41 @@ enum Command {
         #[arg(required = true, value_name = "MANIFEST")]
         manifests: Vec<PathBuf>,
     },
+    /// List the agent's pods as `kubectl get pods` does (through the local socket; root only).
+    Get(nodelet::cli::GetArgs),
+    /// Show a pod in detail, with its events, as `kubectl describe pod` does.
+    Describe(nodelet::cli::DescribeArgs),
+    /// Print a container's log.
+    Logs(nodelet::cli::LogsArgs),
+    /// Run a command in a container; exits with its status.
+    Exec(nodelet::cli::ExecArgs),
+    /// Show cpu and memory of the pods or the node.
+    Top(nodelet::cli::TopArgs),
+    /// List the agent's events.
+    Events(nodelet::cli::EventsArgs),
+    /// Print the shell completion script (`source <(nodelet completion bash)`); pod names are
+    /// completed from the running agent.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: nodelet::cli::Shell,
+    },
+}
+
+impl Command {
+    /// The command line's subcommands: clients of the running agent, which need no --config.
+    fn client(self) -> Result<nodelet::cli::CliCommand, Self> {
+        use nodelet::cli::CliCommand as C;
+        Ok(match self {
+            Command::Get(a) => C::Get(a),
+            Command::Describe(a) => C::Describe(a),
+            Command::Logs(a) => C::Logs(a),
+            Command::Exec(a) => C::Exec(a),
+            Command::Top(a) => C::Top(a),
+            Command::Events(a) => C::Events(a),
+            other => return Err(other),
+        })
+    }
 }
 
 /// What `plan` takes from the command line.
@@ -213,7 +251,29 @@ fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, S
 
 fn main() -> ExitCode {
     let malloc_tuned = tune_malloc();
-    let cli = Cli::parse();
+    // A shell asking for completions (`COMPLETE=bash nodelet -- …`): answered, then exit.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .var(nodelet::cli::complete::COMPLETE_ENV)
+        .complete();
+    let mut cli = Cli::parse();
+    if let Some(Command::Completion { shell }) = cli.command {
+        let bin = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "nodelet".into());
+        let mut out = std::io::stdout().lock();
+        return match nodelet::cli::complete::write_script(shell, &bin, &mut out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nodelet: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match cli.command.take().map(Command::client) {
+        Some(Ok(c)) => return nodelet::cli::run(&cli.root_dir, c),
+        Some(Err(other)) => cli.command = Some(other),
+        None => {}
+    }
     init_logging(cli.verbosity, &cli.log_format);
     nodelet::crash::install_hook();
     if !malloc_tuned {

@@ -225,10 +225,10 @@ impl Default for ConnectionSlots {
 impl ConnectionSlots {
     /// A slot for the connection from `from`, held until dropped; `None` (the caller closes
     /// the connection) when every slot is taken.
-    pub fn take(&self, from: &SocketAddr) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    pub fn take(&self, from: &dyn std::fmt::Display) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let slot = self.0.clone().try_acquire_owned().ok();
         if slot.is_none() {
-            tracing::debug!(%from, limit = MAX_CONNECTIONS, "too many connections; closed");
+            tracing::debug!(from = %from, limit = MAX_CONNECTIONS, "too many connections; closed");
         }
         slot
     }

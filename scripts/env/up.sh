@@ -57,13 +57,14 @@ start_daemon() {
 # ---------------------------------------------------------------------------------------------
 # 1. Packages
 # ---------------------------------------------------------------------------------------------
+# tmux drives `nodelet exec -it` in a real terminal (tests/node_cli.rs).
 # containernetworking-plugins depends on iptables (the bridge plugin uses it only for ipMasq,
 # which we keep off). systemd is only for `systemd-analyze verify`: the package alone does not
 # become init (that is systemd-sysv, which we do not install).
 PACKAGES=(
     containerd runc containernetworking-plugins docker-registry skopeo
     busybox-static musl-tools gcc protobuf-compiler iproute2 iptables systemd python3 curl
-    util-linux ca-certificates
+    util-linux ca-certificates tmux
 )
 
 install_packages() {
@@ -109,7 +110,7 @@ install_packages() {
 install_packages
 
 for cmd in containerd ctr runc containerd-shim-runc-v2 docker-registry skopeo musl-gcc \
-    python3 curl ip setsid flock; do
+    python3 curl ip setsid flock tmux; do
     command -v "$cmd" >/dev/null || die "$cmd not found after installing packages"
 done
 [[ -x /bin/busybox ]] || die "/bin/busybox (busybox-static) not found"

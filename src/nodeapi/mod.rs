@@ -19,6 +19,7 @@
 pub mod auth;
 pub mod cadvisor;
 pub mod cgroup_stats;
+pub mod local;
 pub mod logs;
 pub mod network_stats;
 pub mod rootfs_cache;
@@ -67,6 +68,8 @@ pub struct NodeApi {
     pub configz: Arc<serde_json::Value>,
     /// `enableDebuggingHandlers`: logs, exec, attach, port-forward, run.
     pub debugging: bool,
+    /// Where pods' cgroups are (`/local/node` on the local socket, for `nodelet describe`).
+    pub layout: crate::cm::CgroupLayout,
 }
 
 /// Usage of the node, its pods and containers (`/stats/summary`, `/metrics/resource`,
@@ -101,14 +104,20 @@ type Refusal = (StatusCode, String);
 #[derive(Clone, Default)]
 pub struct Peer(pub Arc<Vec<CertificateDer<'static>>>);
 
-/// The router: the loopback listener's paths, the stats of `stats`, the node's own, every one
-/// behind `auth`.
+/// The router: [`routes`], every one behind `auth`.
 pub fn router(
     api: NodeApi,
     healthz: crate::server::ServerState,
     stats: StatsSlot,
     auth: Arc<Auth>,
 ) -> Router {
+    routes(api, healthz, stats).layer(axum::middleware::from_fn_with_state(auth, authenticate))
+}
+
+/// The node API's paths without authentication: the loopback listener's paths, the stats of
+/// `stats`, the node's own (the debugging handlers when `api.debugging`). What [`router`] puts
+/// behind kubelet's authentication, and [`local`] behind the socket's owner check.
+pub fn routes(api: NodeApi, healthz: crate::server::ServerState, stats: StatsSlot) -> Router {
     let mut own = Router::new()
         .route("/runningpods/", get(running_pods))
         .route("/configz", get(configz));
@@ -127,7 +136,6 @@ pub fn router(
     crate::server::router(healthz)
         .merge(stats_router(stats))
         .merge(own.with_state(api))
-        .layer(axum::middleware::from_fn_with_state(auth, authenticate))
 }
 
 /// GET and POST of exec and attach (SPDY clients POST, WebSocket clients GET).

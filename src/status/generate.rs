@@ -133,9 +133,10 @@ fn container_statuses(
                     st.container_id = Some(format!("containerd://{}", rc.id));
                     st.image_id = rc.image_ref.clone();
                     let running = rc.state() == ContainerState::Running;
-                    // An init container that completed is ready (kubelet's init status).
-                    let completed =
-                        is_init && rc.state() == ContainerState::Exited && rc.exit_code == 0;
+                    // A regular init container is ready once it completed, and only then
+                    // (kubelet's prober `UpdatePodStatus`: not while it runs).
+                    let regular_init = is_init && c.restart_policy.as_deref() != Some("Always");
+                    let completed = rc.state() == ContainerState::Exited && rc.exit_code == 0;
                     // kubelet's prober `UpdatePodStatus`: started once the startup probe has
                     // succeeded (or there is none); ready once started and the readiness probe
                     // has succeeded (or there is none).
@@ -146,7 +147,7 @@ fn container_statuses(
                     let started = running && passed(ProbeKind::Startup, c.startup_probe.is_some());
                     let ready =
                         started && passed(ProbeKind::Readiness, c.readiness_probe.is_some());
-                    st.ready = ready || completed;
+                    st.ready = if regular_init { completed } else { ready };
                     st.started = Some(started);
                     st.last_state = previous.map(|p| ApiState {
                         terminated: Some(terminated(p)),
@@ -707,6 +708,35 @@ mod tests {
             .find(|c| c.type_ == kind)
             .unwrap();
         (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// A regular init container that is still running is not ready, and the pod not
+    /// initialized (kubelet's prober marks an init container ready only once it exited 0);
+    /// `kubectl get pods` then reads `Init:0/1`.
+    #[test]
+    fn a_running_init_container_is_not_ready_and_the_pod_not_initialized() {
+        let p: Pod = serde_yaml::from_str(
+            "metadata: {name: p, uid: u}\nspec: {initContainers: [{name: setup, image: b}], containers: [{name: a, image: b}]}",
+        )
+        .unwrap();
+        let s = generate_pod_status(
+            &p,
+            &rt(vec![rc("setup", ContainerState::Running, 0, 0)]),
+            &StartErrors::new(),
+            &NoProbes,
+            "",
+        );
+        let init = &s.init_container_statuses.as_ref().unwrap()[0];
+        assert!(!init.ready, "{init:?}");
+        assert_eq!(init.started, Some(true));
+        assert_eq!(
+            cond(&s, "Initialized").1.as_deref(),
+            Some("ContainersNotInitialized")
+        );
+        let mut pod = p.clone();
+        pod.status = Some(s);
+        let row = crate::cli::printers::pod_row(&pod, k8s_openapi::jiff::Timestamp::now());
+        assert_eq!(row.status, "Init:0/1");
     }
 
     /// kubelet's condition and phase rules for sidecars (restartable init containers).

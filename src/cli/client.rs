@@ -1,0 +1,136 @@
+//! The command line's client of the agent: HTTP/1.1 over the local socket
+//! ([`crate::nodeapi::local`]), one connection per request.
+
+use std::path::{Path, PathBuf};
+
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+
+/// Why a command could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// No agent answers on the socket.
+    #[error("nodelet is not running: nothing answers on {} ({reason}); start it with `systemctl start nodelet` (or give the --root-dir it runs with)", socket.display())]
+    NotRunning {
+        /// The socket tried.
+        socket: PathBuf,
+        /// What connecting said.
+        reason: String,
+    },
+    /// The socket is there but this user may not use it.
+    #[error("{}: {reason}; the local socket serves root only (try sudo)", socket.display())]
+    Denied {
+        /// The socket tried.
+        socket: PathBuf,
+        /// What connecting said.
+        reason: String,
+    },
+    /// The agent answered with an error status (its message, which names what is wrong).
+    #[error("{0}")]
+    Refused(String),
+    /// What the user asked for does not exist or is ambiguous (the message says what to give).
+    #[error("{0}")]
+    Usage(String),
+    /// The connection failed midway, or an answer could not be read.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// A client of the agent whose `--root-dir` is `root_dir`.
+#[derive(Debug, Clone)]
+pub struct Client {
+    socket: PathBuf,
+}
+
+impl Client {
+    /// The client of the agent serving `<root_dir>/nodelet.sock`.
+    pub fn new(root_dir: &Path) -> Self {
+        Client {
+            socket: crate::nodeapi::local::socket_path(root_dir),
+        }
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// A connected stream to the agent.
+    ///
+    /// Errors: [`CliError::NotRunning`] (no socket, nobody listening), [`CliError::Denied`].
+    pub async fn connect(&self) -> Result<tokio::net::UnixStream, CliError> {
+        tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .map_err(|e| {
+                let reason = e.to_string();
+                let socket = self.socket.clone();
+                match e.kind() {
+                    std::io::ErrorKind::PermissionDenied => CliError::Denied { socket, reason },
+                    _ => CliError::NotRunning { socket, reason },
+                }
+            })
+    }
+
+    /// `GET path_and_query`: the response when its status is 2xx.
+    ///
+    /// Errors: as [`Client::connect`]; [`CliError::Refused`] with the agent's message for
+    /// another status.
+    pub async fn get(&self, path_and_query: &str) -> Result<hyper::Response<Incoming>, CliError> {
+        self.request(hyper::Method::GET, path_and_query).await
+    }
+
+    /// `method path_and_query` with an empty body; as [`Client::get`].
+    pub async fn request(
+        &self,
+        method: hyper::Method,
+        path_and_query: &str,
+    ) -> Result<hyper::Response<Incoming>, CliError> {
+        let io = TokioIo::new(self.connect().await?);
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| CliError::Io(format!("{}: {e}", self.socket.display())))?;
+        tokio::spawn(conn);
+        let req = hyper::Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .header(hyper::header::HOST, "localhost")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| CliError::Io(e.to_string()))?;
+        let resp = send
+            .send_request(req)
+            .await
+            .map_err(|e| CliError::Io(format!("{}: {e}", self.socket.display())))?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_owned())
+            .unwrap_or_default();
+        Err(CliError::Refused(if body.is_empty() {
+            format!("the agent answered {status}")
+        } else {
+            body
+        }))
+    }
+
+    /// `GET path` decoded as JSON.
+    ///
+    /// Errors: as [`Client::get`]; [`CliError::Io`] when the body is not `T`.
+    pub async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        let body = self
+            .get(path)
+            .await?
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| CliError::Io(e.to_string()))?
+            .to_bytes();
+        serde_json::from_slice(&body).map_err(|e| CliError::Io(format!("{path}: {e}")))
+    }
+}

@@ -1,0 +1,199 @@
+//! Finding what the user named: a pod by name (with or without the `-<nodeName>` suffix of a
+//! static pod's mirror name) in a namespace, and its container (kubectl's default container).
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::client::CliError;
+
+/// The pod's namespace and name.
+pub fn ns_name(p: &Pod) -> (&str, &str) {
+    (
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The pod `name` in namespace `ns` among `pods`: by its name, else by `name-<its node>` (a
+/// static pod named as in its manifest).
+///
+/// Errors: [`CliError::Usage`] naming the pods it might have meant (the same name in another
+/// namespace, names that contain it or differ by a few letters), or saying there is none.
+pub fn find_pod<'a>(pods: &'a [Pod], ns: &str, name: &str) -> Result<&'a Pod, CliError> {
+    if let Some(p) = pods.iter().find(|p| ns_name(p) == (ns, name)) {
+        return Ok(p);
+    }
+    let suffixed = |p: &Pod| format!("{name}-{}", node_of(p));
+    if let Some(p) = pods
+        .iter()
+        .find(|p| ns_name(p) == (ns, suffixed(p).as_str()))
+    {
+        return Ok(p);
+    }
+    // Names that contain it, and the nearest by edit distance (at most 3 edits).
+    let distance = |p: &Pod| {
+        let n = ns_name(p).1;
+        edit_distance(n, name).min(edit_distance(n, &suffixed(p)))
+    };
+    let nearest = pods.iter().map(distance).min().unwrap_or(usize::MAX).min(3);
+    let mut near: Vec<String> = pods
+        .iter()
+        .filter(|p| ns_name(p).1.contains(name) || distance(p) == nearest)
+        .map(|p| {
+            let (pns, n) = ns_name(p);
+            if pns == ns {
+                n.to_owned()
+            } else {
+                format!("{n} (-n {pns})")
+            }
+        })
+        .collect();
+    near.sort();
+    let mut msg = format!("pod {name:?} not found in namespace {ns:?}");
+    if near.is_empty() {
+        msg.push_str(&format!(
+            " ({} pods on this node; `nodelet get pods -A` lists them)",
+            pods.len()
+        ));
+    } else {
+        msg.push_str(&format!("; did you mean: {}?", near.join(", ")));
+    }
+    Err(CliError::Usage(msg))
+}
+
+/// The pod's `spec.nodeName` (empty: none).
+pub fn node_of(p: &Pod) -> &str {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default()
+}
+
+/// Levenshtein distance, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// The container to use in `pod`: `asked` when it names one (app, init or ephemeral), else
+/// kubectl's default: the annotation `kubectl.kubernetes.io/default-container`, else the only
+/// container.
+///
+/// Errors: [`CliError::Usage`] naming the containers to choose from.
+pub fn container(pod: &Pod, asked: Option<&str>) -> Result<String, CliError> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let apps: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    let inits: Vec<&str> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    let name = ns_name(pod).1;
+    let choose = || {
+        let mut m = format!("choose one of: [{}]", apps.join(" "));
+        if !inits.is_empty() {
+            m.push_str(&format!(
+                " or one of the init containers: [{}]",
+                inits.join(" ")
+            ));
+        }
+        m
+    };
+    if let Some(c) = asked {
+        if apps.contains(&c) || inits.contains(&c) {
+            return Ok(c.to_owned());
+        }
+        return Err(CliError::Usage(format!(
+            "container {c:?} is not in pod {name:?}; {}",
+            choose()
+        )));
+    }
+    let annotated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kubectl.kubernetes.io/default-container"))
+        .filter(|c| apps.contains(&c.as_str()) || inits.contains(&c.as_str()));
+    if let Some(c) = annotated {
+        return Ok(c.clone());
+    }
+    match apps.as_slice() {
+        [only] => Ok((*only).to_owned()),
+        _ => Err(CliError::Usage(format!(
+            "a container name must be specified for pod {name:?} (-c), {}",
+            choose()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str) -> Pod {
+        let mut p: Pod = serde_yaml::from_str("spec: {nodeName: node1, containers: [{name: a}, {name: b}], initContainers: [{name: i}]}").unwrap();
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p
+    }
+
+    #[test]
+    fn static_pods_are_found_without_their_node_suffix() {
+        let pods = [
+            pod("default", "web-node1"),
+            pod("kube-system", "etcd-node1"),
+        ];
+        assert_eq!(
+            ns_name(find_pod(&pods, "default", "web").unwrap()).1,
+            "web-node1"
+        );
+        assert_eq!(
+            ns_name(find_pod(&pods, "default", "web-node1").unwrap()).1,
+            "web-node1"
+        );
+        let e = find_pod(&pods, "default", "etcd").unwrap_err().to_string();
+        assert!(e.contains("etcd-node1 (-n kube-system)"), "{e}");
+        let e = find_pod(&pods, "default", "wbe").unwrap_err().to_string();
+        assert!(e.contains("did you mean: web-node1"), "{e}");
+        let e = find_pod(&pods, "default", "zzzzzzzz")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 pods on this node"), "{e}");
+    }
+
+    #[test]
+    fn the_default_container_as_kubectl_picks_it() {
+        let mut p = pod("default", "x");
+        let e = container(&p, None).unwrap_err().to_string();
+        assert!(
+            e.contains("choose one of: [a b] or one of the init containers: [i]"),
+            "{e}"
+        );
+        assert_eq!(container(&p, Some("i")).unwrap(), "i");
+        assert!(container(&p, Some("z"))
+            .unwrap_err()
+            .to_string()
+            .contains("\"z\" is not in pod"));
+        p.metadata.annotations = Some(
+            [(
+                "kubectl.kubernetes.io/default-container".to_owned(),
+                "b".to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(container(&p, None).unwrap(), "b");
+        p.spec.as_mut().unwrap().containers.truncate(1);
+        p.metadata.annotations = None;
+        assert_eq!(container(&p, None).unwrap(), "a");
+    }
+}
