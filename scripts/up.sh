@@ -74,5 +74,7 @@ for _ in $(seq 60); do
 done
 echo "pods (curl -s http://127.0.0.1:10248/pods):"
 summary || { echo "nodelet: not every example pod is running yet; see /var/log/nodelet/nodelet.log" >&2; exit 1; }
+/usr/local/bin/nodelet get pods -A -o wide || true
+echo "look closer: nodelet describe pod NAME, nodelet logs NAME, nodelet exec -it NAME -- sh, nodelet top pods, nodelet events"
 echo "logs under /var/log/pods/; metrics: curl -s http://127.0.0.1:10248/metrics"
 echo "up.sh: done in $((SECONDS / 60)) min $((SECONDS % 60)) s"
