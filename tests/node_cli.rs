@@ -196,6 +196,39 @@ fn get_pods_prints_kubectls_columns_and_statuses() {
     let _ = w.kill();
     let _ = w.wait();
 
+    // Another user: refused, whether the socket's mode stops it or the agent's owner check.
+    let as_nobody = || {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                env!("CARGO_BIN_EXE_nodelet"),
+                "--root-dir",
+            ])
+            .arg(n.root())
+            .args(["get", "pods"])
+            .output()
+            .unwrap()
+    };
+    let o = as_nobody();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("serves root only"), "{}", stderr(&o));
+    use std::os::unix::fs::PermissionsExt;
+    let sock = n.root().join("nodelet.sock");
+    for p in [n.dir.path().to_owned(), n.root()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o711)).unwrap();
+    }
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let o = as_nobody();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("closed the connection unanswered") && e.contains("serves root only"),
+        "{e}"
+    );
+    assert!(stdout(&o).is_empty());
+
     // The agent gone: one line naming the socket and how to start it.
     n.kill9();
     let o = cli(&n, &["get", "pods"]);

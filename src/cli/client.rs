@@ -98,10 +98,23 @@ impl Client {
             .header(hyper::header::HOST, "localhost")
             .body(http_body_util::Empty::<bytes::Bytes>::new())
             .map_err(|e| CliError::Io(e.to_string()))?;
-        let resp = send
-            .send_request(req)
-            .await
-            .map_err(|e| CliError::Io(format!("{}: {e}", self.socket.display())))?;
+        let resp = send.send_request(req).await.map_err(|e| {
+            let closed = e.is_incomplete_message() || e.is_canceled() || e.is_closed();
+            if closed && !nix::unistd::geteuid().is_root() {
+                // What the agent does to a peer that is neither root nor its own user.
+                CliError::Denied {
+                    socket: self.socket.clone(),
+                    reason: "the agent closed the connection unanswered".into(),
+                }
+            } else if closed {
+                CliError::Io(format!(
+                    "{}: the agent closed the connection before answering (is it stopping?)",
+                    self.socket.display()
+                ))
+            } else {
+                CliError::Io(format!("{}: {e}", self.socket.display()))
+            }
+        })?;
         if resp.status().is_success() {
             return Ok(resp);
         }
