@@ -307,6 +307,20 @@ fn systemd_driver_makes_slices_with_kubelets_values_through_dbus() {
             "{name}: {own}"
         );
     }
+    // `nodelet describe` names the pod's cgroup as the driver spells it.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .arg("--root-dir")
+        .arg(n.root())
+        .args(["describe", "pod", "guaranteed"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("Cgroup:") && l.trim_end().ends_with(&g_dir)),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A removed pod's slice goes.
     std::fs::remove_file(n.manifests().join("g.yaml")).unwrap();
     wait_until(Duration::from_secs(120), "the pod's slice stopped", || {
