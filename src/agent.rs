@@ -128,6 +128,11 @@ struct Core {
 /// are logged and retried, never fatal.
 pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let (node_name, node_ip, node_config) = prepare_node(&config, &flags)?;
+    // Before anything a running agent owns is touched (its cgroups): a second agent on the same
+    // `--root-dir` stops here.
+    let local_socket =
+        crate::nodeapi::local::claim(&crate::nodeapi::local::socket_path(&flags.root_dir))
+            .map_err(AgentError::NodeApi)?;
     let metrics = Metrics::new();
     let recorder = Recorder::default();
     let settings = runtime_settings(&config, &flags, &node_name, node_ip, &node_config);
@@ -204,7 +209,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         &core,
         &config,
         &flags,
-        &manager,
+        (&manager, local_socket),
         client,
         &pleg_slot,
         &stats_slot,
@@ -570,7 +575,7 @@ fn start_node_api(
     core: &Core,
     config: &Config,
     flags: &Flags,
-    manager: &PodSync,
+    (manager, local_socket): (&PodSync, std::os::unix::net::UnixListener),
     client: Option<kube::Client>,
     pleg: &Arc<std::sync::OnceLock<Arc<Pleg>>>,
     stats: &crate::nodeapi::StatsSlot,
@@ -589,12 +594,7 @@ fn start_node_api(
     };
     let local =
         crate::nodeapi::local::router(node_api.clone(), server_state(core, pleg), stats.clone());
-    crate::nodeapi::local::start(
-        &core.rt,
-        &crate::nodeapi::local::socket_path(&flags.root_dir),
-        local,
-    )
-    .map_err(AgentError::NodeApi)?;
+    crate::nodeapi::local::start(&core.rt, local_socket, local).map_err(AgentError::NodeApi)?;
     let Some(api) = &config.node_api else {
         return Ok(());
     };

@@ -263,6 +263,8 @@ fn main() -> ExitCode {
         let mut out = std::io::stdout().lock();
         return match nodelet::cli::complete::write_script(shell, &bin, &mut out) {
             Ok(()) => ExitCode::SUCCESS,
+            // `| head`: the reader went away.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("nodelet: {e}");
                 ExitCode::FAILURE

@@ -90,7 +90,7 @@ fn get_pods_prints_kubectls_columns_and_statuses() {
         "web.yaml",
         &pod(
             "web",
-            &format!("  containers:\n  - {{name: c, image: {BUSY}, command: [sleep, '3600']}}\n"),
+            &format!("  containers:\n  - {{name: c, image: {BUSY}, command: [sh, -c, 'while true; do echo tick; sleep 0.2; done']}}\n"),
         ),
     );
     let want = [
@@ -152,6 +152,13 @@ fn get_pods_prints_kubectls_columns_and_statuses() {
         serde_json::from_slice(&cli(&n, &["get", "pod", "web", "-o", "json"]).stdout).unwrap();
     assert_eq!(j["metadata"]["name"], format!("web-{node}"));
     assert_eq!(j["status"]["phase"], "Running");
+    // -A finds a name in any namespace.
+    let o = cli(&n, &["get", "pod", "web", "-A"]);
+    assert!(
+        stdout(&o).contains(&format!("web-{node}")),
+        "{}",
+        stderr(&o)
+    );
     let y = stdout(&cli(&n, &["get", "pods", "-o", "yaml"]));
     assert!(
         y.contains("kind: List") && y.contains(&format!("name: oom-{node}")),
@@ -195,6 +202,77 @@ fn get_pods_prints_kubectls_columns_and_statuses() {
     });
     let _ = w.kill();
     let _ = w.wait();
+
+    // A reader that goes away (`| head`) ends a watch and a follow quietly.
+    for cmd in [
+        "get pods -w | head -1",
+        "logs -f web | head -1",
+        "events -w | head -1",
+    ] {
+        let (bin, root) = (env!("CARGO_BIN_EXE_nodelet"), n.root());
+        let t = Instant::now();
+        let o = Command::new("timeout")
+            .args(["20", "sh", "-c"])
+            .arg(format!("{bin} --root-dir {} {cmd}", root.display()))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{cmd}: {}", stderr(&o));
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "{cmd} took {:?}",
+            t.elapsed()
+        );
+    }
+
+    // A second agent on the same --root-dir stops before it touches the first one's cgroups.
+    let kubepods = nodelet::cm::cgroup_mounts()
+        .into_iter()
+        .map(|m| {
+            m.join(n.cgroup_root.trim_start_matches('/'))
+                .join("kubepods")
+        })
+        .find(|d| d.join("cpu.shares").exists() || d.join("cpu.weight").exists())
+        .unwrap();
+    let shares = |d: &std::path::Path| {
+        std::fs::read_to_string(d.join("cpu.shares"))
+            .or_else(|_| std::fs::read_to_string(d.join("cpu.weight")))
+            .unwrap()
+    };
+    let before = shares(&kubepods);
+    let cfg = n.dir.path().join("second.yaml");
+    let text = std::fs::read_to_string(n.config_path()).unwrap();
+    let text = text
+        .lines()
+        .filter(|l| !l.starts_with("healthzPort:") && !l.starts_with("port:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(
+        &cfg,
+        format!("{text}\nhealthzPort: 0\nport: 0\nsystemReserved: {{cpu: 1500m}}\n"),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--hostname-override", &node, "--root-dir"])
+        .arg(n.root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("another nodelet answers on it"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        shares(&kubepods),
+        before,
+        "the first agent's kubepods cgroup was changed"
+    );
+    assert!(
+        cli(&n, &["get", "pods"]).status.success(),
+        "the first agent still answers"
+    );
 
     // Another user: refused, whether the socket's mode stops it or the agent's owner check.
     let as_nobody = || {

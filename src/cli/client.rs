@@ -42,13 +42,18 @@ pub enum CliError {
 #[derive(Debug, Clone)]
 pub struct Client {
     socket: PathBuf,
+    timeout: std::time::Duration,
 }
+
+/// How long a request waits for the head of the agent's answer.
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Client {
     /// The client of the agent serving `<root_dir>/nodelet.sock`.
     pub fn new(root_dir: &Path) -> Self {
         Client {
             socket: crate::nodeapi::local::socket_path(root_dir),
+            timeout: ANSWER_TIMEOUT,
         }
     }
 
@@ -81,8 +86,51 @@ impl Client {
         self.request(hyper::Method::GET, path_and_query).await
     }
 
-    /// `method path_and_query` with an empty body; as [`Client::get`].
+    /// `method path_and_query` with an empty body; as [`Client::get`]. The response's head
+    /// must come within [`ANSWER_TIMEOUT`] (a stream's body may take as long as it takes).
+    ///
+    /// Errors: also [`CliError::Io`] when the agent does not answer in time.
     pub async fn request(
+        &self,
+        method: hyper::Method,
+        path_and_query: &str,
+    ) -> Result<hyper::Response<Incoming>, CliError> {
+        match tokio::time::timeout(self.timeout, self.request_now(method, path_and_query)).await {
+            Ok(r) => r,
+            Err(_) => Err(CliError::Io(format!(
+                "{}: the agent did not answer within {:?} (is it stuck or stopped?)",
+                self.socket.display(),
+                self.timeout
+            ))),
+        }
+    }
+
+    /// This client, waiting at most `timeout` for an answer's head.
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// What a connection's failure means to this user: to anyone but root, that the agent
+    /// refused it (it closes a connection from another user unanswered).
+    fn failed(&self, e: &dyn std::fmt::Display, closed: bool) -> CliError {
+        if !nix::unistd::geteuid().is_root() {
+            CliError::Denied {
+                socket: self.socket.clone(),
+                reason: format!("the agent closed the connection unanswered ({e})"),
+            }
+        } else if closed {
+            CliError::Io(format!(
+                "{}: the agent closed the connection before answering (stopping, or at its limit of {} connections?)",
+                self.socket.display(),
+                crate::server::MAX_CONNECTIONS
+            ))
+        } else {
+            CliError::Io(format!("{}: {e}", self.socket.display()))
+        }
+    }
+
+    async fn request_now(
         &self,
         method: hyper::Method,
         path_and_query: &str,
@@ -90,7 +138,7 @@ impl Client {
         let io = TokioIo::new(self.connect().await?);
         let (mut send, conn) = hyper::client::conn::http1::handshake(io)
             .await
-            .map_err(|e| CliError::Io(format!("{}: {e}", self.socket.display())))?;
+            .map_err(|e| self.failed(&e, true))?;
         tokio::spawn(conn);
         let req = hyper::Request::builder()
             .method(method)
@@ -100,20 +148,7 @@ impl Client {
             .map_err(|e| CliError::Io(e.to_string()))?;
         let resp = send.send_request(req).await.map_err(|e| {
             let closed = e.is_incomplete_message() || e.is_canceled() || e.is_closed();
-            if closed && !nix::unistd::geteuid().is_root() {
-                // What the agent does to a peer that is neither root nor its own user.
-                CliError::Denied {
-                    socket: self.socket.clone(),
-                    reason: "the agent closed the connection unanswered".into(),
-                }
-            } else if closed {
-                CliError::Io(format!(
-                    "{}: the agent closed the connection before answering (is it stopping?)",
-                    self.socket.display()
-                ))
-            } else {
-                CliError::Io(format!("{}: {e}", self.socket.display()))
-            }
+            self.failed(&e, closed)
         })?;
         if resp.status().is_success() {
             return Ok(resp);

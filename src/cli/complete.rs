@@ -21,7 +21,9 @@ pub const COMPLETE_ENV: &str = "COMPLETE";
 pub fn pod_names(current: &OsStr) -> Vec<CompletionCandidate> {
     let prefix = current.to_string_lossy();
     let root = std::env::var_os(ROOT_DIR_ENV).unwrap_or_else(|| "/var/lib/nodelet".into());
-    let client = super::Client::new(std::path::Path::new(&root));
+    // A shell waits for this at a keystroke: an agent that does not answer gets a second.
+    let client = super::Client::new(std::path::Path::new(&root))
+        .with_timeout(std::time::Duration::from_secs(1));
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -36,7 +38,8 @@ pub fn pod_names(current: &OsStr) -> Vec<CompletionCandidate> {
         .collect()
 }
 
-/// Writes the registration script of `shell` for the binary at `bin` to `out`.
+/// Writes the registration script of `shell` to `out`: completion of the command `nodelet`
+/// (as typed), answered by the binary at `bin`.
 ///
 /// Errors: writing failed.
 pub fn write_script(shell: Shell, bin: &str, out: &mut dyn std::io::Write) -> std::io::Result<()> {
@@ -44,5 +47,5 @@ pub fn write_script(shell: Shell, bin: &str, out: &mut dyn std::io::Write) -> st
         Shell::Bash => &clap_complete::env::Bash,
         Shell::Zsh => &clap_complete::env::Zsh,
     };
-    completer.write_registration(COMPLETE_ENV, "nodelet", bin, bin, out)
+    completer.write_registration(COMPLETE_ENV, "nodelet", "nodelet", bin, out)
 }

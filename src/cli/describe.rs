@@ -403,7 +403,7 @@ fn volume_type(v: &k8s_openapi::api::core::v1::Volume) -> String {
 /// Errors: the pod unknown ([`find_pod`]), the agent not answering.
 pub async fn run(client: &Client, args: &DescribeArgs) -> Result<(), CliError> {
     let pods = super::pods(client).await?;
-    let pod = find_pod(&pods, &args.ns.namespace, &args.name)?;
+    let pod = find_pod(&pods, args.ns.scope(), &args.name)?;
     let events = super::events::list(client).await?;
     let node: Option<LocalNode> = client.get_json("/local/node").await.ok();
     let uid = pod.metadata.uid.clone().unwrap_or_default();

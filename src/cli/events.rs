@@ -138,19 +138,20 @@ pub async fn run(client: &Client, args: &EventsArgs) -> Result<(), CliError> {
     }
     loop {
         crate::clock::sleep(Duration::from_secs(1)).await;
-        let new: Vec<Event> = list(client)
-            .await?
-            .into_iter()
-            .filter(|e| e.seq > seen)
-            .collect();
+        let all_now = list(client).await?;
+        // An agent that restarted numbers its events from 1 again: all of them are new.
+        if all_now.last().is_some_and(|e| e.seq < seen) {
+            seen = 0;
+        }
+        let new: Vec<Event> = all_now.into_iter().filter(|e| e.seq > seen).collect();
         seen = new.iter().map(|e| e.seq).max().unwrap_or(seen);
         let new: Vec<(Event, usize, Event)> = new
             .into_iter()
             .filter(keep)
             .map(|e| (e.clone(), 1, e))
             .collect();
-        if !new.is_empty() {
-            super::print(&TABLE.format(&lines(&new, all, super::now())));
+        if !new.is_empty() && !super::print(&TABLE.format(&lines(&new, all, super::now()))) {
+            return Ok(());
         }
     }
 }

@@ -136,27 +136,34 @@ fn request(
 /// connection lost before the command's status came.
 pub async fn run(client: &Client, args: &ExecArgs) -> Result<i32, CliError> {
     let pods = super::pods(client).await?;
-    let pod = find_pod(&pods, &args.ns.namespace, &args.pod)?;
+    let pod = find_pod(&pods, args.ns.scope(), &args.pod)?;
     let c = container(pod, args.container.as_deref())?;
     let (ns, name) = ns_name(pod);
     let stream = client.connect().await?;
-    let (ws, resp) =
-        match tokio_tungstenite::client_async(request(ns, name, &c, args)?, stream).await {
-            Ok(ok) => ok,
-            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
-                let body = r
-                    .body()
-                    .as_deref()
-                    .map(String::from_utf8_lossy)
-                    .unwrap_or_default();
-                return Err(CliError::Refused(format!(
-                    "{}: {}",
-                    r.status(),
-                    body.trim()
-                )));
-            }
-            Err(e) => return Err(CliError::Io(format!("exec: {e}"))),
-        };
+    let handshake = tokio_tungstenite::client_async(request(ns, name, &c, args)?, stream);
+    let Ok(answered) = tokio::time::timeout(super::client::ANSWER_TIMEOUT, handshake).await else {
+        return Err(CliError::Io(format!(
+            "exec: the agent did not answer within {:?}",
+            super::client::ANSWER_TIMEOUT
+        )));
+    };
+    let (ws, resp) = match answered {
+        Ok(ok) => ok,
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            let body = r
+                .body()
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            let body = body.trim();
+            return Err(CliError::Refused(if body.is_empty() {
+                format!("exec refused: {}", r.status())
+            } else {
+                body.to_owned()
+            }));
+        }
+        Err(e) => return Err(CliError::Io(format!("exec: {e}"))),
+    };
     let v5 = resp
         .headers()
         .get("Sec-WebSocket-Protocol")
@@ -207,8 +214,10 @@ pub async fn run(client: &Client, args: &ExecArgs) -> Result<i32, CliError> {
         };
         match ch {
             channel::STDOUT => {
-                let _ = out.write_all(payload).await;
-                let _ = out.flush().await;
+                // stdout closed (`| head`): the session ends, as kubectl's does.
+                if out.write_all(payload).await.is_err() || out.flush().await.is_err() {
+                    return Ok(0);
+                }
             }
             channel::STDERR => {
                 let _ = err.write_all(payload).await;

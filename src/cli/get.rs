@@ -24,7 +24,7 @@ fn selected(pods: Vec<Pod>, args: &GetArgs) -> Result<Vec<Pod>, CliError> {
     }
     let mut out = Vec::with_capacity(args.names.len());
     for n in &args.names {
-        out.push(find_pod(&pods, &args.ns.namespace, n)?.clone());
+        out.push(find_pod(&pods, args.ns.scope(), n)?.clone());
     }
     Ok(out)
 }
@@ -83,6 +83,11 @@ pub fn rows(pods: &[Pod], wide: bool, all_ns: bool, now: jiff::Timestamp) -> (St
 ///
 /// Errors: [`CliError`] from the agent or the names.
 pub async fn run(client: &Client, args: &GetArgs) -> Result<(), CliError> {
+    if args.watch && matches!(args.output.as_deref(), Some("json" | "yaml")) {
+        return Err(CliError::Usage(
+            "-w prints the table (or -o wide); it cannot follow -o json or yaml".into(),
+        ));
+    }
     let pods = selected(super::pods(client).await?, args)?;
     let wide = args.output.as_deref() == Some("wide");
     match args.output.as_deref() {
@@ -144,11 +149,19 @@ fn states(
         .zip(lines)
         .map(|(p, l)| {
             let uid = p.metadata.uid.clone().unwrap_or_default();
+            // AGE left out, and the age of the last restart: only what changed is printed.
+            let (age, restarts) = (4 + usize::from(all), 3 + usize::from(all));
             let key = l
                 .split('\t')
                 .enumerate()
-                .filter(|(i, _)| *i != 4 + usize::from(all))
-                .map(|(_, c)| c)
+                .filter(|(i, _)| *i != age)
+                .map(|(i, c)| {
+                    if i == restarts {
+                        c.split(" (").next().unwrap_or(c)
+                    } else {
+                        c
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join("\t");
             (uid, (key, l))
@@ -170,7 +183,7 @@ async fn watch(client: &Client, args: &GetArgs, first: &[Pod], wide: bool) -> Re
                     || args
                         .names
                         .iter()
-                        .any(|n| find_pod(std::slice::from_ref(p), &args.ns.namespace, n).is_ok())
+                        .any(|n| find_pod(std::slice::from_ref(p), args.ns.scope(), n).is_ok())
             })
             .collect();
         let now = states(&pods, wide, all, super::now());
@@ -181,8 +194,8 @@ async fn watch(client: &Client, args: &GetArgs, first: &[Pod], wide: bool) -> Re
                 text.push('\n');
             }
         }
-        if !text.is_empty() {
-            super::print(&TABLE.format(&text));
+        if !text.is_empty() && !super::print(&TABLE.format(&text)) {
+            return Ok(());
         }
         last = now;
     }

@@ -20,7 +20,7 @@ pub fn query(ns: &str, name: &str, c: &str, args: &LogsArgs) -> String {
     if let Some(n) = args.tail.filter(|n| *n >= 0) {
         q.push(("tailLines", n.to_string()));
     }
-    if let Some(s) = args.since {
+    if let Some(s) = args.since.filter(|s| *s > 0) {
         q.push(("sinceSeconds", s.to_string()));
     }
     if args.timestamps {
@@ -40,19 +40,22 @@ pub fn query(ns: &str, name: &str, c: &str, args: &LogsArgs) -> String {
 /// (no previous instance, say), the connection lost.
 pub async fn run(client: &Client, args: &LogsArgs) -> Result<(), CliError> {
     let pods = super::pods(client).await?;
-    let pod = find_pod(&pods, &args.ns.namespace, &args.pod)?;
+    let pod = find_pod(&pods, args.ns.scope(), &args.pod)?;
     let c = container(pod, args.container.as_deref())?;
     let (ns, name) = ns_name(pod);
     let mut body = client.get(&query(ns, name, &c, args)).await?.into_body();
     let mut out = tokio::io::stdout();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| CliError::Io(format!("the log stream ended: {e}")))?;
+        let frame = frame.map_err(|e| {
+            CliError::Io(format!(
+                "the agent ended the log stream midway (stopped?): {e}"
+            ))
+        })?;
         if let Some(data) = frame.data_ref() {
-            if out.write_all(data).await.is_err() {
-                // stdout closed (`| head`): done.
+            // tokio's stdout reports a closed pipe (`| head`) at the flush: done, quietly.
+            if out.write_all(data).await.is_err() || out.flush().await.is_err() {
                 return Ok(());
             }
-            let _ = out.flush().await;
         }
     }
     Ok(())

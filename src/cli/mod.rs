@@ -39,6 +39,11 @@ pub struct Namespace {
 }
 
 impl Namespace {
+    /// The namespace a name is looked up in: `None` (any) with `-A`.
+    pub fn scope(&self) -> Option<&str> {
+        (!self.all_namespaces).then_some(self.namespace.as_str())
+    }
+
     /// Whether `pod` is among the pods asked for.
     pub fn includes(&self, pod: &Pod) -> bool {
         self.all_namespaces || resolve::ns_name(pod).0 == self.namespace
@@ -200,10 +205,11 @@ pub enum CliCommand {
     Events(EventsArgs),
 }
 
-/// `5s`, `2m`, `1h30m` in seconds (kubectl's `--since`, Go's duration syntax).
+/// `5s`, `2m`, `1h30m` in seconds (kubectl's `--since`, Go's duration syntax); 0 means no
+/// limit (as kubectl's), a fraction of a second counts as one.
 fn parse_since(s: &str) -> Result<u64, String> {
     crate::duration::parse_go_duration(s)
-        .map(|d| d.as_secs().max(1))
+        .map(|d| if d.is_zero() { 0 } else { d.as_secs().max(1) })
         .map_err(|e| format!("{e} (a duration such as 30s, 5m or 1h)"))
 }
 
@@ -255,10 +261,13 @@ pub async fn pods(client: &Client) -> Result<Vec<Pod>, CliError> {
 }
 
 /// Writes `text` to stdout; a closed pipe (`| head`) ends quietly.
-pub fn print(text: &str) {
+/// Returns false when stdout is closed (the reader went away: a watch then ends).
+pub fn print(text: &str) -> bool {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_ok()
 }
 
 /// The wall clock now ([`crate::clock::wall_now`]), for ages.

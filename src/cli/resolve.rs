@@ -13,21 +13,38 @@ pub fn ns_name(p: &Pod) -> (&str, &str) {
     )
 }
 
-/// The pod `name` in namespace `ns` among `pods`: by its name, else by `name-<its node>` (a
-/// static pod named as in its manifest).
+/// The pod `name` among `pods` in namespace `scope` (`None`: any namespace, `-A`): by its
+/// name, else by `name-<its node>` (a static pod named as in its manifest).
 ///
 /// Errors: [`CliError::Usage`] naming the pods it might have meant (the same name in another
-/// namespace, names that contain it or differ by a few letters), or saying there is none.
-pub fn find_pod<'a>(pods: &'a [Pod], ns: &str, name: &str) -> Result<&'a Pod, CliError> {
-    if let Some(p) = pods.iter().find(|p| ns_name(p) == (ns, name)) {
-        return Ok(p);
-    }
+/// namespace, names that contain it or differ by a few letters), or saying there is none; with
+/// `-A`, a name in several namespaces, naming them.
+pub fn find_pod<'a>(pods: &'a [Pod], scope: Option<&str>, name: &str) -> Result<&'a Pod, CliError> {
     let suffixed = |p: &Pod| format!("{name}-{}", node_of(p));
-    if let Some(p) = pods
+    let in_scope = |p: &&Pod| scope.is_none_or(|ns| ns_name(p).0 == ns);
+    let exact: Vec<&Pod> = pods
         .iter()
-        .find(|p| ns_name(p) == (ns, suffixed(p).as_str()))
-    {
-        return Ok(p);
+        .filter(in_scope)
+        .filter(|p| ns_name(p).1 == name)
+        .collect();
+    let found = if exact.is_empty() {
+        pods.iter()
+            .filter(in_scope)
+            .filter(|p| ns_name(p).1 == suffixed(p))
+            .collect()
+    } else {
+        exact
+    };
+    match found.as_slice() {
+        [one] => return Ok(one),
+        [] => {}
+        many => {
+            let spaces: Vec<&str> = many.iter().map(|p| ns_name(p).0).collect();
+            return Err(CliError::Usage(format!(
+                "pod {name:?} is in several namespaces ({}); give one with -n",
+                spaces.join(", ")
+            )));
+        }
     }
     // Names that contain it, and the nearest by edit distance (at most 3 edits).
     let distance = |p: &Pod| {
@@ -37,10 +54,10 @@ pub fn find_pod<'a>(pods: &'a [Pod], ns: &str, name: &str) -> Result<&'a Pod, Cl
     let nearest = pods.iter().map(distance).min().unwrap_or(usize::MAX).min(3);
     let mut near: Vec<String> = pods
         .iter()
-        .filter(|p| ns_name(p).1.contains(name) || distance(p) == nearest)
+        .filter(|p| !name.is_empty() && (ns_name(p).1.contains(name) || distance(p) == nearest))
         .map(|p| {
             let (pns, n) = ns_name(p);
-            if pns == ns {
+            if scope.is_none_or(|ns| ns == pns) {
                 n.to_owned()
             } else {
                 format!("{n} (-n {pns})")
@@ -48,7 +65,10 @@ pub fn find_pod<'a>(pods: &'a [Pod], ns: &str, name: &str) -> Result<&'a Pod, Cl
         })
         .collect();
     near.sort();
-    let mut msg = format!("pod {name:?} not found in namespace {ns:?}");
+    let mut msg = match scope {
+        Some(ns) => format!("pod {name:?} not found in namespace {ns:?}"),
+        None => format!("pod {name:?} not found in any namespace"),
+    };
     if near.is_empty() {
         msg.push_str(&format!(
             " ({} pods on this node; `nodelet get pods -A` lists them)",
@@ -154,18 +174,22 @@ mod tests {
             pod("kube-system", "etcd-node1"),
         ];
         assert_eq!(
-            ns_name(find_pod(&pods, "default", "web").unwrap()).1,
+            ns_name(find_pod(&pods, Some("default"), "web").unwrap()).1,
             "web-node1"
         );
         assert_eq!(
-            ns_name(find_pod(&pods, "default", "web-node1").unwrap()).1,
+            ns_name(find_pod(&pods, Some("default"), "web-node1").unwrap()).1,
             "web-node1"
         );
-        let e = find_pod(&pods, "default", "etcd").unwrap_err().to_string();
+        let e = find_pod(&pods, Some("default"), "etcd")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("etcd-node1 (-n kube-system)"), "{e}");
-        let e = find_pod(&pods, "default", "wbe").unwrap_err().to_string();
+        let e = find_pod(&pods, Some("default"), "wbe")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did you mean: web-node1"), "{e}");
-        let e = find_pod(&pods, "default", "zzzzzzzz")
+        let e = find_pod(&pods, Some("default"), "zzzzzzzz")
             .unwrap_err()
             .to_string();
         assert!(e.contains("2 pods on this node"), "{e}");

@@ -28,7 +28,9 @@ impl Layout {
     /// `text` with its tab-terminated cells aligned as Go's tabwriter aligns them: a column is a
     /// block of consecutive lines that have a cell in it; the text after a line's last tab is
     /// not a cell and is not padded. Widths count characters.
+    /// Terminal control characters in the text are shown, not sent ([`escape_terminal`]).
     pub fn format(&self, text: &str) -> String {
+        let text = escape_terminal(text);
         let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
         let mut out = String::with_capacity(text.len() * 2);
         let mut widths = Vec::new();
@@ -74,6 +76,27 @@ impl Layout {
             out.push('\n');
         }
     }
+}
+
+/// `text` with ESC shown as `^[` and CR as `\r` (kubectl's `EscapeTerminal`, since kubernetes
+/// #112553: a container's termination message or a label cannot move the cursor, retitle
+/// the terminal or hide a line), and other control characters but tab and newline as `^X`.
+pub fn escape_terminal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\x1b' => out.push_str("^["),
+            '\r' => out.push_str("\\r"),
+            '\t' | '\n' => out.push(c),
+            c if c.is_control() && (c as u32) < 0x20 => {
+                out.push('^');
+                out.push(char::from(b'@' + c as u8));
+            }
+            '\x7f' => out.push_str("^?"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// How kubectl prints an age (apimachinery's `duration.HumanDuration`): `45s`, `2m5s`, `15m`,
@@ -175,6 +198,12 @@ mod tests {
             t,
             "Volumes:  <none>\nContainers:\n  c:\n    Image:  b\n    Ready:  True\nQoS:        x\n"
         );
+    }
+
+    #[test]
+    fn terminal_control_characters_are_shown_not_sent() {
+        let t = DESCRIBE.format("Message:\t\x1b]0;PWNED\x07\x1b[31mRED\rX\n");
+        assert_eq!(t, "Message:  ^[]0;PWNED^G^[[31mRED\\rX\n");
     }
 
     #[test]

@@ -63,32 +63,58 @@ async fn node(State(api): State<NodeApi>) -> Json<serde_json::Value> {
     }))
 }
 
-/// Binds `path` (mode 0600; a socket file left by an agent that is gone is replaced) and serves
-/// `app` on it on `rt`.
+/// Claims `path` for this agent: binds it (mode 0600; a socket file left by an agent that is
+/// gone is replaced). Called first at start-up, before the agent touches anything a running
+/// agent owns (the cgroup tree), so that a second agent on the same `--root-dir` stops at once.
 ///
-/// Errors: another agent answers on `path` (two agents with one `--root-dir`), or the socket
-/// cannot be made, naming the path.
-pub fn start(rt: &tokio::runtime::Runtime, path: &Path, app: Router) -> Result<(), String> {
+/// Errors: another agent answers on `path`, something other than a socket is there, or the
+/// socket cannot be made; each naming the path.
+pub fn claim(path: &Path) -> Result<std::os::unix::net::UnixListener, String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
         return Err(format!(
             "local socket {}: another nodelet answers on it; give this one another --root-dir",
             path.display()
         ));
     }
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(format!("local socket {}: {e}", path.display()))
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)
+            .map_err(|e| format!("local socket {}: {e}", path.display()))?,
+        Ok(_) => {
+            return Err(format!(
+                "local socket {}: something that is not a socket is there; move it away",
+                path.display()
+            ))
         }
-        _ => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("local socket {}: {e}", path.display())),
     }
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|e| format!("local socket {}: cannot listen: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| listener.set_nonblocking(true))
+        .map_err(|e| format!("local socket {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+/// Serves `app` on `listener` (from [`claim`]) on `rt`.
+///
+/// Errors: the listener cannot join the runtime.
+pub fn start(
+    rt: &tokio::runtime::Runtime,
+    listener: std::os::unix::net::UnixListener,
+    app: Router,
+) -> Result<(), String> {
+    let path = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(Path::to_owned))
+        .unwrap_or_default();
     let listener = {
         let _guard = rt.enter();
-        tokio::net::UnixListener::bind(path)
-            .map_err(|e| format!("local socket {}: cannot listen: {e}", path.display()))?
+        tokio::net::UnixListener::from_std(listener)
+            .map_err(|e| format!("local socket {}: {e}", path.display()))?
     };
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("local socket {}: {e}", path.display()))?;
     rt.spawn(serve(listener, app));
     info!(socket = %path.display(), "local socket: serving the node API to root");
     Ok(())

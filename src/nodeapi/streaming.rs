@@ -217,7 +217,9 @@ pub async fn proxy(mut req: Request, url: &str) -> Response {
         }
         // Either direction ending ends both (apimachinery's upgrade-aware proxy closes both
         // connections): a client that leaves does not hold the runtime's session, nor its
-        // descriptors, until the runtime's own timeout.
+        // descriptors, until the runtime's own timeout. Not seen: a client that leaves while
+        // the runtime has stopped reading its input (a write to the runtime blocked, nothing
+        // coming back): both stay open until the runtime closes its side.
         let (mut client_rx, mut client_tx) = tokio::io::split(client);
         let (mut backend_rx, mut backend_tx) = backend.into_split();
         tokio::select! {
