@@ -213,12 +213,13 @@ pub async fn run(client: &Client, args: &ExecArgs) -> Result<i32, CliError> {
             continue;
         };
         match ch {
-            channel::STDOUT => {
-                // stdout closed (`| head`): the session ends, as kubectl's does.
-                if out.write_all(payload).await.is_err() || out.flush().await.is_err() {
-                    return Ok(0);
-                }
+            // stdout closed (`| head`): the session ends, as kubectl's does.
+            channel::STDOUT
+                if out.write_all(payload).await.is_err() || out.flush().await.is_err() =>
+            {
+                return Ok(0);
             }
+            channel::STDOUT => {}
             channel::STDERR => {
                 let _ = err.write_all(payload).await;
                 let _ = err.flush().await;
