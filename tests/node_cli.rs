@@ -532,6 +532,37 @@ fn exec_passes_the_exit_status_and_drives_a_terminal() {
         (Some(0), "twelve bytes")
     );
 
+    // A client killed while the runtime does not read its input (a command that does not
+    // read stdin, more input than the pipes hold): the agent lets both connections go.
+    let pid = n.child.as_ref().unwrap().id();
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
+    let input = n.dir.path().join("input.bin");
+    std::fs::write(&input, vec![b'x'; 50 << 20]).unwrap();
+    for _ in 0..2 {
+        let o = Command::new("timeout")
+            .args(["3", env!("CARGO_BIN_EXE_nodelet"), "--root-dir"])
+            .arg(n.root())
+            .args(["exec", "-i", "sh", "--", "sleep", "1"])
+            .stdin(std::fs::File::open(&input).unwrap())
+            .output()
+            .unwrap();
+        assert!(o.status.code().is_some());
+    }
+    let mut now = fds();
+    let back = poll(Duration::from_secs(15), || {
+        now = fds();
+        now <= before
+    });
+    assert!(
+        back,
+        "the agent holds {now} descriptors, {before} before the abandoned execs"
+    );
+
     // -it in a real terminal (tmux): the window's size, a resize, a command typed and its
     // output, the shell's exit status.
     let session = format!("nodelet-{}", n.node);

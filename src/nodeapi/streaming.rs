@@ -211,23 +211,137 @@ pub async fn proxy(mut req: Request, url: &str) -> Response {
                 return;
             }
         };
-        let mut client = TokioIo::new(client);
+        let (mut client, ahead, hangup) = client_stream(client);
         if !rest.is_empty() && client.write_all(&rest).await.is_err() {
+            return;
+        }
+        let mut backend = backend;
+        if !ahead.is_empty() && backend.write_all(&ahead).await.is_err() {
             return;
         }
         // Either direction ending ends both (apimachinery's upgrade-aware proxy closes both
         // connections): a client that leaves does not hold the runtime's session, nor its
-        // descriptors, until the runtime's own timeout. Not seen: a client that leaves while
-        // the runtime has stopped reading its input (a write to the runtime blocked, nothing
-        // coming back): both stay open until the runtime closes its side.
+        // descriptors, until the runtime's own timeout; nor when it leaves while the runtime
+        // has stopped reading its input (`relay_input` watches for its hang-up then).
         let (mut client_rx, mut client_tx) = tokio::io::split(client);
         let (mut backend_rx, mut backend_tx) = backend.into_split();
         tokio::select! {
-            _ = tokio::io::copy(&mut client_rx, &mut backend_tx) => {}
+            _ = relay_input(&mut client_rx, &mut backend_tx, hangup) => {}
             _ = tokio::io::copy(&mut backend_rx, &mut client_tx) => {}
         }
     });
     response
+}
+
+/// How often a blocked write to the runtime checks whether the client is still there.
+const HANGUP_CHECK: Duration = Duration::from_secs(1);
+
+/// A second handle on the client's socket (a duplicated descriptor, registered with the
+/// reactor on its own), to see it hang up without reading from it: its readiness carries the
+/// peer's close (`EPOLLRDHUP`, `EPOLLHUP`).
+enum ClientHangup {
+    /// The local socket.
+    Unix(tokio::net::UnixStream),
+    /// TCP (the node API, under TLS).
+    Tcp(tokio::net::TcpStream),
+    /// Another transport: not watched.
+    Unknown,
+}
+
+impl ClientHangup {
+    fn unix(s: &tokio::net::UnixStream) -> Self {
+        use std::os::fd::AsFd;
+        s.as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .and_then(|fd| tokio::net::UnixStream::from_std(fd.into()).ok())
+            .map_or(ClientHangup::Unknown, ClientHangup::Unix)
+    }
+
+    fn tcp(s: &TcpStream) -> Self {
+        use std::os::fd::AsFd;
+        s.as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .and_then(|fd| TcpStream::from_std(fd.into()).ok())
+            .map_or(ClientHangup::Unknown, ClientHangup::Tcp)
+    }
+
+    /// Whether the client closed its connection, asked without waiting.
+    fn hung_up(&self) -> bool {
+        use futures::FutureExt;
+        let ready = match self {
+            ClientHangup::Unix(s) => s.ready(tokio::io::Interest::READABLE).now_or_never(),
+            ClientHangup::Tcp(s) => s.ready(tokio::io::Interest::READABLE).now_or_never(),
+            ClientHangup::Unknown => None,
+        };
+        matches!(ready, Some(Ok(r)) if r.is_read_closed())
+    }
+}
+
+/// A client connection's stream.
+trait ClientIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> ClientIo for T {}
+
+/// The upgraded client connection as a tokio stream, the bytes hyper read past the request (to
+/// be sent on), and its socket to watch for a hang-up: known for the node API's TLS over TCP
+/// and the local socket (the transports the servers hand hyper); for another, none is watched.
+fn client_stream(u: hyper::upgrade::Upgraded) -> (Box<dyn ClientIo>, bytes::Bytes, ClientHangup) {
+    let u = match u.downcast::<TokioIo<tokio::net::UnixStream>>() {
+        Ok(p) => {
+            let s = p.io.into_inner();
+            let hangup = ClientHangup::unix(&s);
+            return (Box::new(s), p.read_buf, hangup);
+        }
+        Err(u) => u,
+    };
+    match u.downcast::<TokioIo<tokio_rustls::server::TlsStream<TcpStream>>>() {
+        Ok(p) => {
+            let s = p.io.into_inner();
+            let hangup = ClientHangup::tcp(s.get_ref().0);
+            (Box::new(s), p.read_buf, hangup)
+        }
+        Err(u) => (
+            Box::new(TokioIo::new(u)),
+            bytes::Bytes::new(),
+            ClientHangup::Unknown,
+        ),
+    }
+}
+
+/// Copies the client's bytes to the runtime until either ends; while a write to the runtime is
+/// blocked (it stopped reading: a command that does not read its input), checks every
+/// [`HANGUP_CHECK`] whether the client hung up, and ends then.
+async fn relay_input(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    hangup: ClientHangup,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let write = to.write_all(&buf[..n]);
+        tokio::pin!(write);
+        loop {
+            tokio::select! {
+                r = &mut write => {
+                    if r.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                () = crate::clock::sleep(HANGUP_CHECK) => {
+                    if hangup.hung_up() {
+                        tracing::debug!("node API: the client left while the runtime was not reading its input; relay closed");
+                        return;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Reads an HTTP/1.1 response head from `s`: its status, its headers, and the bytes read past
