@@ -127,12 +127,7 @@ struct Core {
 /// Errors: [`AgentError`] for anything that prevents start-up; once running, runtime failures
 /// are logged and retried, never fatal.
 pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
-    let (node_name, node_ip, node_config) = prepare_node(&config, &flags)?;
-    // Before anything a running agent owns is touched (its cgroups): a second agent on the same
-    // `--root-dir` stops here.
-    let local_socket =
-        crate::nodeapi::local::claim(&crate::nodeapi::local::socket_path(&flags.root_dir))
-            .map_err(AgentError::NodeApi)?;
+    let (node_name, node_ip, node_config, local_socket) = prepare_node(&config, &flags)?;
     let metrics = Metrics::new();
     let recorder = Recorder::default();
     let settings = runtime_settings(&config, &flags, &node_name, node_ip, &node_config);
@@ -283,12 +278,14 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// The node's name and IP, the directories the agent writes, and the node's cgroup settings
-/// with what this kernel offers (hugepage sizes; MemoryQoS only on cgroup v2).
+/// The node's name and IP, the directories the agent writes, the node's cgroup settings with
+/// what this kernel offers (hugepage sizes; MemoryQoS only on cgroup v2), and the local socket,
+/// claimed before anything a running agent owns is touched (its cgroups): a second agent on the
+/// same `--root-dir` stops here.
 fn prepare_node(
     config: &Config,
     flags: &Flags,
-) -> Result<(String, IpAddr, NodeConfig), AgentError> {
+) -> Result<(String, IpAddr, NodeConfig, std::os::unix::net::UnixListener), AgentError> {
     let node_name =
         crate::node::node_name(flags.hostname_override.as_deref()).map_err(AgentError::NodeName)?;
     let node_ip = flags.node_ip.unwrap_or_else(crate::node::node_ip);
@@ -306,7 +303,9 @@ fn prepare_node(
         warn!("featureGates.MemoryQoS needs cgroup v2 alone; this node has cgroup v1 hierarchies, so it is off");
         node_config.policy.memory_qos_throttling_factor = None;
     }
-    Ok((node_name, node_ip, node_config))
+    let socket = crate::nodeapi::local::socket_path(&flags.root_dir);
+    let local_socket = crate::nodeapi::local::claim(&socket).map_err(AgentError::NodeApi)?;
+    Ok((node_name, node_ip, node_config, local_socket))
 }
 
 /// What the runtime manager needs to know of the node to build sandboxes and containers.
