@@ -191,14 +191,23 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let _ = stats_slot.set(node_stats(&core, &config, &flags, imagefs.clone()));
     let objects = crate::objects::LocalObjects::default();
     let api_objects = crate::objects::ApiObjects::default();
+    let pod_images = crate::gc::images::PodImages::default();
+    let (dead_containers, dead_rx) = crate::gc::DeadContainers::channel(core.metrics.clone());
     let (manager, probe_rx) = start_runtime_manager(
         &core,
         settings,
         &pleg,
         cache,
-        objects.clone(),
-        api_objects.clone(),
+        (objects.clone(), api_objects.clone()),
+        (pod_images.clone(), dead_containers),
     )?;
+    let gc = start_garbage_collector(
+        &core,
+        &config,
+        &flags,
+        imagefs.clone(),
+        (pod_images, dead_rx),
+    );
     let client = cluster_client.clone();
     start_node_api(
         &core,
@@ -236,13 +245,14 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let housekeeper = crate::housekeeping::housekeeper(
         manager,
         workers.clone(),
+        gc.clone(),
         Box::new(move || listed_by_pleg.runtime_pods()),
         core.metrics.clone(),
         core.rt.handle().clone(),
         flags.release_free_heap,
     );
     threads.push(start_eviction_manager(
-        &core, &config, &flags, &workers, imagefs,
+        &core, &config, &flags, &workers, imagefs, gc,
     ));
     threads.extend(start_node_shutdown(&core, &config, &flags, &workers));
     let mut sync_loop = SyncLoop::new(
@@ -690,8 +700,8 @@ fn start_runtime_manager(
     settings: Settings,
     pleg: &Pleg,
     cache: PodCache,
-    objects: crate::objects::LocalObjects,
-    api_objects: crate::objects::ApiObjects,
+    (objects, api_objects): (crate::objects::LocalObjects, crate::objects::ApiObjects),
+    (pod_images, dead_containers): (crate::gc::images::PodImages, crate::gc::DeadContainers),
 ) -> Result<(Arc<PodSync>, Receiver<ProbeResult>), AgentError> {
     // The probe channel: its producer is the probe manager's workers.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::manager::UPDATES_CAPACITY);
@@ -733,9 +743,57 @@ fn start_runtime_manager(
             probes,
             objects,
             api_objects,
+            pod_images,
+            dead_containers,
         },
     );
     Ok((Arc::new(layer), probe_rx))
+}
+
+/// The garbage collector ([`crate::gc`]) on its own task: containers every
+/// `containerGCPeriod` and in between for each pod the workers report on `dead`, images every
+/// `imageGCPeriod` over the image filesystem `imagefs` (else the root directory's), never the
+/// runtime's sandbox image nor an image `pod_images` holds. Returns it (housekeeping tells it
+/// which pods exist; the eviction manager reclaims through it).
+fn start_garbage_collector(
+    core: &Core,
+    config: &Config,
+    flags: &Flags,
+    imagefs: Option<PathBuf>,
+    (pod_images, dead): (
+        crate::gc::images::PodImages,
+        tokio::sync::mpsc::Receiver<String>,
+    ),
+) -> Arc<crate::gc::GarbageCollector<Cri>> {
+    let sandbox_image = core
+        .rt
+        .block_on(core.cri.status_info())
+        .ok()
+        .and_then(|i| crate::gc::images::runtime_sandbox_image(&i));
+    let settings = crate::gc::GcSettings {
+        node_name: core.node_name.clone(),
+        pod_logs_dir: config.pod_logs_dir.clone(),
+        imagefs: imagefs.unwrap_or_else(|| flags.root_dir.clone()),
+        sandbox_image,
+        containers: crate::gc::containers::ContainerGcPolicy::KUBELET,
+        container_period: config.container_gc_period,
+        images: config.image_gc,
+    };
+    info!(
+        sandbox_image = settings.sandbox_image.as_deref().unwrap_or("(unknown)"),
+        imagefs = %settings.imagefs.display(),
+        "starting garbage collection"
+    );
+    let gc = Arc::new(crate::gc::GarbageCollector::new(
+        core.cri.clone(),
+        settings,
+        pod_images,
+        core.metrics.clone(),
+        core.recorder.clone(),
+        crate::clock::system(),
+    ));
+    core.rt.spawn(gc.clone().run(dead));
+    gc
 }
 
 /// The QoS cgroups follow the pods as they come and go, and once a minute besides (kubelet's
@@ -898,7 +956,9 @@ fn start_eviction_manager(
     flags: &Flags,
     workers: &PodWorkers<PodSync>,
     imagefs: Option<PathBuf>,
+    gc: Arc<crate::gc::GarbageCollector<Cri>>,
 ) -> std::thread::JoinHandle<()> {
+    let separate_imagefs = imagefs.is_some();
     let mut node = crate::eviction::provider::AgentNode {
         paths: node_paths(core, config, flags, imagefs),
         status: core.status.clone(),
@@ -912,6 +972,11 @@ fn start_eviction_manager(
             handle: core.rt.handle().clone(),
         }),
         cm: Some(core.cm.clone()),
+        reclaim: Some(crate::eviction::provider::Reclaim {
+            gc,
+            handle: core.rt.handle().clone(),
+            separate_imagefs,
+        }),
     };
     use crate::eviction::manager::Manager;
     let (wake_tx, wake_rx) = crossbeam_channel::bounded(crate::eviction::notifier::WAKE_CAPACITY);

@@ -1,7 +1,9 @@
 //! Housekeeping (kubelet's `HandlePodCleanups`): every 2 s, once every source has reported, the
 //! sync loop hands over the desired pods, and a pass, run off the sync-loop thread, kills the
-//! pods the runtime runs that no source wants, and removes pod cgroups and pod directories that
-//! no desired, running or terminating pod owns.
+//! pods the runtime runs that no source wants, removes pod cgroups, pod directories and pod log
+//! directories that no desired, running or terminating pod owns ([`crate::gc::OrphanedDirs`]),
+//! and tells the garbage collector which pods exist
+//! ([`crate::gc::GarbageCollector::set_existing`]).
 //!
 //! A pass costs no CRI call while the PLEG has listed the runtime: it takes the runtime's pods
 //! from the PLEG's last relist ([`Pleg::runtime_pods`](crate::pleg::Pleg::runtime_pods)), which
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use crate::cri::CriRuntime;
+use crate::gc::{GarbageCollector, OrphanedDirs};
 use crate::kuberuntime::status::{RuntimePods, RuntimePodsView};
 use crate::metrics::Metrics;
 use crate::podsync::PodSync;
@@ -62,24 +65,28 @@ impl OrphanScan {
 
 /// The housekeeper the sync loop calls: it starts a pass on `rt` unless one is running, over
 /// the runtime's pods `listed` by the PLEG (listed through `manager` before the PLEG's first
-/// relist). After a pass that read the node for orphans it calls `release_free_heap`, so that
+/// relist), and reports the pods that exist to `gc`. After a pass that read the node for orphans it calls `release_free_heap`, so that
 /// the garbage of a burst of pods (listings, statuses, decoded manifests) leaves the agent's
 /// RSS once the burst is over.
-pub fn housekeeper<R: CriRuntime>(
+pub fn housekeeper<R: CriRuntime + Clone>(
     manager: Arc<PodSync<R>>,
     workers: PodWorkers<PodSync<R>>,
+    gc: Arc<GarbageCollector<R>>,
     listed: RuntimePodsView,
     metrics: Arc<Metrics>,
     rt: tokio::runtime::Handle,
     release_free_heap: fn(),
 ) -> Housekeeper {
     let busy = Arc::new(AtomicBool::new(false));
-    let scan = Arc::new(std::sync::Mutex::new(OrphanScan::default()));
+    let scan = Arc::new(std::sync::Mutex::new(Sweeps::default()));
     let listed = Arc::new(listed);
     Box::new(move |desired: HashSet<String>| {
         if busy.swap(true, Ordering::AcqRel) {
             return;
         }
+        let mut existing = workers.known_uids();
+        existing.extend(desired.iter().cloned());
+        gc.set_existing(existing);
         let (manager, workers, busy, metrics, scan, listed) = (
             manager.clone(),
             workers.clone(),
@@ -112,14 +119,23 @@ pub fn housekeeper<R: CriRuntime>(
     })
 }
 
-/// One pass for the `desired` pod UIDs over the runtime's pods `listed`; `scan` decides whether
-/// the cgroup hierarchies and pod directories are read. Returns whether they were.
+/// What housekeeping keeps between passes: when it last read the node for orphans, and the
+/// directories that could not be removed yet.
+#[derive(Default)]
+pub struct Sweeps {
+    scan: OrphanScan,
+    dirs: OrphanedDirs,
+}
+
+/// One pass for the `desired` pod UIDs over the runtime's pods `listed`; `sweeps` decides
+/// whether the cgroup hierarchies and pod and log directories are read. Returns whether they
+/// were.
 pub async fn pass<R: CriRuntime>(
     manager: &PodSync<R>,
     workers: &PodWorkers<PodSync<R>>,
     desired: &HashSet<String>,
     listed: &RuntimePods,
-    scan: &std::sync::Mutex<OrphanScan>,
+    sweeps: &Arc<std::sync::Mutex<Sweeps>>,
 ) -> bool {
     // Pod cgroups and directories that no desired, running or terminating pod owns, nor a
     // sandbox of another agent.
@@ -127,29 +143,34 @@ pub async fn pass<R: CriRuntime>(
     in_use.extend(listed.ours.iter().map(|p| p.uid.clone()));
     in_use.extend(listed.foreign.iter().cloned());
     in_use.extend(desired.iter().cloned());
-    let due = scan.lock().unwrap_or_else(|e| e.into_inner()).due(
-        &in_use,
-        manager.cm().has_stuck_orphans(),
-        crate::clock::monotonic_now(),
-    );
+    let now = crate::clock::monotonic_now();
+    let due = {
+        let mut s = sweeps.lock().unwrap_or_else(|e| e.into_inner());
+        let stuck = manager.cm().has_stuck_orphans() || s.dirs.retry_due(now);
+        s.scan.due(&in_use, stuck, now)
+    };
     if due {
         // On a blocking thread: removing a pod cgroup has the kernel reclaim its page cache
         // first, which waits for dirty pages to be written back.
-        let (cm, root, desired, in_use) = (
+        let settings = manager.runtime().settings();
+        let (cm, root, logs, desired, in_use, sweeps) = (
             manager.cm().clone(),
-            manager.runtime().settings().root_dir.clone(),
+            settings.root_dir.clone(),
+            settings.pod_logs_dir.clone(),
             desired.clone(),
             in_use.clone(),
+            sweeps.clone(),
         );
         let swept = tokio::task::spawn_blocking(move || {
             cm.cleanup_orphans(&desired, &in_use);
-            crate::gc::remove_orphaned_pod_dirs(&root, &in_use)
+            let mut s = sweeps.lock().unwrap_or_else(|e| e.into_inner());
+            s.dirs.sweep(&root, &logs, &in_use, now)
         })
         .await;
         match swept {
-            Ok(uids) => {
-                for uid in uids {
-                    info!(uid, "removed orphaned pod directory");
+            Ok(dirs) => {
+                for dir in dirs {
+                    info!(path = %dir.display(), "removed orphaned pod directory");
                 }
             }
             Err(e) => warn!(error = %e, "removing orphaned pod cgroups and directories failed"),

@@ -110,6 +110,14 @@ pub struct Metrics {
     pub manifest_errors: Family<ReasonLabel, Counter>,
     /// Pods refused at admission, by reason (`kubelet_admission_rejections_total`).
     pub admission_rejections: Family<ReasonLabel, Counter>,
+    /// Images removed by image garbage collection, by reason: `space` (above
+    /// `imageGCHighThresholdPercent`, or disk pressure) or `age` (`imageMaximumGCAge`)
+    /// (`kubelet_image_garbage_collected_total`, kubelet ≥ 1.30).
+    pub images_garbage_collected: Family<ReasonLabel, Counter>,
+    /// Dead containers and sandboxes removed by container garbage collection, by reason:
+    /// `policy` (beyond one dead instance per container), `deleted-pod`, `disk-pressure`
+    /// (`nodelet_containers_garbage_collected_total`).
+    pub containers_garbage_collected: Family<ReasonLabel, Counter>,
     /// Pods with a running sandbox (`kubelet_running_pods`).
     pub running_pods: Gauge,
     /// 1 while the container runtime answers, 0 while it is down
@@ -215,6 +223,8 @@ impl Metrics {
             probe_duration,
             manifest_errors: reg(&mut r, "nodelet_static_pod_manifest_errors", "Static pod manifests refused, by reason", Family::default()),
             admission_rejections: reg(&mut r, "kubelet_admission_rejections", "Pods refused at admission, by reason", Family::default()),
+            images_garbage_collected: reg(&mut r, "kubelet_image_garbage_collected", "Images garbage collected by the image garbage collection manager, by reason", Family::default()),
+            containers_garbage_collected: reg(&mut r, "nodelet_containers_garbage_collected", "Dead containers and sandboxes removed by container garbage collection, by reason", Family::default()),
             running_pods: reg(&mut r, "kubelet_running_pods", "Number of pods that have a running pod sandbox", Gauge::default()),
             runtime_up: reg(&mut r, "nodelet_container_runtime_up", "1 while the container runtime answers, 0 while it is down", Gauge::default()),
             running_containers: reg(&mut r, "kubelet_running_containers", "Number of containers currently running", Family::default()),

@@ -107,8 +107,8 @@ fn condition_reason(condition: &str, on: bool) -> &'static str {
 }
 
 /// `GET /node`: the node's pressure conditions and its Ready condition (as `status.conditions`
-/// entries of a v1 Node), the latest eviction signals, the thresholds in force and the recent
-/// evictions.
+/// entries of a v1 Node), the latest eviction signals, the thresholds in force, the recent
+/// evictions and the recent reclaims of node-level resources under disk pressure.
 async fn node(State(s): State<ServerState>) -> impl IntoResponse {
     let v = s.pressure.view();
     let mut conditions: Vec<serde_json::Value> = v
@@ -143,6 +143,7 @@ async fn node(State(s): State<ServerState>) -> impl IntoResponse {
         "signals": v.signals,
         "thresholds": v.thresholds,
         "evictions": v.evictions,
+        "reclaims": v.reclaims,
     }))
 }
 

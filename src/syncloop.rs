@@ -69,6 +69,10 @@ pub struct SyncLoop<S: PodSyncer> {
     adopted: HashSet<String>,
     /// Called after every iteration (the systemd watchdog hook, later); cheap.
     pub on_iteration: Option<Box<dyn Fn() + Send>>,
+    /// Whether housekeeping has run with every source ready: the first pass runs as soon as
+    /// they are (after an agent restart, pods whose manifests went meanwhile are killed without
+    /// waiting for the next tick).
+    housekept: bool,
 }
 
 impl<S: PodSyncer> SyncLoop<S> {
@@ -94,6 +98,7 @@ impl<S: PodSyncer> SyncLoop<S> {
             admission: None,
             adopted: HashSet::new(),
             on_iteration: None,
+            housekept: false,
         }
     }
 
@@ -254,6 +259,9 @@ impl<S: PodSyncer> SyncLoop<S> {
                 None => self.workers.update_pod(pod, UpdateType::Sync),
             }
         }
+        if !self.housekept {
+            self.handle_housekeeping();
+        }
     }
 
     /// A PLEG event: sync its pod if it is desired.
@@ -288,6 +296,7 @@ impl<S: PodSyncer> SyncLoop<S> {
     /// while its removal was under way), and hand the desired UIDs to the housekeeper.
     pub fn handle_housekeeping(&mut self) {
         if self.sources_ready.all_ready() {
+            self.housekept = true;
             self.failed.retain(|uid| self.pods.contains_key(uid));
             for uid in self.status.uids() {
                 if !self.pods.contains_key(&uid) && !self.workers.is_known(&uid) {
@@ -432,7 +441,11 @@ mod tests {
             vec!["sync a", "sync a", "sync a", "sync a", "kill a None"],
             "every change of a probe result syncs the pod"
         );
-        assert_eq!(*seen.lock().unwrap(), vec![1], "b stays desired (Failed)");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![2, 1],
+            "a first pass as soon as every source reported (a and b), then b stays desired (Failed)"
+        );
         assert!(workers.is_empty());
     }
 

@@ -184,6 +184,18 @@ build_image busybox "$busybox_hash" -- --tag 1.36 --tag latest "${busybox_args[@
 build_image busybox-1.35 "$busybox_hash" -- --tag 1.35 --label org.nodelet.test.variant=1.35 \
     "${busybox_args[@]}"
 
+# filler: 32 MiB that do not compress (a fixed pseudo-random stream, the same on every machine),
+# for the garbage collection tests (tests/garbage_collection.rs): removing it frees about 64 MiB
+# (its layer and its unpacked snapshot), a step no other disk traffic of a test run blurs.
+FILLER_BIN=$NODELET_IMAGES_DIR/build/filler.bin
+if [[ $(stat -c %s "$FILLER_BIN" 2>/dev/null) != 33554432 ]]; then
+    mkdir -p "$(dirname "$FILLER_BIN")"
+    "$PYTHON" -c 'import random, sys; sys.stdout.buffer.write(random.Random(35).randbytes(32 << 20))' \
+        >"$FILLER_BIN.tmp"
+    mv -f "$FILLER_BIN.tmp" "$FILLER_BIN"
+fi
+build_image filler "$(sha256sum "$FILLER_BIN")" -- --tag gc --file "/filler:0644=$FILLER_BIN"
+
 # etcd: Debian's etcd-server (its binary and the two files of libc it links), in the place of
 # registry.k8s.io/etcd, for kubeadm-shaped static pods. The package is downloaded and unpacked,
 # never installed (installing would start an etcd service on the host).
@@ -293,6 +305,7 @@ push busybox latest library/busybox:latest
 push busybox-1.35 1.35 library/busybox:1.35
 push pause 3.9 pause:3.9
 push etcd "$ETCD_TAG" "etcd:$ETCD_TAG"
+push filler gc nodelet-test/filler:gc
 
 # ---------------------------------------------------------------------------------------------
 # 5. containerd configuration: registry mirrors, CNI, config.toml
@@ -493,5 +506,5 @@ for image in "$BUSYBOX_IMAGE" "$PAUSE_IMAGE"; do
     say "pull $image: ok via ctr and CRI ($(grep -o 'sha256:[0-9a-f]\{12\}' <<<"$ref" | head -n1), ${ms} ms)"
 done
 
-say "images: docker.io/library/busybox:{latest,1.36,1.35} (also busybox, busybox:1.36), registry.k8s.io/pause:3.9, registry.k8s.io/etcd:$ETCD_TAG, all from $REGISTRY"
+say "images: docker.io/library/busybox:{latest,1.36,1.35} (also busybox, busybox:1.36), registry.k8s.io/pause:3.9, registry.k8s.io/etcd:$ETCD_TAG, docker.io/nodelet-test/filler:gc (pulled by the tests that need it), all from $REGISTRY"
 say "CRI endpoint: $NODELET_CRI_ENDPOINT"

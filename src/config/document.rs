@@ -125,6 +125,26 @@ pub struct KubeletConfiguration {
     pub container_log_max_files: u32,
     /// How often container logs are checked for rotation (default 10s).
     pub container_log_monitor_interval: GoDuration,
+    /// Image garbage collection frees space when the image filesystem is at least this
+    /// percent used (default 85; 100 turns it off).
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: i32,
+    /// ... down to this percent used (default 80; below the high threshold).
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: i32,
+    /// An unused image is kept at least this long after it was first seen (default 2m).
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: GoDuration,
+    /// An image unused for longer is removed whatever the disk use (default 0: off).
+    #[serde(rename = "imageMaximumGCAge")]
+    pub image_maximum_gc_age: GoDuration,
+    /// How often image garbage collection runs (kubelet hard-codes 5m); a nodelet field.
+    #[serde(rename = "imageGCPeriod")]
+    pub image_gc_period: GoDuration,
+    /// How often container garbage collection runs over the whole node (kubelet hard-codes
+    /// 1m); a nodelet field.
+    #[serde(rename = "containerGCPeriod")]
+    pub container_gc_period: GoDuration,
     /// Container restart back-off (CrashLoopBackOff).
     pub crash_loop_back_off: CrashLoopBackOff,
     /// Image pull back-off (ImagePullBackOff); a nodelet field, kubelet hard-codes 10s..300s.
@@ -220,6 +240,12 @@ impl Default for KubeletConfiguration {
             container_log_max_size: "10Mi".into(),
             container_log_max_files: 5,
             container_log_monitor_interval: GoDuration(Duration::from_secs(10)),
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: GoDuration(Duration::from_secs(120)),
+            image_maximum_gc_age: GoDuration(Duration::ZERO),
+            image_gc_period: GoDuration(Duration::from_secs(300)),
+            container_gc_period: GoDuration(Duration::from_secs(60)),
             crash_loop_back_off: CrashLoopBackOff::default(),
             image_pull_back_off: ImagePullBackOff::default(),
             eviction_hard: crate::eviction::threshold::default_hard(),

@@ -212,13 +212,10 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named() {
-        let l = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfooBar: 1\nimageGCHighThresholdPercent: 85\n").unwrap();
+        let l = parse("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfooBar: 1\nregistryPullQPS: 5\n").unwrap();
         assert_eq!(
             l.unknown_fields,
-            vec![
-                "fooBar".to_string(),
-                "imageGCHighThresholdPercent".to_string()
-            ]
+            vec!["fooBar".to_string(), "registryPullQPS".to_string()]
         );
     }
 

@@ -158,6 +158,13 @@ pub struct Config {
     pub container_log: LogPolicy,
     /// `containerLogMonitorInterval` (at least 100ms).
     pub container_log_monitor_interval: Duration,
+    /// Image garbage collection: `imageGCHighThresholdPercent` (0..=100),
+    /// `imageGCLowThresholdPercent` (0..=100, below the high one unless that is 100),
+    /// `imageMinimumGCAge`, `imageMaximumGCAge` (0 or above the minimum), `imageGCPeriod` (at
+    /// least 1s).
+    pub image_gc: crate::gc::images::ImageGcPolicy,
+    /// `containerGCPeriod` (at least 1s): the whole-node container garbage collection period.
+    pub container_gc_period: Duration,
     /// `crashLoopBackOff`: container restart back-off (initial at least 100ms, at most max).
     pub crash_loop_back_off: BackoffPolicy,
     /// `imagePullBackOff`: image pull back-off (initial at least 100ms, at most max).
@@ -351,6 +358,7 @@ impl KubeletConfiguration {
         }
         let (crash_loop_back_off, image_pull_back_off) = self.back_offs(&invalid)?;
         let (container_log, container_log_monitor_interval) = self.container_logs(&invalid)?;
+        let (image_gc, container_gc_period) = self.garbage_collection(&invalid)?;
         if self.pod_pids_limit < -1 {
             return Err(invalid(
                 "podPidsLimit",
@@ -404,6 +412,8 @@ impl KubeletConfiguration {
             oom_score_adj: self.oom_score_adj,
             container_log,
             container_log_monitor_interval,
+            image_gc,
+            container_gc_period,
             crash_loop_back_off,
             image_pull_back_off,
             eviction,
@@ -798,6 +808,67 @@ impl KubeletConfiguration {
         ))
     }
 
+    /// Image and container garbage collection (kubelet's validation of the image GC fields).
+    fn garbage_collection(
+        &self,
+        invalid: &impl Fn(&'static str, &str, &str) -> ConfigError,
+    ) -> Result<(crate::gc::images::ImageGcPolicy, Duration), ConfigError> {
+        let percent = |field: &'static str, v: i32| {
+            u8::try_from(v)
+                .ok()
+                .filter(|v| *v <= 100)
+                .ok_or_else(|| invalid(field, &v.to_string(), "must be between 0 and 100"))
+        };
+        let high = percent(
+            "imageGCHighThresholdPercent",
+            self.image_gc_high_threshold_percent,
+        )?;
+        let low = percent(
+            "imageGCLowThresholdPercent",
+            self.image_gc_low_threshold_percent,
+        )?;
+        if high != 100 && low >= high {
+            return Err(invalid(
+                "imageGCLowThresholdPercent",
+                &low.to_string(),
+                &format!("must be less than imageGCHighThresholdPercent ({high})"),
+            ));
+        }
+        let (min_age, max_age) = (self.image_minimum_gc_age.0, self.image_maximum_gc_age.0);
+        if !max_age.is_zero() && max_age <= min_age {
+            return Err(invalid(
+                "imageMaximumGCAge",
+                &format_go_duration(max_age),
+                &format!(
+                    "must be 0 (off) or greater than imageMinimumGCAge ({})",
+                    format_go_duration(min_age)
+                ),
+            ));
+        }
+        let period = at_least(
+            invalid,
+            "imageGCPeriod",
+            self.image_gc_period,
+            Duration::from_secs(1),
+        )?;
+        let container_period = at_least(
+            invalid,
+            "containerGCPeriod",
+            self.container_gc_period,
+            Duration::from_secs(1),
+        )?;
+        Ok((
+            crate::gc::images::ImageGcPolicy {
+                high_threshold_percent: high,
+                low_threshold_percent: low,
+                min_age,
+                max_age,
+                period,
+            },
+            container_period,
+        ))
+    }
+
     /// The eviction manager's thresholds and periods.
     fn eviction_settings(
         &self,
@@ -954,6 +1025,8 @@ mod tests {
     #[test]
     fn defaults_become_typed_values() {
         let c = config("").unwrap();
+        assert_eq!(c.image_gc, crate::gc::images::ImageGcPolicy::KUBELET);
+        assert_eq!(c.container_gc_period, Duration::from_secs(60));
         assert_eq!(c.static_pod_path, None);
         assert_eq!(c.runtime_request_timeout, Duration::from_secs(120));
         assert_eq!(c.image_socket, c.runtime_socket);
@@ -1157,6 +1230,36 @@ mod tests {
                 "at least 100ms",
             ),
             ("address: any", "address", "any", "IP address"),
+            (
+                "imageGCHighThresholdPercent: 101",
+                "imageGCHighThresholdPercent",
+                "101",
+                "between 0 and 100",
+            ),
+            (
+                "imageGCLowThresholdPercent: -1",
+                "imageGCLowThresholdPercent",
+                "-1",
+                "between 0 and 100",
+            ),
+            (
+                "imageGCHighThresholdPercent: 70",
+                "imageGCLowThresholdPercent",
+                "80",
+                "less than imageGCHighThresholdPercent (70)",
+            ),
+            (
+                "imageMaximumGCAge: 1m",
+                "imageMaximumGCAge",
+                "1m0s",
+                "greater than imageMinimumGCAge (2m0s)",
+            ),
+            (
+                "containerGCPeriod: 10ms",
+                "containerGCPeriod",
+                "10ms",
+                "at least 1s",
+            ),
             (
                 "imageServiceEndpoint: img.sock",
                 "imageServiceEndpoint",

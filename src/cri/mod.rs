@@ -219,6 +219,14 @@ pub trait ImageService: Send + Sync + 'static {
     /// `ImageFsInfo`: the mount points of the filesystems holding images (the imagefs of the
     /// eviction signals).
     fn image_fs_mountpoints(&self) -> impl Future<Output = CriResult<Vec<String>>> + Send;
+
+    /// `ListImages` without a filter: every image the runtime holds (ID, tags, digests, size in
+    /// bytes, `pinned`), for image garbage collection ([`crate::gc::images`]).
+    fn list_images(&self) -> impl Future<Output = CriResult<Vec<cri::Image>>> + Send;
+
+    /// `RemoveImage` by ID (all its tags go with it). Errors: the runtime's, e.g. an image a
+    /// container still uses.
+    fn remove_image(&self, id: &str) -> impl Future<Output = CriResult<()>> + Send;
 }
 
 /// A whole CRI runtime: both services (what the runtime manager drives).
@@ -697,5 +705,33 @@ impl ImageService for Cri {
                 .filter(|m| !m.is_empty())
                 .collect()
         })
+    }
+
+    async fn list_images(&self) -> CriResult<Vec<cri::Image>> {
+        cri_call!(
+            self,
+            image.list_images,
+            "list_images",
+            cri::ListImagesRequest { filter: None },
+            self.bounded()
+        )
+        .map(|r| r.images)
+    }
+
+    async fn remove_image(&self, id: &str) -> CriResult<()> {
+        let req = cri::RemoveImageRequest {
+            image: Some(cri::ImageSpec {
+                image: id.into(),
+                ..Default::default()
+            }),
+        };
+        cri_call!(
+            self,
+            image.remove_image,
+            "remove_image",
+            req,
+            self.bounded()
+        )
+        .map(|_| ())
     }
 }

@@ -91,6 +91,13 @@ pub trait EvictionNode: Send {
     }
     /// Re-arms kernel notifications for the thresholds (inactive_file moves); default none.
     fn rearm(&mut self, _thresholds: &[Threshold]) {}
+    /// Frees what the node holds for no pod before any pod is evicted for the disk signal
+    /// `signal` (kubelet's `reclaimNodeLevelResources`): dead containers, and unused images
+    /// when the signal's filesystem holds them. Returns a description of what was freed
+    /// (for the event), `None` when nothing was. Default: nothing to reclaim.
+    fn reclaim_node_level_resources(&mut self, _signal: &str) -> Option<String> {
+        None
+    }
     /// The ephemeral storage each of the pod's current containers uses (writable layer plus
     /// logs, bytes), `None` when it cannot be measured; default none.
     fn container_storage(&self, _pod: &Pod) -> Option<Vec<ContainerUsage>> {
@@ -369,6 +376,9 @@ impl<N: EvictionNode> Manager<N> {
             self.warned_nothing_to_evict = false;
             return None;
         };
+        if self.reclaimed_enough(threshold) {
+            return None;
+        }
         let obs = observations.get(&threshold.signal)?;
         let resource = Resource::of(&threshold.signal);
         let by_uid: HashMap<&str, &Arc<Pod>> =
@@ -441,6 +451,39 @@ impl<N: EvictionNode> Manager<N> {
             .of_running_pod()
             .with_disruption_target();
         Some(self.evict(&pod, &threshold.signal, grace, failure, notified_at))
+    }
+
+    /// For a disk signal: reclaims node-level resources first, observes again, and says
+    /// whether `threshold` is resolved (available at or above the threshold plus its minimum
+    /// reclaim, kubelet's `thresholdsMet` with `enforceMinReclaim`); the pass then evicts no
+    /// pod. Memory, pid and inode-less signals have nothing to reclaim.
+    fn reclaimed_enough(&mut self, threshold: &Threshold) -> bool {
+        if !(threshold.signal.starts_with("nodefs.") || threshold.signal.starts_with("imagefs.")) {
+            return false;
+        }
+        let Some(what) = self.node.reclaim_node_level_resources(&threshold.signal) else {
+            return false;
+        };
+        let after = self.node.observe();
+        let Some(obs) = after.get(&threshold.signal) else {
+            return false;
+        };
+        let resolved = obs.available >= super::state::reclaim_target(threshold, obs.capacity);
+        self.pressure.record_reclaim(super::ReclaimRecord {
+            signal: threshold.signal.clone(),
+            reclaimed: what.clone(),
+            resolved,
+            available_after: obs.available,
+            at_unix_nanos: self.clock.epoch_ns(),
+        });
+        info!(
+            signal = %threshold.signal,
+            available = obs.available,
+            resolved,
+            reclaimed = %what,
+            "reclaimed node-level resources before evicting"
+        );
+        resolved
     }
 
     /// Evicts every pod over its local storage limits (kubelet's `localStorageEviction`):

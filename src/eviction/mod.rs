@@ -83,6 +83,25 @@ pub struct PressureView {
     pub thresholds: Vec<String>,
     /// The latest evictions, oldest first.
     pub evictions: VecDeque<EvictionRecord>,
+    /// The latest reclaims of node-level resources under disk pressure, oldest first.
+    pub reclaims: VecDeque<ReclaimRecord>,
+}
+
+/// A reclaim of node-level resources before eviction (kubelet's `reclaimNodeLevelResources`),
+/// as `/node` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimRecord {
+    /// The disk signal whose threshold was met.
+    pub signal: String,
+    /// What was freed (dead containers, images, bytes).
+    pub reclaimed: String,
+    /// Whether the threshold was resolved by it (no pod evicted for it in that pass).
+    pub resolved: bool,
+    /// Available amount of the signal after the reclaim (bytes or inodes).
+    pub available_after: i64,
+    /// When (Unix time, nanoseconds).
+    pub at_unix_nanos: i64,
 }
 
 /// Node pressure as the eviction manager last saw it. Cheap to clone; read by admission and the
@@ -121,6 +140,15 @@ impl NodePressure {
     /// Sets the configured thresholds shown.
     pub fn set_thresholds(&self, thresholds: Vec<String>) {
         self.0.write().unwrap_or_else(|e| e.into_inner()).thresholds = thresholds;
+    }
+
+    /// Records a reclaim of node-level resources, keeping the latest few.
+    pub fn record_reclaim(&self, r: ReclaimRecord) {
+        let mut v = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if v.reclaims.len() == RECENT_EVICTIONS {
+            v.reclaims.pop_front();
+        }
+        v.reclaims.push_back(r);
     }
 
     /// Records an eviction, keeping the latest few.

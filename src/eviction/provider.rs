@@ -244,6 +244,47 @@ pub struct AgentNode<S: PodSyncer> {
     /// Where the cgroup v2 tripwire is set ([`crate::cm::ContainerManager::set_kubepods_memory_high`]);
     /// `None`: not set.
     pub cm: Option<Arc<crate::cm::ContainerManager>>,
+    /// Node-level reclaim under disk pressure; `None`: none (evict at once).
+    pub reclaim: Option<Reclaim>,
+}
+
+/// What disk pressure reclaims before it evicts: the garbage collector's dead containers and
+/// unused images (kubelet's `signalToNodeReclaimFuncs`).
+pub struct Reclaim {
+    /// The garbage collector.
+    pub gc: Arc<crate::gc::GarbageCollector<crate::cri::Cri>>,
+    /// The agent's runtime, which drives the calls from the eviction manager's thread.
+    pub handle: tokio::runtime::Handle,
+    /// The runtime's images are on a filesystem of their own (imagefs): a nodefs signal then
+    /// reclaims dead containers only, an imagefs signal containers and images. Without one,
+    /// both reclaim both (kubelet's `buildSignalToNodeReclaimFuncs`).
+    pub separate_imagefs: bool,
+}
+
+impl Reclaim {
+    /// Reclaims for `signal`; returns what was freed, `None` when nothing was.
+    fn run(&self, signal: &str, recorder: &Recorder) -> Option<String> {
+        let images = !self.separate_imagefs || signal.starts_with("imagefs.");
+        match self.handle.block_on(self.gc.reclaim(images)) {
+            Ok((0, pass)) if pass.removed == 0 => None,
+            Ok((containers, pass)) => {
+                let what = format!(
+                    "{containers} dead containers and sandboxes, {} unused images ({} bytes)",
+                    pass.removed, pass.freed
+                );
+                recorder.normal(
+                    "node",
+                    "FreedDiskSpace",
+                    format!("{signal} below its threshold: removed {what} before evicting any pod"),
+                );
+                Some(what)
+            }
+            Err(e) => {
+                warn!(signal, error = %e, "cannot reclaim node-level resources");
+                None
+            }
+        }
+    }
 }
 
 /// Reads an `i64` cgroup file (`None` for `max` or what does not parse).
@@ -289,6 +330,10 @@ impl Paths {
 impl<S: PodSyncer> EvictionNode for AgentNode<S> {
     fn observe(&mut self) -> HashMap<String, Observation> {
         self.paths.observe()
+    }
+
+    fn reclaim_node_level_resources(&mut self, signal: &str) -> Option<String> {
+        self.reclaim.as_ref()?.run(signal, &self.recorder)
     }
 
     /// Pods with a non-terminal status that are not already evicted. Pods being killed for

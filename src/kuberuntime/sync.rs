@@ -133,7 +133,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .await?;
         self.start_containers(pod, actions, &sb, &ips, inputs.volumes, result)
             .await;
-        crate::gc::remove_dead_containers(&self.cri, rt).await;
         Ok(())
     }
 

@@ -100,6 +100,11 @@ pub struct Deps {
     pub objects: LocalObjects,
     /// The apiserver's ConfigMaps and Secrets (volumes of API pods).
     pub api_objects: crate::objects::ApiObjects,
+    /// Where each pod's images are registered as in use, for image garbage collection.
+    pub pod_images: crate::gc::images::PodImages,
+    /// Where a pod with more dead containers than the garbage collection policy keeps is
+    /// reported.
+    pub dead_containers: crate::gc::DeadContainers,
 }
 
 /// The pod-sync layer: one per agent, shared by all pod workers, over the runtime manager.
@@ -116,6 +121,8 @@ pub struct PodSync<R: CriRuntime = Cri> {
     probes: ProbeManager,
     objects: LocalObjects,
     api_objects: crate::objects::ApiObjects,
+    pod_images: crate::gc::images::PodImages,
+    dead_containers: crate::gc::DeadContainers,
     /// Each pod's containers' last start failures (kubelet's `ReasonCache`), by pod UID.
     reasons: Mutex<HashMap<String, StartErrors>>,
     /// When each pod was last synced: its next sync acts on a status read after it.
@@ -143,6 +150,8 @@ impl<R: CriRuntime> PodSync<R> {
             probes: deps.probes,
             objects: deps.objects,
             api_objects: deps.api_objects,
+            pod_images: deps.pod_images,
+            dead_containers: deps.dead_containers,
             reasons: Mutex::new(HashMap::new()),
             last_sync: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),

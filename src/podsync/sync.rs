@@ -34,7 +34,16 @@ impl<R: CriRuntime> PodSync<R> {
             self.show_failed(pod, &uid, &failure);
             return Ok(Requeue::Normal);
         }
+        // In use from the first sync, before any image is looked up or pulled.
+        self.pod_images
+            .need(&uid, crate::gc::images::images_of(pod))
+            .await;
         let rt = self.current_status(&uid).await?;
+        self.dead_containers.report(
+            &uid,
+            &rt,
+            crate::gc::containers::ContainerGcPolicy::KUBELET.max_per_pod_container,
+        );
         if active_deadline::check(pod, rt.start_time(), self.clock.epoch_ns()) == Deadline::Exceeded
         {
             return self.deadline_exceeded(pod).await;

@@ -103,8 +103,8 @@ impl<R: CriRuntime> PodSync<R> {
     }
 
     /// Forgets what was kept about a pod that is gone: its waiting reasons, last sync and start
-    /// observation here, its back-offs in the runtime manager, its pod cache entry (handed to
-    /// the PLEG).
+    /// observation here, its back-offs in the runtime manager, its images' registration for
+    /// image garbage collection, its pod cache entry (handed to the PLEG).
     async fn forget_pod(&self, uid: &str) {
         self.reasons
             .lock()
@@ -119,6 +119,7 @@ impl<R: CriRuntime> PodSync<R> {
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
         self.runtime.forget_pod(uid);
+        self.pod_images.forget(uid).await;
         self.cache_feed.forget(uid).await;
         self.refresh_status_metrics();
     }

@@ -108,6 +108,13 @@ impl FakeRuntime {
         self.lock().images.insert(image.into());
     }
 
+    /// The images it holds, sorted.
+    pub fn images(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.lock().images.iter().cloned().collect();
+        v.sort();
+        v
+    }
+
     /// Removes an image from the store (the next use pulls it).
     pub fn remove_image(&self, image: &str) {
         self.lock().images.remove(image);
@@ -592,5 +599,27 @@ impl ImageService for FakeRuntime {
     async fn image_fs_mountpoints(&self) -> CriResult<Vec<String>> {
         self.enter("image_fs_info", "ImageFsInfo".into())?;
         Ok(Vec::new())
+    }
+
+    async fn list_images(&self) -> CriResult<Vec<api::Image>> {
+        self.enter("list_images", "ListImages".into())?;
+        let mut images: Vec<_> = self.lock().images.iter().cloned().collect();
+        images.sort();
+        Ok(images
+            .into_iter()
+            .map(|i| api::Image {
+                id: format!("sha256:{i}"),
+                repo_tags: vec![i],
+                size: 1 << 20,
+                ..Default::default()
+            })
+            .collect())
+    }
+
+    async fn remove_image(&self, id: &str) -> CriResult<()> {
+        self.enter("remove_image", format!("RemoveImage {id}"))?;
+        let name = id.strip_prefix("sha256:").unwrap_or(id).to_owned();
+        self.lock().images.remove(&name);
+        Ok(())
     }
 }

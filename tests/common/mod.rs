@@ -383,6 +383,13 @@ impl Nodelet {
         } else {
             "evictionHard: {memory.available: 100Mi}\n"
         };
+        // Tests share one containerd: only the image garbage collection tests remove images (on
+        // a disk more than 85% used, every agent's image GC would remove the others' images).
+        let image_gc = if self.extra_config.contains("imageGC") {
+            ""
+        } else {
+            "imageGCHighThresholdPercent: 100\n"
+        };
         // Every agent serves its node API, each on a port of its own.
         let api = if self.extra_config.lines().any(|l| l.starts_with("port:")) {
             String::new()
@@ -390,7 +397,7 @@ impl Nodelet {
             format!("port: {}\n", self.api_port)
         };
         let cfg = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {}\nhealthzPort: {}\npodLogsDir: {}\n{api}{eviction}{}",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\ncontainerRuntimeEndpoint: unix://{}\ncgroupRoot: {}\nhealthzPort: {}\npodLogsDir: {}\n{api}{eviction}{image_gc}{}",
             self.manifests().display(),
             self.socket.display(),
             self.cgroup_root,

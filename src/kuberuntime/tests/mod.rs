@@ -105,6 +105,8 @@ pub(super) fn harness() -> Harness {
             clock: clock.shared(),
             probes: probes.clone(),
             objects,
+            pod_images: Default::default(),
+            dead_containers: Default::default(),
             api_objects: Default::default(),
         },
     );
