@@ -80,7 +80,7 @@ fn unknown_fields_are_named_in_a_warning() {
         .port();
     std::fs::write(
         &path,
-        format!("{HEAD}imageGCHighThresholdPercent: 85\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
+        format!("{HEAD}registryPullQPS: 5\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
     )
     .unwrap();
     let log = dir.path().join("stderr.log");
@@ -121,7 +121,7 @@ fn unknown_fields_are_named_in_a_warning() {
     let status = child.wait().unwrap();
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(
-        stderr.contains("imageGCHighThresholdPercent") && stderr.contains("fancyNewThing"),
+        stderr.contains("registryPullQPS") && stderr.contains("fancyNewThing"),
         "{stderr}"
     );
     assert!(

@@ -63,6 +63,17 @@ fn free_port() -> u16 {
 /// InternalIP, the host's own address; kubelet refuses a loopback `--node-ip`); waits for
 /// `/healthz`.
 pub fn start(bin: &Path, node: &str, socket: &str, kubeconfig: Option<&str>) -> Kubelet {
+    start_with(bin, node, socket, kubeconfig, "")
+}
+
+/// [`start`] with `extra` configuration lines (KubeletConfiguration fields) after the base.
+pub fn start_with(
+    bin: &Path,
+    node: &str,
+    socket: &str,
+    kubeconfig: Option<&str>,
+    extra: &str,
+) -> Kubelet {
     let dir = tempfile::tempdir().unwrap();
     let manifests = dir.path().join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
@@ -78,7 +89,7 @@ pub fn start(bin: &Path, node: &str, socket: &str, kubeconfig: Option<&str>) -> 
     std::fs::write(
         dir.path().join("config.yaml"),
         format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 20s\ncgroupDriver: cgroupfs\ncgroupsPerQOS: true\ncgroupRoot: /kubeletpeer\nfailSwapOn: false\nmaxPods: 250\nhealthzBindAddress: 127.0.0.1\nhealthzPort: {healthz_port}\naddress: {address}\nport: {api_port}\nreadOnlyPort: 0\nevictionHard: {{memory.available: 100Mi}}\nauthentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\nauthorization: {{mode: AlwaysAllow}}\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 20s\ncgroupDriver: cgroupfs\ncgroupsPerQOS: true\ncgroupRoot: /kubeletpeer\nfailSwapOn: false\nmaxPods: 250\nhealthzBindAddress: 127.0.0.1\nhealthzPort: {healthz_port}\naddress: {address}\nport: {api_port}\nreadOnlyPort: 0\nevictionHard: {{memory.available: 100Mi}}\nauthentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\nauthorization: {{mode: AlwaysAllow}}\n{extra}",
             manifests.display()
         ),
     )

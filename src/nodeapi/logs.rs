@@ -151,8 +151,20 @@ pub struct LogRequest {
     pub running: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
-/// The log file of `container` of `pod` (its restart count `restart`), or of the instance
-/// before it when `previous`.
+/// What a container's status says of its instances, for [`log_file`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Instances {
+    /// Its restart count: the newest instance's (its log is `<restart>.log`).
+    pub restart: i32,
+    /// Its state is waiting: the newest instance has ended (a restart's back-off) or none ran.
+    pub waiting: bool,
+    /// It has a `lastState.terminated`.
+    pub last_terminated: bool,
+}
+
+/// The log file of `container` of `pod`, or of its last terminated instance when `previous`
+/// (kubelet's `validateContainerLogStatus`: `--previous` reads `lastState.terminated`, which is
+/// the newest instance itself while the container waits to restart, else the one before it).
 ///
 /// Errors: 400 with kubelet's message when there is no previous instance, or the container has
 /// not started (no file yet).
@@ -160,12 +172,13 @@ pub fn log_file(
     logs_dir: &Path,
     pod: &Pod,
     container: &str,
-    restart: i32,
+    instances: Instances,
     previous: bool,
 ) -> Result<PathBuf, (StatusCode, String)> {
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let restart = instances.restart;
     let n = if previous {
-        if restart == 0 {
+        if !instances.last_terminated || (restart == 0 && !instances.waiting) {
             return Err((
                 StatusCode::BAD_REQUEST,
                 format!(
@@ -173,7 +186,11 @@ pub fn log_file(
                 ),
             ));
         }
-        restart - 1
+        if instances.waiting {
+            restart
+        } else {
+            restart - 1
+        }
     } else {
         restart
     };
@@ -374,6 +391,37 @@ async fn send(tx: &mpsc::Sender<Bytes>, out: Vec<u8>) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn previous_is_the_last_terminated_instance_as_kubelet_reads_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("c")).unwrap();
+        for n in [1, 2] {
+            std::fs::write(tmp.path().join(format!("c/{n}.log")), "x").unwrap();
+        }
+        let pod = Pod::default();
+        let file = |restart, waiting, last_terminated, previous| {
+            let i = Instances {
+                restart,
+                waiting,
+                last_terminated,
+            };
+            log_file(tmp.path(), &pod, "c", i, previous)
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        };
+        // Instance 2 runs: the previous is 1.
+        assert_eq!(file(2, false, true, true).unwrap(), "1.log");
+        assert_eq!(file(2, false, true, false).unwrap(), "2.log");
+        // Instance 2 ended and waits for its restart: it is the previous (lastState).
+        assert_eq!(file(2, true, true, true).unwrap(), "2.log");
+        // Never terminated: no previous.
+        assert_eq!(
+            file(0, false, false, true).unwrap_err().0,
+            StatusCode::BAD_REQUEST
+        );
+        // The instance before the newest was removed (one dead instance is kept).
+        assert!(file(1, false, true, true).is_err());
+    }
 
     fn params(q: &[(&str, &str)]) -> Vec<(String, String)> {
         q.iter()

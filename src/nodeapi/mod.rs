@@ -285,10 +285,11 @@ impl NodeApi {
     }
 }
 
-/// The container `name` of `pod`: its restart count and its runtime ID (empty before it ran).
+/// The container `name` of `pod`: what its status says of its instances, and its runtime ID
+/// (empty before it ran).
 ///
 /// Errors: 404 naming the container and the pod.
-fn container_of(pod: &Pod, name: &str) -> Result<(i32, String), Refusal> {
+fn container_of(pod: &Pod, name: &str) -> Result<(logs::Instances, String), Refusal> {
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let in_spec = pod.spec.iter().any(|s| {
         s.containers
@@ -310,7 +311,17 @@ fn container_of(pod: &Pod, name: &str) -> Result<(i32, String), Refusal> {
             .find(|c| c.name == name)
             .cloned()
     });
-    let restart = st.as_ref().map_or(0, |c| c.restart_count);
+    let instances = logs::Instances {
+        restart: st.as_ref().map_or(0, |c| c.restart_count),
+        waiting: st
+            .as_ref()
+            .and_then(|c| c.state.as_ref())
+            .is_none_or(|s| s.waiting.is_some()),
+        last_terminated: st
+            .as_ref()
+            .and_then(|c| c.last_state.as_ref())
+            .is_some_and(|l| l.terminated.is_some()),
+    };
     let id = st
         .and_then(|c| c.container_id)
         .map(|id| {
@@ -318,7 +329,7 @@ fn container_of(pod: &Pod, name: &str) -> Result<(i32, String), Refusal> {
                 .map_or(id.clone(), |(_, i)| i.to_owned())
         })
         .unwrap_or_default();
-    Ok((restart, id))
+    Ok((instances, id))
 }
 
 async fn container_logs(
@@ -334,12 +345,12 @@ async fn container_logs(
         Ok(p) => p,
         Err((code, m)) => return plain(code, m),
     };
-    let (restart, id) = match container_of(&pod, &container) {
+    let (instances, id) = match container_of(&pod, &container) {
         Ok(c) => c,
         Err((code, m)) => return plain(code, m),
     };
     let dir = crate::kuberuntime::sandbox::pod_logs_dir(&api.settings, &pod);
-    let path: PathBuf = match logs::log_file(&dir, &pod, &container, restart, options.previous) {
+    let path: PathBuf = match logs::log_file(&dir, &pod, &container, instances, options.previous) {
         Ok(p) => p,
         Err((code, m)) => return plain(code, m),
     };

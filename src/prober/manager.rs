@@ -39,6 +39,28 @@ struct PodProbes {
     /// The pod's IPs, updated on every sync.
     ips: Arc<RwLock<Vec<String>>>,
     tasks: Vec<JoinHandle<()>>,
+    /// The metric series its workers write (kubelet deletes them when a worker stops).
+    series: Vec<ProbeDurationLabel>,
+}
+
+impl PodProbes {
+    /// Stops the workers and removes their series from `prober_probe_total` (every result)
+    /// and `prober_probe_duration_seconds`: a gone pod leaves no label set behind.
+    fn stop(self, metrics: &Metrics) {
+        self.tasks.iter().for_each(JoinHandle::abort);
+        for d in self.series {
+            for result in ["successful", "failed", "unknown"] {
+                metrics.probe_total.remove(&ProbeLabel {
+                    probe_type: d.probe_type.clone(),
+                    result: result.into(),
+                    container: d.container.clone(),
+                    pod: d.pod.clone(),
+                    namespace: d.namespace.clone(),
+                });
+            }
+            metrics.probe_duration.remove(&d);
+        }
+    }
 }
 
 struct Inner {
@@ -126,11 +148,12 @@ impl ProbeManager {
             }
         }
         if let Some(old) = pods.remove(&uid) {
-            old.tasks.iter().for_each(JoinHandle::abort);
+            old.stop(&self.0.metrics);
             self.0.results.remove_pod(&uid);
         }
         let ips = Arc::new(RwLock::new(ips.to_vec()));
         let mut tasks = Vec::new();
+        let mut series = Vec::new();
         for c in probed_containers(pod) {
             for kind in [
                 ProbeKind::Startup,
@@ -141,6 +164,12 @@ impl ProbeManager {
                     continue;
                 };
                 debug!(pod = %pod_ref(pod), uid, container = %c.name, kind = kind.as_str(), "starting probe worker");
+                series.push(ProbeDurationLabel {
+                    probe_type: kind.as_str().into(),
+                    container: c.name.clone(),
+                    pod: pod.metadata.name.clone().unwrap_or_default(),
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                });
                 tasks.push(tokio::spawn(run_worker(
                     self.0.clone(),
                     pod.clone(),
@@ -158,12 +187,14 @@ impl ProbeManager {
                     version,
                     ips,
                     tasks,
+                    series,
                 },
             );
         }
     }
 
-    /// Stops the pod's workers and forgets their results (the pod is gone or failed).
+    /// Stops the pod's workers and forgets their results and metric series (the pod is gone or
+    /// failed).
     pub fn remove_pod(&self, uid: &str) {
         let removed = self
             .0
@@ -172,7 +203,7 @@ impl ProbeManager {
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
         if let Some(p) = removed {
-            p.tasks.iter().for_each(JoinHandle::abort);
+            p.stop(&self.0.metrics);
         }
         self.0.results.remove_pod(uid);
     }
@@ -393,5 +424,37 @@ mod tests {
         assert!(metrics
             .encode()
             .contains("nodelet_channel_full_total{channel=\"probe_results\"} 1"));
+    }
+
+    #[tokio::test]
+    async fn a_removed_pod_leaves_no_probe_series() {
+        let clock = crate::clock::FakeClock::new(0);
+        let runtime = crate::testing::runtime::FakeRuntime::new(clock.clone());
+        let metrics = Metrics::new();
+        let (tx, _rx) = crossbeam_channel::bounded(8);
+        let m = ProbeManager::new(ProbeDeps {
+            ctx: HandlerContext::new(crate::prober::handlers::exec_fn(runtime)).unwrap(),
+            cache: PodCache::default(),
+            updates: tx,
+            recorder: Recorder::default(),
+            metrics: metrics.clone(),
+            clock: clock.shared(),
+        });
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                "readinessProbe": {"exec": {"command": ["true"]}}}]}
+        }))
+        .unwrap();
+        m.update_pod(&Arc::new(pod.clone()), &[]);
+        m.0.count(&pod, "c", ProbeKind::Readiness, "successful", 0.01);
+        m.0.count(&pod, "c", ProbeKind::Readiness, "failed", 0.01);
+        assert!(metrics.encode_probes().contains("pod=\"web\""));
+        m.remove_pod("u");
+        assert!(
+            !metrics.encode_probes().contains("pod=\"web\""),
+            "{}",
+            metrics.encode_probes()
+        );
     }
 }
