@@ -454,9 +454,7 @@ fn run_nodelet(rt: &tokio::runtime::Runtime, cri: &Cri, pods: usize) -> Figures 
     };
     let f = measure(rt, cri, &side, pods);
     wait_gone(rt, cri, node, 120);
-    let mut child = a.child;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(a);
     peer::remove_pods_of(&agent::socket(), node);
     f
 }

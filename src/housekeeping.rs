@@ -65,9 +65,9 @@ impl OrphanScan {
 
 /// The housekeeper the sync loop calls: it starts a pass on `rt` unless one is running, over
 /// the runtime's pods `listed` by the PLEG (listed through `manager` before the PLEG's first
-/// relist), and reports the pods that exist to `gc`. After a pass that read the node for orphans it calls `release_free_heap`, so that
-/// the garbage of a burst of pods (listings, statuses, decoded manifests) leaves the agent's
-/// RSS once the burst is over.
+/// relist), and reports the pods that exist to `gc`. After a pass that read the node for
+/// orphans it calls `release_free_heap`, so that the garbage of a burst of pods (listings,
+/// statuses, decoded manifests) leaves the agent's RSS once the burst is over.
 pub fn housekeeper<R: CriRuntime + Clone>(
     manager: Arc<PodSync<R>>,
     workers: PodWorkers<PodSync<R>>,

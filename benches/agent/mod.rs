@@ -148,6 +148,15 @@ fn spawn(
     child
 }
 
+/// The agent is killed when its `Agent` goes (a benchmark that panics leaves no agent behind;
+/// its pods stay for the next run's clean-up).
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Agent {
     /// SIGKILLs the agent and starts it again on the same configuration, directories and port;
     /// returns once `/healthz` answers.

@@ -95,16 +95,27 @@ struct Unit<'a> {
     dead: Vec<&'a api::Container>,
 }
 
+/// The pods that exist, as housekeeping last saw them.
+#[derive(Debug, Clone, Copy)]
+pub struct Existing<'a> {
+    /// The UIDs of the pods some source wants or a worker still handles.
+    pub uids: &'a HashSet<String>,
+    /// When that was seen (wall clock, nanoseconds since the epoch): a pod whose newest sandbox
+    /// is younger may have come since (a pod is desired before its sandbox is made), and is not
+    /// judged gone.
+    pub as_of_ns: i64,
+}
+
 /// The pass over the runtime's full `sandboxes` and `containers` listings (label filters none)
 /// at `now_ns` (wall clock, the runtime's `created_at` scale): this node's pods only (sandbox
-/// label `nodelet.io/node-name` = `node_name`). `existing`: the UIDs of the pods some source
-/// wants or a worker still handles; `None` before every source has reported, when no pod is
-/// treated as gone (kubelet's `allSourcesReady`). `logs_dir`: `podLogsDir`.
+/// label `nodelet.io/node-name` = `node_name`). A pod is gone when it is not in `existing` and
+/// its sandboxes are older than that list; `existing` is `None` before every source has
+/// reported, when no pod is gone (kubelet's `allSourcesReady`). `logs_dir`: `podLogsDir`.
 pub fn plan(
     sandboxes: &[api::PodSandbox],
     containers: &[api::Container],
     node_name: &str,
-    existing: Option<&HashSet<String>>,
+    existing: Option<Existing>,
     policy: ContainerGcPolicy,
     now_ns: i64,
     logs_dir: &Path,
@@ -114,7 +125,17 @@ pub fn plan(
         .filter(|s| s.labels.get(labels::NODE_NAME).map(String::as_str) == Some(node_name))
         .map(|s| (s.id.as_str(), s))
         .collect();
-    let gone = |uid: &str| existing.is_some_and(|e| !e.contains(uid));
+    let mut newest: HashMap<&str, i64> = HashMap::new();
+    for s in ours.values() {
+        let uid = s.labels.get(labels::POD_UID).map_or("", String::as_str);
+        let t = newest.entry(uid).or_insert(s.created_at);
+        *t = (*t).max(s.created_at);
+    }
+    let gone = |uid: &str| {
+        existing.is_some_and(|e| {
+            !e.uids.contains(uid) && newest.get(uid).is_some_and(|t| *t < e.as_of_ns)
+        })
+    };
     let min_age_ns = crate::clock::duration_ns(policy.min_age);
     // Dead containers of our pods, grouped by (pod UID, container name).
     let mut units: HashMap<(&str, &str), Unit> = HashMap::new();
@@ -332,7 +353,10 @@ mod tests {
             &sbs,
             &cs,
             "n",
-            Some(&existing),
+            Some(Existing {
+                uids: &existing,
+                as_of_ns: 10,
+            }),
             ContainerGcPolicy::KUBELET,
             10,
             logs,
@@ -347,7 +371,10 @@ mod tests {
             &sbs,
             &cs,
             "n",
-            Some(&existing),
+            Some(Existing {
+                uids: &existing,
+                as_of_ns: 10,
+            }),
             ContainerGcPolicy::ALL_DEAD,
             10,
             logs,
@@ -358,9 +385,20 @@ mod tests {
             min_age: Duration::from_secs(1),
             ..ContainerGcPolicy::KUBELET
         };
-        assert!(plan(&sbs, &cs, "n", Some(&existing), young, 10, logs)
-            .containers
-            .is_empty());
+        assert!(plan(
+            &sbs,
+            &cs,
+            "n",
+            Some(Existing {
+                uids: &existing,
+                as_of_ns: 10
+            }),
+            young,
+            10,
+            logs
+        )
+        .containers
+        .is_empty());
     }
 
     #[test]
@@ -383,7 +421,10 @@ mod tests {
             &sbs,
             &cs,
             "n",
-            Some(&existing),
+            Some(Existing {
+                uids: &existing,
+                as_of_ns: 10,
+            }),
             ContainerGcPolicy::KUBELET,
             10,
             logs,
@@ -391,6 +432,20 @@ mod tests {
         // kept: its old sandbox s3 still holds k1 (the dead instance kept).
         assert_eq!(ids(&p), (vec!["g1"], vec!["s2", "s1"]));
         assert_eq!(p.sandboxes[0].1, Why::DeletedPod);
+        // A pod newer than the list of existing pods is not judged by it.
+        let p = plan(
+            &sbs,
+            &cs,
+            "n",
+            Some(Existing {
+                uids: &existing,
+                as_of_ns: 2,
+            }),
+            ContainerGcPolicy::KUBELET,
+            10,
+            logs,
+        );
+        assert_eq!(ids(&p), (vec![], vec!["s1"]));
         // Before every source reported, no pod is gone.
         let p = plan(&sbs, &cs, "n", None, ContainerGcPolicy::KUBELET, 10, logs);
         assert_eq!(ids(&p), (vec![], vec!["s1"]));
@@ -409,7 +464,18 @@ mod tests {
             ..ContainerGcPolicy::KUBELET
         };
         let existing: HashSet<String> = ["u1".into()].into();
-        let p = plan(&sbs, &cs, "n", Some(&existing), cap, 10, Path::new("/l"));
+        let p = plan(
+            &sbs,
+            &cs,
+            "n",
+            Some(Existing {
+                uids: &existing,
+                as_of_ns: 10,
+            }),
+            cap,
+            10,
+            Path::new("/l"),
+        );
         assert_eq!(ids(&p).0, ["a1", "b1"]);
     }
 }

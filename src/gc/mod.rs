@@ -122,8 +122,8 @@ pub struct GarbageCollector<R: CriRuntime + Clone> {
     container_pass: tokio::sync::Mutex<()>,
     pod_images: PodImages,
     /// The pods that exist (desired, or still handled by a worker), as housekeeping last saw
-    /// them; `None` until every source has reported.
-    existing: Mutex<Option<HashSet<String>>>,
+    /// them, and when (wall clock, ns); `None` until every source has reported.
+    existing: Mutex<Option<(HashSet<String>, i64)>>,
     metrics: Arc<Metrics>,
     recorder: Recorder,
     clock: SharedClock,
@@ -163,7 +163,8 @@ impl<R: CriRuntime + Clone> GarbageCollector<R> {
     /// Housekeeping's report of the pods that exist (written by housekeeping alone, once every
     /// source has reported): a pod not in it is gone, and its dead containers and sandboxes go.
     pub fn set_existing(&self, uids: HashSet<String>) {
-        *self.existing.lock().unwrap_or_else(|e| e.into_inner()) = Some(uids);
+        let at = self.clock.epoch_ns();
+        *self.existing.lock().unwrap_or_else(|e| e.into_inner()) = Some((uids, at));
     }
 
     /// A container pass with `policy`, over the whole node or over the pod `only`: removes
@@ -190,16 +191,23 @@ impl<R: CriRuntime + Clone> GarbageCollector<R> {
             self.cri.list_pod_sandbox(filter.clone()),
             self.cri.list_containers(filter)
         )?;
-        let existing = self
+        let mut existing = self
             .existing
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        if let (Some((uids, _)), Some(uid)) = (&mut existing, only) {
+            // Its worker asked: it exists.
+            uids.insert(uid.to_owned());
+        }
         let plan = containers::plan(
             &sandboxes,
             &containers,
             &self.settings.node_name,
-            existing.as_ref(),
+            existing.as_ref().map(|(uids, at)| containers::Existing {
+                uids,
+                as_of_ns: *at,
+            }),
             policy,
             self.clock.epoch_ns(),
             &self.settings.pod_logs_dir,
