@@ -191,30 +191,20 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let _ = stats_slot.set(node_stats(&core, &config, &flags, imagefs.clone()));
     let objects = crate::objects::LocalObjects::default();
     let api_objects = crate::objects::ApiObjects::default();
-    let pod_images = crate::gc::images::PodImages::default();
-    let (dead_containers, dead_rx) = crate::gc::DeadContainers::channel(core.metrics.clone());
-    let (manager, probe_rx) = start_runtime_manager(
+    let (manager, probe_rx, to_gc) = start_runtime_manager(
         &core,
         settings,
         &pleg,
         cache,
         (objects.clone(), api_objects.clone()),
-        (pod_images.clone(), dead_containers),
     )?;
-    let gc = start_garbage_collector(
-        &core,
-        &config,
-        &flags,
-        imagefs.clone(),
-        (pod_images, dead_rx),
-    );
-    let client = cluster_client.clone();
+    let gc = start_garbage_collector(&core, &config, &flags, imagefs.clone(), to_gc);
     start_node_api(
         &core,
         &config,
         &flags,
         (&manager, local_socket),
-        client,
+        cluster_client.clone(),
         &pleg_slot,
         &stats_slot,
     )?;
@@ -693,16 +683,25 @@ fn start_pleg(
     (pleg, cache, pleg_rx)
 }
 
+/// What the pod workers hand the garbage collector: the images of admitted pods, and the pods
+/// with dead containers to remove.
+type ToGc = (
+    crate::gc::images::PodImages,
+    tokio::sync::mpsc::Receiver<String>,
+);
+
 /// The runtime manager (pod spec → CRI calls) with its probe manager, under the pod-sync layer
-/// the pod workers call; returns the layer and the probe results channel the sync loop reads.
+/// the pod workers call; returns the layer, the probe results channel the sync loop reads, and
+/// what the workers hand the garbage collector.
 fn start_runtime_manager(
     core: &Core,
     settings: Settings,
     pleg: &Pleg,
     cache: PodCache,
     (objects, api_objects): (crate::objects::LocalObjects, crate::objects::ApiObjects),
-    (pod_images, dead_containers): (crate::gc::images::PodImages, crate::gc::DeadContainers),
-) -> Result<(Arc<PodSync>, Receiver<ProbeResult>), AgentError> {
+) -> Result<(Arc<PodSync>, Receiver<ProbeResult>, ToGc), AgentError> {
+    let pod_images = crate::gc::images::PodImages::default();
+    let (dead_containers, dead_rx) = crate::gc::DeadContainers::channel(core.metrics.clone());
     // The probe channel: its producer is the probe manager's workers.
     let (probe_tx, probe_rx) = crossbeam_channel::bounded(crate::prober::manager::UPDATES_CAPACITY);
     let probes = crate::prober::ProbeManager::new(crate::prober::manager::ProbeDeps {
@@ -743,11 +742,11 @@ fn start_runtime_manager(
             probes,
             objects,
             api_objects,
-            pod_images,
+            pod_images: pod_images.clone(),
             dead_containers,
         },
     );
-    Ok((Arc::new(layer), probe_rx))
+    Ok((Arc::new(layer), probe_rx, (pod_images, dead_rx)))
 }
 
 /// The garbage collector ([`crate::gc`]) on its own task: containers every
@@ -760,10 +759,7 @@ fn start_garbage_collector(
     config: &Config,
     flags: &Flags,
     imagefs: Option<PathBuf>,
-    (pod_images, dead): (
-        crate::gc::images::PodImages,
-        tokio::sync::mpsc::Receiver<String>,
-    ),
+    (pod_images, dead): ToGc,
 ) -> Arc<crate::gc::GarbageCollector<Cri>> {
     let sandbox_image = core
         .rt
