@@ -713,6 +713,8 @@ mod tests {
         terminating: Vec<String>,
         pods: Vec<(Arc<Pod>, i64, i64)>,
         killed: Vec<(String, i64, String)>,
+        /// Observe `imagefs.available` instead of memory; a reclaim frees this much.
+        disk_reclaim: Option<i64>,
     }
 
     impl EvictionNode for FakeNode {
@@ -726,14 +728,24 @@ mod tests {
                     self.available = v;
                 }
             }
+            let signal = if self.disk_reclaim.is_some() {
+                "imagefs.available"
+            } else {
+                "memory.available"
+            };
             [(
-                "memory.available".to_string(),
+                signal.to_string(),
                 Observation {
                     available: self.available,
                     capacity: 1 << 30,
                 },
             )]
             .into()
+        }
+        fn reclaim_node_level_resources(&mut self, _signal: &str) -> Option<String> {
+            let frees = self.disk_reclaim.filter(|f| *f > 0)?;
+            self.available += frees;
+            Some(format!("{frees} bytes"))
         }
         fn active_pods(&self) -> Vec<Arc<Pod>> {
             let killed: HashSet<&str> = self.killed.iter().map(|k| k.0.as_str()).collect();
@@ -806,6 +818,34 @@ mod tests {
             value: ThresholdValue::Quantity(mib << 20),
             grace_period: Duration::from_secs(grace_s),
             min_reclaim: None,
+        }
+    }
+
+    #[test]
+    fn disk_pressure_reclaims_first_and_evicts_only_when_that_was_not_enough() {
+        let disk = |mib| Threshold {
+            signal: "imagefs.available".into(),
+            ..threshold(mib, 0)
+        };
+        for (frees, evicts) in [(60 << 20, false), (10 << 20, true), (0, true)] {
+            let node = FakeNode {
+                available: 50 << 20,
+                disk_reclaim: Some(frees),
+                pods: vec![(pod("p", 30, None), 1 << 20, 0)],
+                ..Default::default()
+            };
+            let mut m = manager(vec![disk(100)], node);
+            let e = m.synchronize(Instant::now(), None);
+            assert_eq!(e.is_some(), evicts, "a reclaim of {frees} bytes");
+            let reclaims = m.pressure.view().reclaims;
+            assert_eq!(reclaims.len(), usize::from(frees > 0));
+            if let Some(r) = reclaims.front() {
+                assert_eq!(
+                    (r.signal.as_str(), r.resolved),
+                    ("imagefs.available", !evicts)
+                );
+                assert_eq!(r.available_after, (50 << 20) + frees);
+            }
         }
     }
 
