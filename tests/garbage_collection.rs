@@ -118,16 +118,36 @@ fn a_pod_removed_while_the_agent_was_down_leaves_nothing() {
     assert!(pod_dir.join("volumes").exists() && !pod_cgroup_dirs(&n.cgroup_root, &uid).is_empty());
 
     // Leftovers of a crash in the middle of a clean-up: a pod directory and a log directory with
-    // no sandbox left, and a pod directory holding a mount another process made (busy).
+    // no sandbox left, and a pod directory holding a bind mount another process made (busy: the
+    // mount's source keeps its files). Hostile entries: a pod directory that is a symlink, and a
+    // volume plugin directory that is one; what they point to stays.
     let ghost = "0c4d1f2e-7a7b-4c55-9d1e-5b0d7c6a1111";
     let busy = "0c4d1f2e-7a7b-4c55-9d1e-5b0d7c6a2222";
+    let outside = tempfile::tempdir().unwrap();
+    let keep = outside
+        .path()
+        .join("volumes/kubernetes.io~empty-dir/precious");
+    std::fs::create_dir_all(&keep).unwrap();
+    std::fs::write(keep.join("file"), "keep").unwrap();
+    let linked = n.root().join("pods/0c4d1f2e-7a7b-4c55-9d1e-5b0d7c6a3333");
+    std::fs::create_dir_all(n.root().join("pods")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &linked).unwrap();
+    let plugin_linked = n
+        .root()
+        .join("pods/0c4d1f2e-7a7b-4c55-9d1e-5b0d7c6a4444/volumes");
+    std::fs::create_dir_all(&plugin_linked).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("volumes/kubernetes.io~empty-dir"),
+        plugin_linked.join("kubernetes.io~empty-dir"),
+    )
+    .unwrap();
     std::fs::create_dir_all(n.root().join("pods").join(ghost).join("volumes")).unwrap();
     let ghost_logs = n.logs().join(format!("default_ghost_{ghost}"));
     std::fs::create_dir_all(ghost_logs.join("c")).unwrap();
     std::fs::write(ghost_logs.join("c/0.log"), "x").unwrap();
-    let busy_mount = n.root().join("pods").join(busy).join("held");
+    let busy_mount = n.root().join("pods").join(busy).join("plugins/held");
     std::fs::create_dir_all(&busy_mount).unwrap();
-    mount_tmpfs(&busy_mount);
+    bind_mount(outside.path(), &busy_mount);
     let _unmount = Unmount(busy_mount.clone());
 
     n.kill9();
@@ -145,6 +165,8 @@ fn a_pod_removed_while_the_agent_was_down_leaves_nothing() {
                 && !log_dir.exists()
                 && !n.root().join("pods").join(ghost).exists()
                 && !ghost_logs.exists()
+                && std::fs::symlink_metadata(&linked).is_err()
+                && !plugin_linked.exists()
         },
     );
     eprintln!(
@@ -175,6 +197,11 @@ fn a_pod_removed_while_the_agent_was_down_leaves_nothing() {
         n.log()
     );
     assert!(busy_mount.exists());
+    assert_eq!(
+        std::fs::read_to_string(keep.join("file")).unwrap(),
+        "keep",
+        "nothing behind a symlink or inside a mount is removed"
+    );
     // Once the mount is gone, a retry (back-off 2 s, 4 s, 8 s...) removes it.
     unmount(&busy_mount);
     wait_until(
@@ -185,14 +212,15 @@ fn a_pod_removed_while_the_agent_was_down_leaves_nothing() {
     assert!(n.log().contains("removed orphaned pod directory at last"));
 }
 
-fn mount_tmpfs(at: &Path) {
+fn bind_mount(from: &Path, at: &Path) {
     let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg("--bind")
+        .arg(from)
         .arg(at)
         .status()
         .unwrap()
         .success();
-    assert!(ok, "mount tmpfs on {}", at.display());
+    assert!(ok, "mount --bind {} {}", from.display(), at.display());
 }
 
 fn unmount(at: &Path) {
@@ -290,6 +318,7 @@ fn image_gc_removes_an_unused_image_and_keeps_the_used_and_the_sandbox_image() {
     let rt = Runtime::new();
     let _restore = RestoreImages::new(&rt);
     pull_listed(&rt, FILLER);
+    pull_listed(&rt, "docker.io/library/busybox:1.35");
     // Any disk is "full" at 1%: each pass frees what it may; images first seen more than 1 s ago.
     let mut n = Nodelet::with_config(
         "gc-images",
@@ -297,6 +326,12 @@ fn image_gc_removes_an_unused_image_and_keeps_the_used_and_the_sandbox_image() {
     );
     n.start();
     n.write_manifest("web.yaml", &sleeper("web", ""));
+    // A pod that names its image in another spelling and needs it only after an init container
+    // has run for a while (pull policy Never: a removed image would leave it waiting).
+    n.write_manifest(
+        "later.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: later}\nspec:\n  terminationGracePeriodSeconds: 1\n  initContainers:\n  - {name: wait, image: busybox:1.36, command: [sleep, '6']}\n  containers:\n  - {name: main, image: 'docker.io/busybox:1.35', imagePullPolicy: Never, command: [sleep, '3600']}\n",
+    );
     let uid = n.uid("web");
     n.wait_running(&uid, &["c"], Duration::from_secs(30));
     wait_until(Duration::from_secs(20), "the filler image removed", || {
@@ -314,11 +349,14 @@ fn image_gc_removes_an_unused_image_and_keeps_the_used_and_the_sandbox_image() {
     wait_until(Duration::from_secs(5), "a FreedDiskSpace event", || {
         n.get("/events").unwrap().contains("FreedDiskSpace")
     });
-    // The pod still runs: nothing it needs went.
+    // The pod still runs: nothing it needs went; the other one starts after its init container.
     assert_eq!(
         common::running_by_name(&n.runtime.containers(&uid)).len(),
         1
     );
+    let later = n.uid("later");
+    n.wait_running(&later, &["main"], Duration::from_secs(30));
+    assert!(has_image(&rt, "docker.io/library/busybox:1.35"));
 }
 
 #[test]

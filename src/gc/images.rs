@@ -199,34 +199,48 @@ impl ImageRecords {
 }
 
 /// A reference as the runtime records it (Docker's normalisation, containerd's
-/// `reference/docker.ParseNormalizedNamed`): a name without a registry is on `docker.io`, an
-/// official image is under `library/`, and a name with neither tag nor digest is `:latest`.
-/// `busybox` → `docker.io/library/busybox:latest`; `127.0.0.1:5000/x:1` stays.
+/// `reference/docker.ParseNormalizedNamed`, then `TagNameOnly`): a name without a registry is on
+/// `docker.io` (`index.docker.io` is the same), an official image there is under `library/`, a
+/// name with neither tag nor digest is `:latest`, and a name with both keeps the digest alone.
+/// `busybox` → `docker.io/library/busybox:latest`; `docker.io/busybox:1.35` →
+/// `docker.io/library/busybox:1.35`; `x:1@sha256:…` → `docker.io/library/x@sha256:…`.
 pub fn normalize_reference(reference: &str) -> String {
-    let (name, suffix) = match reference.find('@') {
-        Some(at) => (&reference[..at], &reference[at..]),
-        None => {
-            let last = reference.rsplit('/').next().unwrap_or(reference);
-            match last.rfind(':') {
-                Some(colon) => {
-                    let cut = reference.len() - last.len() + colon;
-                    (&reference[..cut], &reference[cut..])
-                }
-                None => (reference, ":latest"),
-            }
+    let (named, digest) = match reference.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (reference, None),
+    };
+    // A tag is a `:` after the last `/` (a `:` before it is a registry's port).
+    let last = named.rsplit('/').next().unwrap_or(named);
+    let (name, tag) = match last.rfind(':') {
+        Some(colon) => {
+            let cut = named.len() - last.len() + colon;
+            (&named[..cut], Some(&named[cut + 1..]))
         }
+        None => (named, None),
     };
-    let first = name.split('/').next().unwrap_or("");
-    let has_registry =
-        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
-    let full = if has_registry {
-        name.to_owned()
-    } else if name.contains('/') {
-        format!("docker.io/{name}")
+    let (domain, path) = match name.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            (first, rest.to_owned())
+        }
+        _ => ("docker.io", name.to_owned()),
+    };
+    let domain = if domain == "index.docker.io" {
+        "docker.io"
     } else {
-        format!("docker.io/library/{name}")
+        domain
     };
-    format!("{full}{suffix}")
+    let path = if domain == "docker.io" && !path.contains('/') {
+        format!("library/{path}")
+    } else {
+        path
+    };
+    match (digest, tag) {
+        (Some(d), _) => format!("{domain}/{path}@{d}"),
+        (None, Some(t)) => format!("{domain}/{path}:{t}"),
+        (None, None) => format!("{domain}/{path}:latest"),
+    }
 }
 
 /// The IDs of `images` that `references` (as written in pod specs, or image IDs) name: by
@@ -341,6 +355,21 @@ mod tests {
             ("127.0.0.1:5000/x", "127.0.0.1:5000/x:latest"),
             ("localhost/x", "localhost/x:latest"),
             ("busybox@sha256:ab", "docker.io/library/busybox@sha256:ab"),
+            ("docker.io/busybox:1.35", "docker.io/library/busybox:1.35"),
+            (
+                "index.docker.io/library/busybox",
+                "docker.io/library/busybox:latest",
+            ),
+            ("docker.io/me/app:2", "docker.io/me/app:2"),
+            (
+                "registry.k8s.io/etcd:3.4.23-0@sha256:0b10",
+                "registry.k8s.io/etcd@sha256:0b10",
+            ),
+            (
+                "busybox:1.36@sha256:ab",
+                "docker.io/library/busybox@sha256:ab",
+            ),
+            ("127.0.0.1:5000/x@sha256:ab", "127.0.0.1:5000/x@sha256:ab"),
         ] {
             assert_eq!(normalize_reference(given), want, "{given}");
         }

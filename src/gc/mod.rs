@@ -79,6 +79,10 @@ impl DeadContainers {
     }
 }
 
+/// How long after every source has reported the first image pass runs: the admitted pods'
+/// first syncs register their images meanwhile (a housekeeping period).
+pub const IMAGES_AFTER_SOURCES: Duration = Duration::from_secs(2);
+
 /// What the garbage collector needs to know of the node.
 #[derive(Debug, Clone)]
 pub struct GcSettings {
@@ -409,12 +413,15 @@ impl<R: CriRuntime + Clone> GarbageCollector<R> {
         }
     }
 
-    /// The collector's task: the whole-node container pass every `container_period`, the
-    /// image pass every `imageGCPeriod` (both first at start), and in between a pass over each
-    /// pod a worker reported ([`DeadContainers`]) from `dead`.
+    /// The collector's task: the whole-node container pass every `container_period` (first at
+    /// start), the image pass every `imageGCPeriod` (first [`IMAGES_AFTER_SOURCES`] after every
+    /// source has reported), and in between a pass over each pod a worker reported
+    /// ([`DeadContainers`]) from `dead`.
     pub async fn run(self: Arc<Self>, mut dead: tokio::sync::mpsc::Receiver<String>) {
         let mut next_containers = self.clock.now();
-        let mut next_images = self.clock.now();
+        // Image passes wait for every source to have reported and the admitted pods' first
+        // syncs to have registered their images (one housekeeping period after).
+        let mut next_images: Option<Instant> = None;
         loop {
             let now = self.clock.now();
             if now >= next_containers {
@@ -426,16 +433,20 @@ impl<R: CriRuntime + Clone> GarbageCollector<R> {
                 }
                 next_containers = self.clock.now() + self.settings.container_period;
             }
-            if now >= next_images {
+            if next_images.is_none() && self.existing_known() {
+                next_images = Some(now + IMAGES_AFTER_SOURCES);
+            }
+            if next_images.is_some_and(|t| now >= t) {
                 if let Err(e) = self.collect_images().await {
                     warn!(error = %e, "image garbage collection failed");
                     self.recorder
                         .warning("node", "ImageGCFailed", e.to_string());
                 }
-                next_images = self.clock.now() + self.settings.images.period;
+                next_images = Some(self.clock.now() + self.settings.images.period);
             }
+            let next = next_images.unwrap_or(now + IMAGES_AFTER_SOURCES);
             let wait = next_containers
-                .min(next_images)
+                .min(next)
                 .saturating_duration_since(self.clock.now());
             tokio::select! {
                 uid = dead.recv() => match uid {
@@ -449,6 +460,13 @@ impl<R: CriRuntime + Clone> GarbageCollector<R> {
                 () = crate::clock::sleep(wait) => {}
             }
         }
+    }
+
+    fn existing_known(&self) -> bool {
+        self.existing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 }
 
@@ -529,9 +547,13 @@ impl OrphanedDirs {
         }
         for e in read_dir(pod_logs_dir) {
             let name = e.file_name().to_string_lossy().into_owned();
-            let uid = name.rsplit('_').next().unwrap_or("").to_owned();
-            if name.split('_').count() == 3 && e.path().is_dir() {
-                candidates.push((uid, e.path(), false));
+            let parts: Vec<&str> = name.split('_').collect();
+            let pod_like = parts.len() == 3
+                && parts[..2]
+                    .iter()
+                    .all(|p| !p.is_empty() && !p.starts_with('.'));
+            if pod_like {
+                candidates.push((parts[2].to_owned(), e.path(), false));
             }
         }
         let mut removed = Vec::new();
@@ -543,10 +565,12 @@ impl OrphanedDirs {
             if self.stuck.get(&path).is_some_and(|s| s.next > now) {
                 continue;
             }
-            if is_pod_dir {
+            // A symlink is removed as such (never followed); volumes are torn down in a real
+            // pod directory only.
+            if is_pod_dir && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
                 crate::volume::tear_down_pod(&path);
             }
-            match std::fs::remove_dir_all(&path) {
+            match crate::volume::removal::remove_all_one_filesystem(&path) {
                 Ok(()) => {
                     if let Some(s) = self.stuck.remove(&path) {
                         info!(uid, path = %path.display(), tries = s.failures + 1, "removed orphaned pod directory at last");

@@ -87,11 +87,11 @@ impl<R: CriRuntime> PodSync<R> {
             // The pod's containers are gone: its volumes can go (tmpfs unmounted) before its
             // directory.
             crate::volume::tear_down_pod(&dir);
+            // On their own filesystem only: a mount left inside stays, with its source's files
+            // (housekeeping retries the directory with back-off).
             for dir in [logs, dir] {
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        warn!(pod = %pod, uid = %uid, path = %dir.display(), error = %e, "cannot remove pod directory");
-                    }
+                if let Err(e) = crate::volume::removal::remove_all_one_filesystem(&dir) {
+                    warn!(pod = %pod, uid = %uid, path = %dir.display(), error = %e, "cannot remove pod directory");
                 }
             }
             cm.remove_pod(&uid);

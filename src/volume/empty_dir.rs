@@ -67,7 +67,9 @@ pub fn ensure_tmpfs(dir: &Path, size: Option<i128>) -> Result<(), String> {
     .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))
 }
 
-/// Unmounts `dir` if something is mounted there, then removes it and what it holds.
+/// Unmounts `dir` if something is mounted there, then removes it and what it holds, on its own
+/// filesystem only ([`super::removal::remove_all_one_filesystem`]: a mount inside is left, with
+/// its source's files).
 pub fn remove_volume_dir(dir: &Path) {
     if is_mount_point(dir) {
         if let Err(e) = umount2(dir, MntFlags::MNT_DETACH) {
@@ -75,10 +77,8 @@ pub fn remove_volume_dir(dir: &Path) {
             return;
         }
     }
-    if let Err(e) = std::fs::remove_dir_all(dir) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            warn!(path = %dir.display(), error = %e, "cannot remove volume");
-        }
+    if let Err(e) = super::removal::remove_all_one_filesystem(dir) {
+        warn!(path = %dir.display(), error = %e, "cannot remove volume");
     }
 }
 

@@ -23,6 +23,7 @@ pub mod host_path;
 pub mod metrics;
 pub mod mounts;
 pub mod projected;
+pub mod removal;
 pub mod secret;
 
 use std::collections::BTreeMap;
@@ -254,15 +255,29 @@ pub fn pod_volume_dirs(pod: &Pod, pod_dir: &Path) -> Vec<(String, PathBuf, bool)
 }
 
 /// Tears down every volume under `pod_dir` (after the pod's containers are gone), so that the
-/// pod directory can be removed: tmpfs volumes are unmounted first.
+/// pod directory can be removed: tmpfs volumes are unmounted first. Only real directories are
+/// walked: a symlink at the pod directory, its `volumes`, a plugin's directory or a volume is
+/// removed (a volume's) or left (above), never followed, so nothing outside `pod_dir` is touched.
 pub fn tear_down_pod(pod_dir: &Path) {
+    let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    let volumes = volumes_dir(pod_dir);
+    if !real_dir(pod_dir) || !real_dir(&volumes) {
+        return;
+    }
     for p in PLUGINS {
-        let base = volumes_dir(pod_dir).join(p.dir_name());
+        let base = volumes.join(p.dir_name());
+        if !real_dir(&base) {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(&base) else {
             continue;
         };
         for e in entries.flatten() {
-            p.tear_down(&e.path());
+            if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                let _ = std::fs::remove_file(e.path());
+            } else {
+                p.tear_down(&e.path());
+            }
         }
     }
 }
