@@ -330,6 +330,22 @@ mod tests {
         }
     }
 
+    /// The plan at time 10 for node `n`, with `existing` as seen at `as_of_ns`.
+    fn at(
+        sbs: &[api::PodSandbox],
+        cs: &[api::Container],
+        existing: &HashSet<String>,
+        as_of_ns: i64,
+        policy: ContainerGcPolicy,
+        logs: &Path,
+    ) -> Plan {
+        let seen = Existing {
+            uids: existing,
+            as_of_ns,
+        };
+        plan(sbs, cs, "n", Some(seen), policy, 10, logs)
+    }
+
     fn ids(p: &Plan) -> (Vec<&str>, Vec<&str>) {
         (
             p.containers.iter().map(|c| c.id.as_str()).collect(),
@@ -349,56 +365,23 @@ mod tests {
         ];
         let existing: HashSet<String> = ["u1".into()].into();
         let logs = Path::new("/logs");
-        let p = plan(
-            &sbs,
-            &cs,
-            "n",
-            Some(Existing {
-                uids: &existing,
-                as_of_ns: 10,
-            }),
-            ContainerGcPolicy::KUBELET,
-            10,
-            logs,
-        );
+        let p = at(&sbs, &cs, &existing, 10, ContainerGcPolicy::KUBELET, logs);
         assert_eq!(ids(&p), (vec!["a2", "a1"], vec![]));
         assert_eq!(
             p.containers[0].log.as_deref(),
             Some(Path::new("/logs/default_web_u1/a/2.log"))
         );
         // Disk pressure: every dead one.
-        let p = plan(
-            &sbs,
-            &cs,
-            "n",
-            Some(Existing {
-                uids: &existing,
-                as_of_ns: 10,
-            }),
-            ContainerGcPolicy::ALL_DEAD,
-            10,
-            logs,
-        );
+        let p = at(&sbs, &cs, &existing, 10, ContainerGcPolicy::ALL_DEAD, logs);
         assert_eq!(ids(&p).0.len(), 4);
         // Too young for min_age.
         let young = ContainerGcPolicy {
             min_age: Duration::from_secs(1),
             ..ContainerGcPolicy::KUBELET
         };
-        assert!(plan(
-            &sbs,
-            &cs,
-            "n",
-            Some(Existing {
-                uids: &existing,
-                as_of_ns: 10
-            }),
-            young,
-            10,
-            logs
-        )
-        .containers
-        .is_empty());
+        assert!(at(&sbs, &cs, &existing, 10, young, logs)
+            .containers
+            .is_empty());
     }
 
     #[test]
@@ -417,34 +400,12 @@ mod tests {
         ];
         let existing: HashSet<String> = ["kept".into()].into();
         let logs = Path::new("/logs");
-        let p = plan(
-            &sbs,
-            &cs,
-            "n",
-            Some(Existing {
-                uids: &existing,
-                as_of_ns: 10,
-            }),
-            ContainerGcPolicy::KUBELET,
-            10,
-            logs,
-        );
+        let p = at(&sbs, &cs, &existing, 10, ContainerGcPolicy::KUBELET, logs);
         // kept: its old sandbox s3 still holds k1 (the dead instance kept).
         assert_eq!(ids(&p), (vec!["g1"], vec!["s2", "s1"]));
         assert_eq!(p.sandboxes[0].1, Why::DeletedPod);
         // A pod newer than the list of existing pods is not judged by it.
-        let p = plan(
-            &sbs,
-            &cs,
-            "n",
-            Some(Existing {
-                uids: &existing,
-                as_of_ns: 2,
-            }),
-            ContainerGcPolicy::KUBELET,
-            10,
-            logs,
-        );
+        let p = at(&sbs, &cs, &existing, 2, ContainerGcPolicy::KUBELET, logs);
         assert_eq!(ids(&p), (vec![], vec!["s1"]));
         // Before every source reported, no pod is gone.
         let p = plan(&sbs, &cs, "n", None, ContainerGcPolicy::KUBELET, 10, logs);
@@ -464,18 +425,7 @@ mod tests {
             ..ContainerGcPolicy::KUBELET
         };
         let existing: HashSet<String> = ["u1".into()].into();
-        let p = plan(
-            &sbs,
-            &cs,
-            "n",
-            Some(Existing {
-                uids: &existing,
-                as_of_ns: 10,
-            }),
-            cap,
-            10,
-            Path::new("/l"),
-        );
+        let p = at(&sbs, &cs, &existing, 10, cap, Path::new("/l"));
         assert_eq!(ids(&p).0, ["a1", "b1"]);
     }
 }

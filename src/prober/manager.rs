@@ -393,12 +393,18 @@ async fn run_worker(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_full_results_channel_drops_the_notification_counts_it_and_keeps_the_result() {
+    /// A manager on a fake runtime whose results channel holds `bound`.
+    fn manager(
+        bound: usize,
+    ) -> (
+        ProbeManager,
+        Arc<Metrics>,
+        crossbeam_channel::Receiver<ProbeResult>,
+    ) {
         let clock = crate::clock::FakeClock::new(0);
         let runtime = crate::testing::runtime::FakeRuntime::new(clock.clone());
         let metrics = Metrics::new();
-        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (tx, rx) = crossbeam_channel::bounded(bound);
         let m = ProbeManager::new(ProbeDeps {
             ctx: HandlerContext::new(crate::prober::handlers::exec_fn(runtime)).unwrap(),
             cache: PodCache::default(),
@@ -407,6 +413,12 @@ mod tests {
             metrics: metrics.clone(),
             clock: clock.shared(),
         });
+        (m, metrics, rx)
+    }
+
+    #[test]
+    fn a_full_results_channel_drops_the_notification_counts_it_and_keeps_the_result() {
+        let (m, metrics, rx) = manager(1);
         let mut pod = Pod::default();
         pod.metadata.uid = Some("u".into());
         m.0.publish(&pod, "c", "id1", ProbeKind::Readiness, Publish::Set(false));
@@ -428,18 +440,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_removed_pod_leaves_no_probe_series() {
-        let clock = crate::clock::FakeClock::new(0);
-        let runtime = crate::testing::runtime::FakeRuntime::new(clock.clone());
-        let metrics = Metrics::new();
-        let (tx, _rx) = crossbeam_channel::bounded(8);
-        let m = ProbeManager::new(ProbeDeps {
-            ctx: HandlerContext::new(crate::prober::handlers::exec_fn(runtime)).unwrap(),
-            cache: PodCache::default(),
-            updates: tx,
-            recorder: Recorder::default(),
-            metrics: metrics.clone(),
-            clock: clock.shared(),
-        });
+        let (m, metrics, _rx) = manager(8);
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "default", "uid": "u"},
             "spec": {"containers": [{"name": "c", "image": "x",
