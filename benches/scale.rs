@@ -1,676 +1,56 @@
-//! Scale (issue 14), one harness for every measurement, each against a baseline in the same
-//! run:
+//! Scale (issues 14 and 36), one harness for every measurement, each against baselines in the
+//! same run: raw CRI (the physical limit) and kubelet v1.20.2 (the peer, `peer::binary`).
 //!
 //! 1. **Burst**, `REPS` interleaved repetitions (default 5): `PODS` one-container busybox pods
 //!    (default 110; requests cpu 10m / memory 16Mi so that 110 of them fit a 2-core node's
 //!    allocatable, limits cpu 500m / memory 64Mi, grace 1 s), manifests renamed into
 //!    staticPodPath at once, timed until containerd reports every container running; then their
-//!    teardown (manifests removed → nothing of them left in the runtime). The baseline: the same
-//!    CRI sequence sent straight to containerd by a client, 16 pods at a time (RunPodSandbox,
-//!    PodSandboxStatus, ImageStatus, CreateContainer, StartContainer; teardown StopPodSandbox,
-//!    RemovePodSandbox). Also counted, from the agent's own metrics: CRI calls per pod start by
-//!    method (`kubelet_runtime_operations_total`), relists during the burst
-//!    (`kubelet_pleg_relist_duration_seconds_count`), nodelet's CPU per pod start, its RSS and
-//!    idle CPU with the pods running, and the whole machine's CPU for each side's starts.
-//! 2. **Resilience at full size** (`RESILIENCE=0` skips), with the last repetition's pods running:
-//!    the agent SIGKILLed and started again (time until `/pods` lists every pod Running,
-//!    containers replaced, restart counts), then containerd stopped for `RUNTIME_DOWN_SECONDS`
-//!    (default 20) and started again (time to report it down on healthz, the metric and the
-//!    node's Ready condition; time to recover; pods lost, replaced or duplicated). Then a
-//!    staticPodPath of 1,000 hostile entries beside 10 good manifests on a fresh agent (time to
-//!    run the 10, bad files reported, RSS before, at peak and after).
+//!    teardown (manifests removed → no container running; for nodelet also → no sandbox left).
+//!    Sides: the same CRI sequence sent straight to containerd by a client, 16 pods at a time
+//!    (RunPodSandbox, PodSandboxStatus, ImageStatus, CreateContainer, StartContainer; teardown
+//!    StopPodSandbox of every pod, then RemovePodSandbox of every pod); nodelet and kubelet in
+//!    turn, each started afresh per repetition (never both at once: kubelet removes every pod
+//!    it did not start). Also counted, from each agent's own metrics (nodelet and kubelet name
+//!    them alike): CRI calls per pod start by method (`kubelet_runtime_operations_total`),
+//!    relists (`kubelet_pleg_relist_duration_seconds`), the agent's CPU per pod start, its RSS
+//!    and idle CPU with the pods running, and the whole machine's CPU for each side's starts.
+//! 2. **Resilience at full size** (`RESILIENCE=0` skips), with nodelet's last repetition's pods
+//!    running ([`resilience`]): the agent SIGKILLed and started again, containerd stopped for
+//!    `RUNTIME_DOWN_SECONDS` (default 20) and started again, and a staticPodPath of 1,000
+//!    hostile entries beside 10 good manifests on a fresh agent.
 //! 3. **A 300-pod node** (`BIG_PODS=N`, default 300, 0 skips; BestEffort pods that wait on one
-//!    `sleep`, `maxPods` above it): start and teardown against the raw client, RSS and idle CPU, and a relist with no
-//!    change timed over `ROUNDS` relists (default 100) by a PLEG in this process, with its CRI
-//!    calls counted, interleaved round by round with its baseline: the same two listings by a
-//!    plain client that does nothing with the answer.
+//!    `sleep`, `maxPods` above it on both agents): start and teardown of raw CRI, nodelet and
+//!    kubelet, RSS and idle CPU, relists at rest from each agent's histogram, the runtime's
+//!    part (the two listings of a relist by a plain client), and nodelet's relist with no change
+//!    timed over `ROUNDS` relists (default 100) by a PLEG in this process, with its CRI calls
+//!    counted, interleaved round by round with the plain listings.
 //!
 //! Run: `cargo bench --bench scale` (needs scripts/env/up.sh; stops and starts its containerd).
-//! `IDLE_SECONDS=N` (default 20). `NODELET_BEFORE=/path/to/nodelet` runs an earlier build as a
-//! third side of the burst, so that a change shows as a ratio in one run.
+//! `IDLE_SECONDS=N` (default 20). `KUBELET=0` skips kubelet. `NODELET_BEFORE=/path/to/nodelet`
+//! runs an earlier build as another side of the bursts, so that a change shows as a ratio.
 // Test code reads the machine's clocks and casts measurements freely.
 #![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
 #[path = "agent/mod.rs"]
 mod agent;
+#[path = "scale/burst.rs"]
+mod burst;
 #[path = "../tests/hostile_dir/mod.rs"]
 mod hostile_dir;
+#[path = "peer/mod.rs"]
+mod peer;
+#[path = "scale/resilience.rs"]
+mod resilience;
 #[path = "../tests/runtime_ctl/mod.rs"]
 mod runtime_ctl;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use nodelet::cri::{api, Cri, ImageService, RuntimeService};
-use nodelet::kuberuntime::container::{container_config, ContainerInputs};
-use nodelet::kuberuntime::labels;
-use nodelet::kuberuntime::sandbox::sandbox_config;
-use nodelet::kuberuntime::Settings;
+use nodelet::cri::{Cri, ImageService, RuntimeService};
 
 use agent::env_usize;
-
-/// The burst's pod: Burstable, one busybox container that exits 0 on SIGTERM.
-fn manifest(name: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; while true; do sleep 1 & wait; done\"]\n    resources: {{requests: {{cpu: 10m, memory: 16Mi}}, limits: {{cpu: 500m, memory: 64Mi}}}}\n"
-    )
-}
-
-/// The 300-pod node's pod: BestEffort (300 requests of 10m would not fit 2 cores), quiet (one
-/// `sleep` for the hour, not a new one every second, so that the relist is timed on an idle
-/// node; on 2026-12-01 it made no difference: p99 36 ms against 40 ms with the forking pods).
-fn best_effort(name: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sh, -c, \"trap 'exit 0' TERM; sleep 3600 & wait\"]\n"
-    )
-}
-
-/// CPU seconds of a process (utime + stime).
-fn cpu_seconds(pid: u32) -> f64 {
-    agent::cpu_seconds(pid, false)
-}
-
-/// Resident set size of a process, MiB.
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
-}
-
-/// CPU seconds of the whole machine (all cores), from /proc/stat.
-fn machine_cpu() -> f64 {
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let first = s.lines().next().unwrap_or("");
-    let v: Vec<f64> = first
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    // user nice system (idle iowait excluded) irq softirq steal
-    (v[0]
-        + v[1]
-        + v[2]
-        + v.get(5).unwrap_or(&0.0)
-        + v.get(6).unwrap_or(&0.0)
-        + v.get(7).unwrap_or(&0.0))
-        / 100.0
-}
-
-/// Counters from an agent's `/metrics`: CRI calls by method and the relist count.
-fn counters(port: u16) -> (BTreeMap<String, f64>, f64) {
-    let mut calls = BTreeMap::new();
-    let mut relists = 0.0;
-    for (l, v) in agent::metric_samples(port, "/metrics") {
-        if let Some(rest) = l.strip_prefix("kubelet_runtime_operations_total{operation_type=\"") {
-            let op = rest.split('"').next().unwrap_or("").to_owned();
-            *calls.entry(op).or_insert(0.0) += v;
-        } else if l.starts_with("kubelet_pleg_relist_duration_seconds_count") {
-            relists = v;
-        }
-    }
-    (calls, relists)
-}
-
-/// Running containers of `node`'s pods (their sandboxes carry the node label) in the runtime.
-async fn running(cri: &Cri, node: &str) -> usize {
-    let sel: HashMap<String, String> = [(labels::NODE_NAME.to_string(), node.to_string())].into();
-    let uids: std::collections::HashSet<String> = cri
-        .list_pod_sandbox(sel)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|s| s.labels.get(labels::POD_UID).cloned())
-        .collect();
-    cri.list_containers(HashMap::new())
-        .await
-        .unwrap_or_default()
-        .iter()
-        .filter(|c| {
-            c.state == api::ContainerState::ContainerRunning as i32
-                && c.labels
-                    .get(labels::POD_UID)
-                    .is_some_and(|u| uids.contains(u))
-        })
-        .count()
-}
-
-/// Sandboxes of `node` in the runtime; `usize::MAX` when the runtime does not answer (so that
-/// a teardown is never taken as done on a failed call).
-async fn sandboxes(cri: &Cri, node: &str) -> usize {
-    let sel: HashMap<String, String> = [(labels::NODE_NAME.to_string(), node.to_string())].into();
-    cri.list_pod_sandbox(sel)
-        .await
-        .map_or(usize::MAX, |s| s.len())
-}
-
-/// One nodelet side's measurements of a repetition.
-#[derive(Default, Clone)]
-struct AgentRun {
-    start: f64,
-    machine_cpu: f64,
-    teardown: f64,
-    cpu_per_pod_ms: f64,
-    /// The kernel's part of it (stime: directories, cgroups, sockets).
-    sys_per_pod_ms: f64,
-    calls: BTreeMap<String, f64>,
-    relists: f64,
-    relists_per_s: f64,
-    rss_mib: f64,
-    idle_cpu_pct: f64,
-    /// Memory cgroups in the kernel when the burst began, live and dying (`/proc/cgroups`).
-    memcgs: u64,
-}
-
-/// Memory cgroups in the kernel (`num_cgroups` of `memory` in `/proc/cgroups`): live ones and
-/// "dying" ones, removed but kept by page cache still charged to them; 0 when unknown.
-fn memory_cgroups() -> u64 {
-    std::fs::read_to_string("/proc/cgroups")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.first() == Some(&"memory")).then(|| f.get(2)?.parse().ok())?
-        })
-        .unwrap_or(0)
-}
-
-/// Polls `f` every 20 ms until it holds; panics naming `what` after `limit`.
-fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A burst of `pods` manifests (`manifest(name)`) on agent `a`: start, idle, and teardown; with
-/// the pods running (after the idle window), `running_hook` is called, for the resilience cases.
-#[allow(clippy::too_many_arguments)]
-fn agent_rep(
-    rt: &tokio::runtime::Runtime,
-    cri: &Cri,
-    a: &mut agent::Agent,
-    pods: usize,
-    idle: Duration,
-    rep: usize,
-    manifest: fn(&str) -> String,
-    running_hook: &mut dyn FnMut(&mut agent::Agent),
-) -> AgentRun {
-    let pid = a.child.id();
-    let (calls0, relists0) = counters(a.port);
-    let (cpu0, sys0) = (cpu_seconds(pid), agent::system_seconds(pid));
-    let stage = a.dir.path().join("stage");
-    std::fs::create_dir_all(&stage).unwrap();
-    for i in 0..pods {
-        std::fs::write(
-            stage.join(format!("p{rep}-{i}.yaml")),
-            manifest(&format!("p{rep}-{i}")),
-        )
-        .unwrap();
-    }
-    let memcgs = memory_cgroups();
-    let m0 = machine_cpu();
-    let t0 = Instant::now();
-    for i in 0..pods {
-        let f = format!("p{rep}-{i}.yaml");
-        std::fs::rename(stage.join(&f), a.manifests.join(&f)).unwrap();
-    }
-    wait_for(Duration::from_secs(600), "nodelet: pods running", || {
-        rt.block_on(running(cri, &a.node)) >= pods
-    });
-    let start = t0.elapsed().as_secs_f64();
-    let machine_cpu = machine_cpu() - m0;
-    let (cpu1, sys1) = (cpu_seconds(pid), agent::system_seconds(pid));
-    let (calls1, relists1) = counters(a.port);
-    let calls: BTreeMap<String, f64> = calls1
-        .iter()
-        .map(|(k, v)| (k.clone(), (v - calls0.get(k).unwrap_or(&0.0)) / pods as f64))
-        .filter(|(_, v)| *v > 0.0)
-        .collect();
-    // Idle with the pods running: settle, then measure.
-    std::thread::sleep(Duration::from_secs(3));
-    let (idle_cpu0, it0) = (cpu_seconds(pid), Instant::now());
-    std::thread::sleep(idle);
-    let idle_cpu_pct = (cpu_seconds(pid) - idle_cpu0) / it0.elapsed().as_secs_f64() * 100.0;
-    let rss = rss_mib(pid);
-    running_hook(a);
-    // Teardown.
-    let t1 = Instant::now();
-    for e in std::fs::read_dir(&a.manifests).unwrap().flatten() {
-        let _ = std::fs::remove_file(e.path());
-    }
-    wait_for(Duration::from_secs(600), "nodelet: teardown", || {
-        rt.block_on(sandboxes(cri, &a.node)) == 0
-    });
-    AgentRun {
-        start,
-        machine_cpu,
-        teardown: t1.elapsed().as_secs_f64(),
-        cpu_per_pod_ms: (cpu1 - cpu0) * 1000.0 / pods as f64,
-        sys_per_pod_ms: (sys1 - sys0) * 1000.0 / pods as f64,
-        calls,
-        relists: relists1 - relists0,
-        relists_per_s: (relists1 - relists0) / start,
-        rss_mib: rss,
-        idle_cpu_pct,
-        memcgs,
-    }
-}
-
-/// The raw CRI side of a repetition.
-struct RawRun {
-    start: f64,
-    machine_cpu: f64,
-    teardown: f64,
-}
-
-/// The raw CRI side: the same pods (`manifest(name)`), 16 at a time.
-fn raw_rep(
-    rt: &tokio::runtime::Runtime,
-    cri: &Cri,
-    pods: usize,
-    rep: usize,
-    manifest: fn(&str) -> String,
-) -> RawRun {
-    let node = format!("raw-{}", std::process::id());
-    let cgroup_root = format!("/nodelet-bench-{node}");
-    for m in nodelet::cm::cgroup_mounts() {
-        std::fs::create_dir_all(m.join(cgroup_root.trim_start_matches('/'))).unwrap();
-    }
-    let logs = tempfile::tempdir().unwrap();
-    let mut settings = Settings::example();
-    settings.node_name = node.clone();
-    settings.pod_logs_dir = logs.path().to_owned();
-    let image = rt
-        .block_on(cri.image_status("busybox:1.36"))
-        .unwrap()
-        .expect("busybox:1.36 pulled")
-        .id;
-    let layout = nodelet::cm::CgroupLayout {
-        root: cgroup_root.clone(),
-        per_qos: true,
-        systemd: false,
-    };
-    let one = |i: usize| {
-        let (settings, image, layout, node) = (&settings, &image, &layout, &node);
-        async move {
-            let mut pod: Pod = serde_yaml::from_str(&manifest(&format!("r{rep}-{i}"))).unwrap();
-            let uid = format!("bench-raw-{rep}-{i}-{}", std::process::id());
-            pod.metadata.uid = Some(uid.clone());
-            pod.metadata.namespace = Some("default".into());
-            pod.metadata.name = Some(format!("r{rep}-{i}-{node}"));
-            pod.spec.as_mut().unwrap().node_name = Some(node.clone());
-            let cgroup = layout.pod_cgroup_parent(&uid, nodelet::qos::pod_qos_class(&pod));
-            for m in nodelet::cm::cgroup_mounts() {
-                let _ = std::fs::create_dir_all(m.join(cgroup.trim_start_matches('/')));
-            }
-            let sb_cfg = sandbox_config(settings, &pod, 0, cgroup);
-            std::fs::create_dir_all(&sb_cfg.log_directory).unwrap();
-            let sb = cri.run_pod_sandbox(sb_cfg.clone(), "").await.unwrap();
-            let ips: Vec<String> = cri
-                .pod_sandbox_status(&sb)
-                .await
-                .unwrap()
-                .and_then(|s| s.network)
-                .map(|n| vec![n.ip])
-                .unwrap_or_default();
-            let _ = cri.image_status("busybox:1.36").await;
-            let c = &pod.spec.as_ref().unwrap().containers[0];
-            let cfg = container_config(
-                settings,
-                &pod,
-                c,
-                &ContainerInputs {
-                    restart_count: 0,
-                    image_ref: image,
-                    pod_ips: &ips,
-                    is_init: false,
-                    env_sources: nodelet::kuberuntime::container::EnvSources {
-                        objects: &Default::default(),
-                    },
-                },
-            )
-            .unwrap();
-            let id = cri.create_container(&sb, cfg, sb_cfg).await.unwrap();
-            cri.start_container(&id).await.unwrap();
-            sb
-        }
-    };
-    let m0 = machine_cpu();
-    let t0 = Instant::now();
-    let ids: Vec<String> = rt.block_on(async {
-        use futures::stream::StreamExt;
-        futures::stream::iter(0..pods)
-            .map(one)
-            .buffer_unordered(16)
-            .collect()
-            .await
-    });
-    let start = t0.elapsed().as_secs_f64();
-    let machine_cpu = machine_cpu() - m0;
-    let t1 = Instant::now();
-    rt.block_on(async {
-        use futures::stream::StreamExt;
-        futures::stream::iter(ids)
-            .map(|sb| async move {
-                let _ = cri.stop_pod_sandbox(&sb).await;
-                let _ = cri.remove_pod_sandbox(&sb).await;
-            })
-            .buffer_unordered(16)
-            .collect::<Vec<()>>()
-            .await
-    });
-    let teardown = t1.elapsed().as_secs_f64();
-    // Removed as nodelet removes a pod cgroup, its page cache reclaimed first, so that the
-    // baseline leaves no more dying memory cgroups behind than nodelet. Not timed.
-    {
-        use nodelet::cm::cgroupfs::{CgroupManager, Cgroupfs, Hierarchies};
-        let _ = Cgroupfs::new(Hierarchies::current()).destroy(&cgroup_root);
-    }
-    RawRun {
-        start,
-        machine_cpu,
-        teardown,
-    }
-}
-
-/// `node`'s pods in the runtime: container IDs and sandbox count by pod UID.
-type NodeState = (BTreeMap<String, Vec<String>>, BTreeMap<String, usize>);
-
-async fn node_state(cri: &Cri, node: &str) -> Result<NodeState, nodelet::cri::CriError> {
-    let sel: HashMap<String, String> = [(labels::NODE_NAME.to_string(), node.to_string())].into();
-    let mut sandboxes: BTreeMap<String, usize> = BTreeMap::new();
-    for s in cri.list_pod_sandbox(sel).await? {
-        if let Some(u) = s.labels.get(labels::POD_UID) {
-            *sandboxes.entry(u.clone()).or_default() += 1;
-        }
-    }
-    let mut containers: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for c in cri.list_containers(HashMap::new()).await? {
-        if let Some(u) = c.labels.get(labels::POD_UID) {
-            if sandboxes.contains_key(u) {
-                containers.entry(u.clone()).or_default().push(c.id);
-            }
-        }
-    }
-    for ids in containers.values_mut() {
-        ids.sort();
-    }
-    Ok((containers, sandboxes))
-}
-
-/// [`node_state`], retried for up to 30 s (the client's connection breaks when containerd
-/// restarts, and its first calls after that fail).
-fn node_state_retried(rt: &tokio::runtime::Runtime, cri: &Cri, node: &str) -> NodeState {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match rt.block_on(node_state(cri, node)) {
-            Ok(s) => return s,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => panic!("CRI after 30 s: {e}"),
-        }
-    }
-}
-
-/// `/pods` of an agent: pods Running with every container running, and the sum of their
-/// containers' restart counts.
-fn api_running(port: u16) -> (usize, i64) {
-    let v: serde_json::Value = reqwest::blocking::get(format!("http://127.0.0.1:{port}/pods"))
-        .and_then(|r| r.json())
-        .unwrap_or_default();
-    let mut running = 0;
-    let mut restarts = 0;
-    for p in v["items"].as_array().into_iter().flatten() {
-        let cs = p["status"]["containerStatuses"].as_array();
-        restarts += cs
-            .into_iter()
-            .flatten()
-            .map(|c| c["restartCount"].as_i64().unwrap_or(0))
-            .sum::<i64>();
-        if p["status"]["phase"] == "Running"
-            && cs.is_some_and(|cs| cs.iter().all(|c| c["state"]["running"].is_object()))
-        {
-            running += 1;
-        }
-    }
-    (running, restarts)
-}
-
-/// Differences between two [`NodeState`]s: pods lost, pods whose containers were replaced, and
-/// pods with more than one sandbox or container.
-fn compare(before: &NodeState, after: &NodeState) -> (usize, usize, usize) {
-    let lost = before
-        .0
-        .keys()
-        .filter(|u| !after.0.contains_key(*u))
-        .count();
-    let replaced = before
-        .0
-        .iter()
-        .filter(|(u, ids)| after.0.get(*u).is_some_and(|a| a != *ids))
-        .count();
-    let duplicated = after.1.values().filter(|n| **n > 1).count()
-        + after.0.values().filter(|ids| ids.len() > 1).count();
-    (lost, replaced, duplicated)
-}
-
-/// After ten seconds of housekeeping, PLEG relists and pod syncs: pods lost, containers
-/// replaced, pods duplicated (see [`compare`]) against `before`, and the sum of the restart
-/// counts in `/pods`.
-fn settled(
-    rt: &tokio::runtime::Runtime,
-    cri: &Cri,
-    a: &agent::Agent,
-    before: &NodeState,
-) -> (usize, usize, usize, i64) {
-    std::thread::sleep(Duration::from_secs(10));
-    let after = node_state_retried(rt, cri, &a.node);
-    let (lost, replaced, duplicated) = compare(before, &after);
-    (lost, replaced, duplicated, api_running(a.port).1)
-}
-
-/// SIGKILL with the pods running, and the agent started again.
-#[derive(Default)]
-struct Kill9 {
-    pods: usize,
-    running_after: f64,
-    lost: usize,
-    replaced: usize,
-    duplicated: usize,
-    restarts: i64,
-}
-
-fn kill9_case(rt: &tokio::runtime::Runtime, cri: &Cri, a: &mut agent::Agent) -> Kill9 {
-    let before = node_state_retried(rt, cri, &a.node);
-    let pods = before.1.len();
-    let t0 = Instant::now();
-    a.kill9_and_restart();
-    wait_for(
-        Duration::from_secs(60),
-        "kill -9: pods Running again",
-        || api_running(a.port).0 >= pods,
-    );
-    let running_after = t0.elapsed().as_secs_f64();
-    let (lost, replaced, duplicated, restarts) = settled(rt, cri, a, &before);
-    Kill9 {
-        pods,
-        running_after,
-        lost,
-        replaced,
-        duplicated,
-        restarts,
-    }
-}
-
-/// containerd stopped with the pods running, and started again.
-#[derive(Default)]
-struct RuntimeDown {
-    pods: usize,
-    down_for: f64,
-    reported_down: f64,
-    recovered: f64,
-    all_running: f64,
-    lost: usize,
-    replaced: usize,
-    duplicated: usize,
-    restarts: i64,
-}
-
-/// healthz status code, `nodelet_container_runtime_up`, and the node's Ready condition status.
-fn runtime_health(port: u16) -> (u16, f64, String) {
-    let code = reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz"))
-        .map(|r| r.status().as_u16())
-        .unwrap_or(0);
-    let up = agent::metric_samples(port, "/metrics")
-        .into_iter()
-        .find(|(l, _)| l.starts_with("nodelet_container_runtime_up "))
-        .map_or(-1.0, |(_, v)| v);
-    let node: serde_json::Value = reqwest::blocking::get(format!("http://127.0.0.1:{port}/node"))
-        .and_then(|r| r.json())
-        .unwrap_or_default();
-    let ready = node["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Ready")
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or_default()
-        .to_owned();
-    (code, up, ready)
-}
-
-fn runtime_down_case(
-    rt: &tokio::runtime::Runtime,
-    cri: &Cri,
-    a: &agent::Agent,
-    down: Duration,
-) -> RuntimeDown {
-    let before = node_state_retried(rt, cri, &a.node);
-    let pods = before.1.len();
-    let pid = runtime_ctl::containerd_pid().expect("containerd pid file");
-    let restart = runtime_ctl::Restart;
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let t0 = Instant::now();
-    wait_for(Duration::from_secs(30), "runtime reported down", || {
-        let (code, up, ready) = runtime_health(a.port);
-        code == 500 && up == 0.0 && ready == "False"
-    });
-    let reported_down = t0.elapsed().as_secs_f64();
-    // The scenario: the runtime stays down for `down`.
-    std::thread::sleep(down.saturating_sub(t0.elapsed()));
-    drop(restart); // up.sh starts containerd again
-    let down_for = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    wait_for(Duration::from_secs(60), "runtime reported up", || {
-        let (code, up, ready) = runtime_health(a.port);
-        code == 200 && up == 1.0 && ready == "True"
-    });
-    let recovered = t1.elapsed().as_secs_f64();
-    wait_for(Duration::from_secs(60), "pods Running again", || {
-        api_running(a.port).0 >= pods
-    });
-    let all_running = t1.elapsed().as_secs_f64();
-    let (lost, replaced, duplicated, restarts) = settled(rt, cri, a, &before);
-    RuntimeDown {
-        pods,
-        down_for,
-        reported_down,
-        recovered,
-        all_running,
-        lost,
-        replaced,
-        duplicated,
-        restarts,
-    }
-}
-
-/// A staticPodPath of 1,000 hostile entries and 10 good manifests on a fresh agent.
-struct Hostile {
-    regular_bad: usize,
-    good_running: f64,
-    reported: f64,
-    reported_later: f64,
-    rss_before: f64,
-    rss_peak: f64,
-    rss_after: f64,
-    healthy: bool,
-}
-
-fn hostile_case(rt: &tokio::runtime::Runtime, cri: &Cri) -> Hostile {
-    let mut a = agent::start(
-        &format!("hostile-{}", std::process::id()),
-        "",
-        std::process::Stdio::null(),
-    );
-    let pid = a.child.id();
-    std::thread::sleep(Duration::from_secs(3));
-    let rss_before = rss_mib(pid);
-    let other = tempfile::tempdir().unwrap();
-    let good = |name: &str| manifest(name);
-    let regular_bad = hostile_dir::write_thousand(&a.manifests, other.path(), &good);
-    let t0 = Instant::now();
-    for i in 0..10 {
-        let stage = a.dir.path().join(format!("good{i}.yaml"));
-        std::fs::write(&stage, manifest(&format!("good{i}"))).unwrap();
-        std::fs::rename(&stage, a.manifests.join(format!("good{i}.yaml"))).unwrap();
-    }
-    let mut peak = rss_before;
-    wait_for(Duration::from_secs(120), "the 10 good pods", || {
-        peak = peak.max(rss_mib(pid));
-        rt.block_on(running(cri, &a.node)) >= 10
-    });
-    let good_running = t0.elapsed().as_secs_f64();
-    let reported = || -> f64 {
-        agent::metric_samples(a.port, "/metrics")
-            .into_iter()
-            .filter(|(l, _)| l.starts_with("nodelet_static_pod_manifest_errors_total{"))
-            .map(|(_, v)| v)
-            .sum()
-    };
-    wait_for(Duration::from_secs(60), "every bad file reported", || {
-        peak = peak.max(rss_mib(pid));
-        reported() >= regular_bad as f64
-    });
-    let first = reported();
-    // Five more listings of the directory (fileCheckFrequency 2 s).
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
-        peak = peak.max(rss_mib(pid));
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let healthy = reqwest::blocking::get(format!("http://127.0.0.1:{}/healthz", a.port))
-        .and_then(|r| r.text())
-        .is_ok_and(|b| b == "ok");
-    let out = Hostile {
-        regular_bad,
-        good_running,
-        reported: first,
-        reported_later: reported(),
-        rss_before,
-        rss_peak: peak,
-        rss_after: rss_mib(pid),
-        healthy,
-    };
-    for e in std::fs::read_dir(&a.manifests).unwrap().flatten() {
-        let _ = std::fs::remove_file(e.path());
-    }
-    wait_for(Duration::from_secs(120), "hostile: teardown", || {
-        rt.block_on(sandboxes(cri, &a.node)) == 0
-    });
-    let _ = a.child.kill();
-    let _ = a.child.wait();
-    let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
-    out
-}
+use burst::{agent_rep, best_effort, manifest, raw_rep, AgentRun, RawRun, Target};
 
 /// What a relist with no change costs on a node, and its baseline.
 struct RelistCost {
@@ -753,15 +133,477 @@ fn list(v: impl IntoIterator<Item = f64>, digits: usize) -> String {
         .join(", ")
 }
 
-/// "a, b, c (ratio x, y, z; median m)" for a side against the raw CRI side.
-fn with_ratios(side: &[f64], raw: &[f64]) -> String {
-    let r: Vec<f64> = side.iter().zip(raw).map(|(a, b)| a / b).collect();
+/// Median and p99 of the two listings of a relist (ListPodSandbox and ListContainers,
+/// unfiltered, at once) by a plain client, over `rounds`, milliseconds: the runtime's share of
+/// any agent's relist, measured beside kubelet's.
+fn raw_listings(rt: &tokio::runtime::Runtime, cri: &Cri, rounds: usize) -> (f64, f64) {
+    let mut raw = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        rt.block_on(async {
+            tokio::try_join!(
+                cri.list_pod_sandbox(HashMap::new()),
+                cri.list_containers(HashMap::new())
+            )
+        })
+        .unwrap();
+        raw.push(t.elapsed().as_secs_f64() * 1e3);
+        // About kubelet's pace (a relist a second would take too long; 10 a second is enough
+        // to see the listing at this size).
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    median_p99(&mut raw)
+}
+
+/// A fresh nodelet (`bin`, or this build) as a burst's target.
+fn nodelet_target(
+    name: &'static str,
+    bin: Option<&std::path::Path>,
+    node: &str,
+    config: &str,
+) -> (agent::Agent, Target) {
+    let bin = bin.unwrap_or(std::path::Path::new(env!("CARGO_BIN_EXE_nodelet")));
+    let a = agent::start_binary(bin, node, config, std::process::Stdio::null());
+    let port = a.port;
+    let t = Target {
+        name,
+        pid: a.child.id(),
+        manifests: a.manifests.clone(),
+        stage: a.dir.path().join("stage"),
+        node: a.node.clone(),
+        metrics: Box::new(move || agent::metric_samples(port, "/metrics")),
+        wait_cleared: true,
+    };
+    (a, t)
+}
+
+/// A fresh kubelet as a burst's target, `maxPods` `max_pods`.
+fn kubelet_target(bin: &std::path::Path, node: &str, max_pods: usize) -> (peer::Kubelet, Target) {
+    let k = peer::start_with(
+        bin,
+        node,
+        &agent::socket(),
+        None,
+        &format!("maxPods: {max_pods}\n"),
+    );
+    let api_port = k.api_port;
+    let t = Target {
+        name: "kubelet",
+        pid: k.pid(),
+        manifests: k.manifests.clone(),
+        stage: k.dir.path().join("stage"),
+        node: k.node.clone(),
+        metrics: Box::new(move || peer::metric_samples(api_port, "/metrics")),
+        wait_cleared: false,
+    };
+    (k, t)
+}
+
+/// Readies a fresh agent for its measured burst: left alone [`burst::SETTLE_BEFORE`], then a
+/// warm-up burst of `WARMUP` pods (default 10, [`burst::warm_up`]), then 2 s more.
+fn prepare(rt: &tokio::runtime::Runtime, cri: &Cri, t: &Target) {
+    std::thread::sleep(burst::SETTLE_BEFORE);
+    burst::warm_up(rt, cri, t, env_usize("WARMUP", 10));
+    std::thread::sleep(Duration::from_secs(2));
+}
+
+/// Stops a nodelet of a burst and removes its cgroupRoot.
+fn stop_nodelet(mut a: agent::Agent) {
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
+}
+
+fn report(rep: usize, side: &str, r: &AgentRun) {
+    eprintln!(
+        "  rep {rep}: {side} start {:.1} s, no container running {:.1} s after the removal{}, {:.1} ms CPU per pod start, RSS {:.1} MiB, relists {:.0}",
+        r.start,
+        r.teardown,
+        r.cleared
+            .map(|c| format!(", no sandbox {c:.1} s"))
+            .unwrap_or_default(),
+        r.cpu_per_pod_ms,
+        r.rss_mib,
+        r.relists
+    );
+}
+
+/// The sides of the bursts, each a run per repetition.
+#[derive(Default)]
+struct Runs {
+    raw: Vec<RawRun>,
+    nodelet: Vec<AgentRun>,
+    kubelet: Vec<AgentRun>,
+    before: Vec<AgentRun>,
+}
+
+/// The resilience cases' results.
+#[derive(Default)]
+struct Resilience {
+    kill9: Option<resilience::Kill9>,
+    runtime_down: Option<resilience::RuntimeDown>,
+}
+
+/// The bursts: `reps` repetitions of raw CRI, then nodelet and kubelet in turn (their order
+/// alternating), each agent started afresh (never both at once: kubelet removes pods it did
+/// not start), then the earlier build when given. On the last repetition, with nodelet's pods
+/// running, the resilience cases when `resilience_down` is given.
+#[allow(clippy::too_many_arguments)]
+fn bursts(
+    rt: &tokio::runtime::Runtime,
+    cri: &Cri,
+    pods: usize,
+    reps: usize,
+    idle: Duration,
+    kubelet: Option<&std::path::Path>,
+    before: Option<&std::path::Path>,
+    resilience_down: Option<Duration>,
+) -> (Runs, Resilience) {
+    let mut runs = Runs::default();
+    let mut res = Resilience::default();
+    let config = format!("maxPods: {}\n", pods + 10);
+    let me = std::process::id();
+    for rep in 0..reps {
+        let r = raw_rep(rt, cri, pods, rep, manifest);
+        eprintln!(
+            "  rep {rep}: raw CRI start {:.1} s, stopped {:.1} s, removed {:.1} s",
+            r.start, r.teardown, r.cleared
+        );
+        runs.raw.push(r);
+        let kubelet_first = rep % 2 == 1;
+        for turn in 0..2 {
+            if (turn == 0) == kubelet_first {
+                let Some(bin) = kubelet else { continue };
+                let (k, t) = kubelet_target(bin, &format!("kscale-{me}-{rep}"), pods + 10);
+                prepare(rt, cri, &t);
+                let r = agent_rep(rt, cri, &t, pods, idle, rep, manifest, &mut || {});
+                report(rep, "kubelet", &r);
+                runs.kubelet.push(r);
+                k.stop();
+            } else {
+                let (mut a, t) =
+                    nodelet_target("nodelet", None, &format!("scale-{me}-{rep}"), &config);
+                prepare(rt, cri, &t);
+                let last = rep + 1 == reps;
+                let mut hook = || {
+                    if let (true, Some(down)) = (last, resilience_down) {
+                        let k = resilience::kill9_case(rt, cri, &mut a);
+                        eprintln!(
+                            "  kill -9: {} pods Running in /pods {:.2} s after the kill",
+                            k.pods, k.running_after
+                        );
+                        res.kill9 = Some(k);
+                        let d = resilience::runtime_down_case(rt, cri, &a, down);
+                        eprintln!(
+                            "  runtime down: reported in {:.1} s, recovered {:.1} s after the restart",
+                            d.reported_down, d.recovered
+                        );
+                        res.runtime_down = Some(d);
+                    }
+                };
+                let r = agent_rep(rt, cri, &t, pods, idle, rep, manifest, &mut hook);
+                report(rep, "nodelet", &r);
+                runs.nodelet.push(r);
+                stop_nodelet(a);
+            }
+        }
+        if let Some(bin) = before {
+            let (a, t) =
+                nodelet_target("before", Some(bin), &format!("before-{me}-{rep}"), &config);
+            prepare(rt, cri, &t);
+            let r = agent_rep(rt, cri, &t, pods, idle, rep, manifest, &mut || {});
+            report(rep, "before", &r);
+            runs.before.push(r);
+            stop_nodelet(a);
+        }
+    }
+    (runs, res)
+}
+
+/// The 300-pod node: raw CRI, nodelet (with the harness's PLEG relist timed against the raw
+/// listings), kubelet (with the raw listings timed while its pods run).
+struct Big {
+    raw: RawRun,
+    nodelet: AgentRun,
+    cost: Option<RelistCost>,
+    kubelet: Option<(AgentRun, (f64, f64))>,
+}
+
+fn big_node(
+    rt: &tokio::runtime::Runtime,
+    cri: &Cri,
+    big: usize,
+    idle: Duration,
+    rounds: usize,
+    kubelet: Option<&std::path::Path>,
+) -> Big {
+    let me = std::process::id();
+    let raw = raw_rep(rt, cri, big, 0, best_effort);
+    eprintln!(
+        "  {big} pods: raw CRI start {:.1} s, stopped {:.1} s, removed {:.1} s",
+        raw.start, raw.teardown, raw.cleared
+    );
+    let (a, t) = nodelet_target(
+        "nodelet",
+        None,
+        &format!("big-{me}"),
+        &format!("maxPods: {}\n", big + 10),
+    );
+    prepare(rt, cri, &t);
+    let mut cost = None;
+    let node = t.node.clone();
+    let nodelet = agent_rep(rt, cri, &t, big, idle, 0, best_effort, &mut || {
+        cost = Some(relist_cost(rt, &node, rounds));
+    });
+    report(0, &format!("{big} pods: nodelet"), &nodelet);
+    stop_nodelet(a);
+    let kubelet = kubelet.map(|bin| {
+        let (k, t) = kubelet_target(bin, &format!("kbig-{me}"), big + 10);
+        prepare(rt, cri, &t);
+        let mut listings = (0.0, 0.0);
+        let r = agent_rep(rt, cri, &t, big, idle, 0, best_effort, &mut || {
+            listings = raw_listings(rt, cri, rounds);
+        });
+        report(0, &format!("{big} pods: kubelet"), &r);
+        k.stop();
+        (r, listings)
+    });
+    Big {
+        raw,
+        nodelet,
+        cost,
+        kubelet,
+    }
+}
+
+/// The median of `f` over the runs, and the runs listed.
+fn column(rs: &[AgentRun], digits: usize, f: impl Fn(&AgentRun) -> f64) -> String {
+    let v: Vec<f64> = rs.iter().map(&f).collect();
     format!(
-        "{} s (ratio {}; **median {:.2}**)",
-        list(side.iter().copied(), 1),
-        list(r.iter().copied(), 2),
-        median(&mut r.clone())
+        "{} (**median {:.digits$}**)",
+        list(v.iter().copied(), digits),
+        median(&mut v.clone())
     )
+}
+
+/// The median, over the repetitions, of nodelet's figure divided by the other side's.
+fn ratio(a: &[AgentRun], b: &[AgentRun], f: impl Fn(&AgentRun) -> f64) -> String {
+    if b.is_empty() {
+        return "—".into();
+    }
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect();
+    format!("**{:.2}**", median(&mut r))
+}
+
+fn raw_ratio(a: &[AgentRun], raw: &[f64], f: impl Fn(&AgentRun) -> f64) -> String {
+    let mut r: Vec<f64> = a.iter().zip(raw).map(|(x, y)| f(x) / y).collect();
+    format!("**{:.2}**", median(&mut r))
+}
+
+fn print_bursts(pods: usize, reps: usize, runs: &Runs) {
+    let raw_start: Vec<f64> = runs.raw.iter().map(|r| r.start).collect();
+    let raw_down: Vec<f64> = runs.raw.iter().map(|r| r.teardown).collect();
+    let raw_cleared: Vec<f64> = runs.raw.iter().map(|r| r.cleared).collect();
+    let (n, k) = (&runs.nodelet, &runs.kubelet);
+    let kcol = |digits: usize, f: &dyn Fn(&AgentRun) -> f64| {
+        if k.is_empty() {
+            "not run".to_owned()
+        } else {
+            column(k, digits, f)
+        }
+    };
+    println!("\nscale: {pods} pods, {reps} interleaved repetitions (values per repetition)\n");
+    println!("| | raw CRI | nodelet | kubelet v1.20.2 | nodelet / kubelet | nodelet / raw |");
+    println!("|---|---|---|---|---|---|");
+    let rawcol = |v: &[f64]| {
+        format!(
+            "{} (**median {:.1}**)",
+            list(v.iter().copied(), 1),
+            median(&mut v.to_vec())
+        )
+    };
+    println!(
+        "| {pods} pods → all running, s | {} | {} | {} | {} | {} |",
+        rawcol(&raw_start),
+        column(n, 1, |a| a.start),
+        kcol(1, &|a| a.start),
+        ratio(n, k, |a| a.start),
+        raw_ratio(n, &raw_start, |a| a.start)
+    );
+    println!(
+        "| manifests removed → no container running, s | {} | {} | {} | {} | {} |",
+        rawcol(&raw_down),
+        column(n, 1, |a| a.teardown),
+        kcol(1, &|a| a.teardown),
+        ratio(n, k, |a| a.teardown),
+        raw_ratio(n, &raw_down, |a| a.teardown)
+    );
+    println!(
+        "| manifests removed → no sandbox left, s | {} | {} | left to its garbage collection | — | {} |",
+        rawcol(&raw_cleared),
+        column(n, 1, |a| a.cleared.unwrap_or(0.0)),
+        raw_ratio(n, &raw_cleared, |a| a.cleared.unwrap_or(0.0))
+    );
+    println!(
+        "| agent CPU per pod start, ms | — | {} | {} | {} | — |",
+        column(n, 2, |a| a.cpu_per_pod_ms),
+        kcol(2, &|a| a.cpu_per_pod_ms),
+        ratio(n, k, |a| a.cpu_per_pod_ms)
+    );
+    println!(
+        "| of which in the kernel, ms | — | {} | {} | {} | — |",
+        column(n, 2, |a| a.sys_per_pod_ms),
+        kcol(2, &|a| a.sys_per_pod_ms),
+        ratio(n, k, |a| a.sys_per_pod_ms)
+    );
+    println!(
+        "| RSS with {pods} pods, MiB | — | {} | {} | {} | — |",
+        column(n, 1, |a| a.rss_mib),
+        kcol(1, &|a| a.rss_mib),
+        ratio(n, k, |a| a.rss_mib)
+    );
+    println!(
+        "| idle CPU with {pods} pods, % of a core | — | {} | {} | {} | — |",
+        column(n, 2, |a| a.idle_cpu_pct),
+        kcol(2, &|a| a.idle_cpu_pct),
+        ratio(n, k, |a| a.idle_cpu_pct)
+    );
+    println!(
+        "| machine CPU for the {pods} starts, s | {} | {} | {} | {} | {} |",
+        rawcol(&runs.raw.iter().map(|r| r.machine_cpu).collect::<Vec<_>>()),
+        column(n, 1, |a| a.machine_cpu),
+        kcol(1, &|a| a.machine_cpu),
+        ratio(n, k, |a| a.machine_cpu),
+        raw_ratio(
+            n,
+            &runs.raw.iter().map(|r| r.machine_cpu).collect::<Vec<_>>(),
+            |a| a.machine_cpu
+        )
+    );
+    println!(
+        "| relists per second during the start | — | {} | {} | | |",
+        column(n, 1, |a| a.relists_per_s),
+        kcol(1, &|a| a.relists_per_s)
+    );
+    let calls = |rs: &[AgentRun]| {
+        rs.last().map_or("not run".to_owned(), |last| {
+            let total: f64 = last.calls.values().sum();
+            let listings = last.calls.get("list_podsandbox").copied().unwrap_or(0.0)
+                + last.calls.get("list_containers").copied().unwrap_or(0.0);
+            format!(
+                "{total:.1} in all, **{:.1} besides the relists' listings** ({})",
+                total - listings,
+                last.calls
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    };
+    println!(
+        "| CRI calls per pod start (last repetition) | 5 | {} | {} | | |",
+        calls(n),
+        calls(k)
+    );
+    println!(
+        "| memory cgroups in the kernel when the burst began | — | {} | {} | | |",
+        list(n.iter().map(|a| a.memcgs as f64), 0),
+        list(k.iter().map(|a| a.memcgs as f64), 0)
+    );
+    if !runs.before.is_empty() {
+        let b = &runs.before;
+        println!("\nnodelet against the earlier build (`NODELET_BEFORE`), median of nodelet / before: start {}, teardown {}, CPU per pod start {}, RSS {}",
+            ratio(n, b, |a| a.start), ratio(n, b, |a| a.teardown), ratio(n, b, |a| a.cpu_per_pod_ms), ratio(n, b, |a| a.rss_mib));
+    }
+}
+
+fn print_resilience(res: &Resilience, hostile: Option<&resilience::Hostile>) {
+    if let Some(k) = &res.kill9 {
+        println!(
+            "\nkill -9 with {} pods running, started again: all Running in /pods {:.2} s after the kill; pods lost {}, containers replaced {}, duplicated {}, restartCount sum {}",
+            k.pods, k.running_after, k.lost, k.replaced, k.duplicated, k.restarts
+        );
+    }
+    if let Some(d) = &res.runtime_down {
+        println!(
+            "containerd stopped {:.1} s with {} pods running: reported down (healthz 500, nodelet_container_runtime_up 0, Ready False) {:.2} s after the stop; up again {:.2} s after containerd was started, every pod Running {:.2} s after; pods lost {}, containers replaced {}, duplicated {}, restartCount sum {}",
+            d.down_for, d.pods, d.reported_down, d.recovered, d.all_running, d.lost, d.replaced, d.duplicated, d.restarts
+        );
+    }
+    if let Some(h) = hostile {
+        println!(
+            "1,000 hostile entries beside 10 good manifests: the 10 running in {:.1} s; {} bad regular files, {:.0} reports, {:.0} after five more listings; RSS {:.1} MiB before, {:.1} at peak, {:.1} after; healthz {}",
+            h.good_running, h.regular_bad, h.reported, h.reported_later, h.rss_before, h.rss_peak, h.rss_after, if h.healthy { "ok" } else { "NOT ok" }
+        );
+    }
+}
+
+fn print_big(big: usize, rounds: usize, b: &Big) {
+    let (n, r) = (&b.nodelet, &b.raw);
+    let k = b.kubelet.as_ref().map(|(k, _)| k);
+    let kv = |f: &dyn Fn(&AgentRun) -> String| k.map_or("not run".to_owned(), f);
+    let kr = |x: f64, f: &dyn Fn(&AgentRun) -> f64| {
+        k.map_or("—".to_owned(), |k| format!("**{:.2}**", x / f(k)))
+    };
+    println!(
+        "\n{big}-pod node (BestEffort pods, maxPods {} on both agents):\n",
+        big + 10
+    );
+    println!("| | raw CRI | nodelet | kubelet v1.20.2 | nodelet / kubelet | nodelet / raw |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {big} pods → all running, s | {:.1} | {:.1} | {} | {} | {:.2} |",
+        r.start,
+        n.start,
+        kv(&|k| format!("{:.1}", k.start)),
+        kr(n.start, &|k| k.start),
+        n.start / r.start
+    );
+    println!(
+        "| manifests removed → no container running, s | {:.1} | {:.1} | {} | {} | {:.2} |",
+        r.teardown,
+        n.teardown,
+        kv(&|k| format!("{:.1}", k.teardown)),
+        kr(n.teardown, &|k| k.teardown),
+        n.teardown / r.teardown
+    );
+    println!(
+        "| agent CPU per pod start, ms | — | {:.2} | {} | {} | — |",
+        n.cpu_per_pod_ms,
+        kv(&|k| format!("{:.2}", k.cpu_per_pod_ms)),
+        kr(n.cpu_per_pod_ms, &|k| k.cpu_per_pod_ms)
+    );
+    println!(
+        "| RSS, MiB | — | {:.1} | {} | {} | — |",
+        n.rss_mib,
+        kv(&|k| format!("{:.1}", k.rss_mib)),
+        kr(n.rss_mib, &|k| k.rss_mib)
+    );
+    println!(
+        "| idle CPU, % of a core | — | {:.2} | {} | {} | — |",
+        n.idle_cpu_pct,
+        kv(&|k| format!("{:.2}", k.idle_cpu_pct)),
+        kr(n.idle_cpu_pct, &|k| k.idle_cpu_pct)
+    );
+    println!(
+        "| relists in the idle window: per second × mean duration (the agent's own metric) | — | {:.2}/s × {:.2} ms | {} | | |",
+        n.idle_relists_per_s,
+        n.idle_relist_ms,
+        kv(&|k| format!("{:.2}/s × {:.2} ms", k.idle_relists_per_s, k.idle_relist_ms))
+    );
+    let listing = |(m, p): (f64, f64)| format!("median {m:.2} ms, p99 {p:.2} ms");
+    println!(
+        "| the runtime's part: the two listings by a plain client ({rounds} rounds) | — | {} | {} | | |",
+        b.cost.as_ref().map_or("—".to_owned(), |c| listing(c.raw)),
+        b.kubelet.as_ref().map_or("not run".to_owned(), |(_, l)| listing(*l))
+    );
+    if let Some(c) = &b.cost {
+        println!(
+            "| nodelet's relist with no change, timed in the harness ({rounds} relists interleaved with the listings) | — | median {:.2} ms, **p99 {:.2} ms**, {:.1} CRI calls | | | median {:.2}, p99 {:.2} of the listings |",
+            c.relist.0, c.relist.1, c.calls, c.relist.0 / c.raw.0, c.relist.1 / c.raw.1
+        );
+    }
 }
 
 fn main() {
@@ -784,226 +626,48 @@ fn main() {
         )
     });
     rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
-    let config = format!("maxPods: {}\n", pods + 10);
-    let mut after = agent::start(
-        &format!("scale-{}", std::process::id()),
-        &config,
-        std::process::Stdio::null(),
-    );
-    let mut before = std::env::var("NODELET_BEFORE").ok().map(|bin| {
-        agent::start_binary(
-            std::path::Path::new(&bin),
-            &format!("scale-before-{}", std::process::id()),
-            &config,
-            std::process::Stdio::null(),
-        )
-    });
-    let mut raw = Vec::new();
-    let mut runs: Vec<AgentRun> = Vec::new();
-    let mut before_runs: Vec<AgentRun> = Vec::new();
-    let (mut kill9, mut runtime_down) = (None, None);
-    for rep in 0..reps {
-        let r = raw_rep(&rt, &cri, pods, rep, manifest);
-        eprintln!(
-            "  rep {rep}: raw CRI start {:.1} s, teardown {:.1} s",
-            r.start, r.teardown
-        );
-        raw.push(r);
-        let last = rep + 1 == reps && resilience;
-        let mut hook = |a: &mut agent::Agent| {
-            if last {
-                let k = kill9_case(&rt, &cri, a);
+    // kubelet removes every pod on its runtime that it did not start: its side runs only on a
+    // runtime holding none but the benchmark's own.
+    let kubelet = match (env_usize("KUBELET", 1), peer::binary()) {
+        (0, _) => {
+            eprintln!("scale: kubelet's side skipped (KUBELET=0)");
+            None
+        }
+        (_, Err(why)) => {
+            eprintln!("scale: {why}");
+            None
+        }
+        (_, Ok(bin)) => {
+            let others = peer::foreign_pods(&rt, &cri, &[]);
+            if others.is_empty() {
+                Some(bin)
+            } else {
                 eprintln!(
-                    "  kill -9: {} pods Running in /pods {:.2} s after the kill",
-                    k.pods, k.running_after
+                    "scale: kubelet's side skipped: the runtime holds pods kubelet would remove ({}); remove them (or stop what runs them) first",
+                    others.join(", ")
                 );
-                kill9 = Some(k);
-                let d = runtime_down_case(&rt, &cri, a, down);
-                eprintln!(
-                    "  runtime down: reported in {:.1} s, recovered {:.1} s after the restart",
-                    d.reported_down, d.recovered
-                );
-                runtime_down = Some(d);
+                None
             }
-        };
-        let a = agent_rep(&rt, &cri, &mut after, pods, idle, rep, manifest, &mut hook);
-        eprintln!(
-            "  rep {rep}: nodelet start {:.1} s, teardown {:.1} s, relists {:.0}",
-            a.start, a.teardown, a.relists
-        );
-        runs.push(a);
-        if let Some(b) = before.as_mut() {
-            let r = agent_rep(&rt, &cri, b, pods, idle, rep, manifest, &mut |_| {});
-            eprintln!(
-                "  rep {rep}: before start {:.1} s, teardown {:.1} s, relists {:.0}",
-                r.start, r.teardown, r.relists
-            );
-            before_runs.push(r);
         }
-    }
-    for a in std::iter::once(after).chain(before) {
-        let mut a = a;
-        let _ = a.child.kill();
-        let _ = a.child.wait();
-        let _ =
-            nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
-    }
-    let hostile = resilience.then(|| hostile_case(&rt, &cri));
-
-    // The 300-pod node.
-    let big_runs = (big > 0).then(|| {
-        let r = raw_rep(&rt, &cri, big, 0, best_effort);
-        eprintln!(
-            "  {big} pods: raw CRI start {:.1} s, teardown {:.1} s",
-            r.start, r.teardown
-        );
-        let mut a = agent::start(
-            &format!("big-{}", std::process::id()),
-            &format!("maxPods: {}\n", big + 10),
-            std::process::Stdio::null(),
-        );
-        let mut cost = None;
-        let run = agent_rep(&rt, &cri, &mut a, big, idle, 0, best_effort, &mut |a| {
-            cost = Some(relist_cost(&rt, &a.node, rounds));
-        });
-        eprintln!(
-            "  {big} pods: nodelet start {:.1} s, teardown {:.1} s",
-            run.start, run.teardown
-        );
-        let _ = a.child.kill();
-        let _ = a.child.wait();
-        let _ =
-            nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
-        (r, run, cost)
-    });
-
-    // The table.
-    let raw_start: Vec<f64> = raw.iter().map(|r| r.start).collect();
-    let raw_down: Vec<f64> = raw.iter().map(|r| r.teardown).collect();
-    let mut sides = vec![("nodelet", &runs)];
-    if !before_runs.is_empty() {
-        sides.push(("before", &before_runs));
-    }
-    println!("\nscale: {pods} pods, {reps} interleaved repetitions\n");
-    print!("| | raw CRI |");
-    for (name, _) in &sides {
-        print!(" {name} |");
-    }
-    println!("\n|---|---|{}", "---|".repeat(sides.len()));
-    let row = |label: &str, raw: String, f: &dyn Fn(&[AgentRun]) -> String| {
-        print!("| {label} | {raw} |");
-        for (_, rs) in &sides {
-            print!(" {} |", f(rs));
-        }
-        println!();
     };
-    row(
-        &format!("{pods} pods → all running"),
-        format!("{} s", list(raw_start.iter().copied(), 1)),
-        &|rs| with_ratios(&rs.iter().map(|a| a.start).collect::<Vec<_>>(), &raw_start),
+    let before = std::env::var("NODELET_BEFORE")
+        .ok()
+        .map(std::path::PathBuf::from);
+    let (runs, res) = bursts(
+        &rt,
+        &cri,
+        pods,
+        reps,
+        idle,
+        kubelet.as_deref(),
+        before.as_deref(),
+        resilience.then_some(down),
     );
-    row(
-        &format!("CPU of the whole machine for the {pods} starts"),
-        format!("{} s", list(raw.iter().map(|r| r.machine_cpu), 1)),
-        &|rs| format!("{} s", list(rs.iter().map(|a| a.machine_cpu), 1)),
-    );
-    row("nodelet's own CPU per pod start", "—".into(), &|rs| {
-        format!("{} ms", list(rs.iter().map(|a| a.cpu_per_pod_ms), 1))
-    });
-    row(
-        "  of which in the kernel (system time)",
-        "—".into(),
-        &|rs| format!("{} ms", list(rs.iter().map(|a| a.sys_per_pod_ms), 1)),
-    );
-    row(
-        "memory cgroups in the kernel when the burst began (live and dying)",
-        "—".into(),
-        &|rs| list(rs.iter().map(|a| a.memcgs as f64), 0),
-    );
-    row(
-        "CRI calls during the start, per pod (last repetition)",
-        "5".into(),
-        &|rs| {
-            let last = rs.last().unwrap();
-            let total: f64 = last.calls.values().sum();
-            let listings = last.calls.get("list_podsandbox").copied().unwrap_or(0.0)
-                + last.calls.get("list_containers").copied().unwrap_or(0.0);
-            format!(
-                "{total:.1} in all, **{:.1} besides the relists' listings** ({})",
-                total - listings,
-                last.calls
-                    .iter()
-                    .map(|(k, v)| format!("{k} {v:.2}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        },
-    );
-    row("relists during the burst", "—".into(), &|rs| {
-        format!(
-            "{} ({} per second)",
-            list(rs.iter().map(|a| a.relists), 0),
-            list(rs.iter().map(|a| a.relists_per_s), 1)
-        )
-    });
-    row(
-        &format!("teardown of {pods} pods"),
-        format!("{} s", list(raw_down.iter().copied(), 1)),
-        &|rs| {
-            with_ratios(
-                &rs.iter().map(|a| a.teardown).collect::<Vec<_>>(),
-                &raw_down,
-            )
-        },
-    );
-    row(&format!("RSS with {pods} pods"), "—".into(), &|rs| {
-        format!("{} MiB", list(rs.iter().map(|a| a.rss_mib), 1))
-    });
-    row(&format!("idle CPU with {pods} pods"), "—".into(), &|rs| {
-        format!("{} % of a core", list(rs.iter().map(|a| a.idle_cpu_pct), 2))
-    });
-    if let Some(k) = kill9 {
-        println!(
-            "\nkill -9 with {} pods running, started again: all Running in /pods {:.2} s after the kill; pods lost {}, containers replaced {}, duplicated {}, restartCount sum {}",
-            k.pods, k.running_after, k.lost, k.replaced, k.duplicated, k.restarts
-        );
-    }
-    if let Some(d) = runtime_down {
-        println!(
-            "containerd stopped {:.1} s with {} pods running: reported down (healthz 500, nodelet_container_runtime_up 0, Ready False) {:.2} s after the stop; up again {:.2} s after containerd was started, every pod Running {:.2} s after; pods lost {}, containers replaced {}, duplicated {}, restartCount sum {}",
-            d.down_for, d.pods, d.reported_down, d.recovered, d.all_running, d.lost, d.replaced, d.duplicated, d.restarts
-        );
-    }
-    if let Some(h) = hostile {
-        println!(
-            "1,000 hostile entries beside 10 good manifests: the 10 running in {:.1} s; {} bad regular files, {:.0} reports, {:.0} after five more listings; RSS {:.1} MiB before, {:.1} at peak, {:.1} after; healthz {}",
-            h.good_running, h.regular_bad, h.reported, h.reported_later, h.rss_before, h.rss_peak, h.rss_after, if h.healthy { "ok" } else { "NOT ok" }
-        );
-    }
-    if let Some((r, a, cost)) = big_runs {
-        println!("\n{big}-pod node (BestEffort pods):\n");
-        println!("| | raw CRI | nodelet | ratio |\n|---|---|---|---|");
-        println!(
-            "| {big} pods → all running | {:.1} s | {:.1} s | {:.2} |",
-            r.start,
-            a.start,
-            a.start / r.start
-        );
-        println!(
-            "| teardown | {:.1} s | {:.1} s | {:.2} |",
-            r.teardown,
-            a.teardown,
-            a.teardown / r.teardown
-        );
-        if let Some(c) = cost {
-            println!(
-                "| relist with no change ({rounds} relists, interleaved with the raw listings) | the two listings: median {:.2} ms, p99 {:.2} ms | median {:.2} ms, **p99 {:.2} ms**, {:.1} CRI calls | median {:.2}, p99 {:.2} |",
-                c.raw.0, c.raw.1, c.relist.0, c.relist.1, c.calls, c.relist.0 / c.raw.0, c.relist.1 / c.raw.1
-            );
-        }
-        println!(
-            "| nodelet RSS, idle CPU | — | {:.1} MiB, {:.2} % of a core | |",
-            a.rss_mib, a.idle_cpu_pct
-        );
+    let hostile = resilience.then(|| resilience::hostile_case(&rt, &cri));
+    let big_runs = (big > 0).then(|| big_node(&rt, &cri, big, idle, rounds, kubelet.as_deref()));
+    print_bursts(pods, reps, &runs);
+    print_resilience(&res, hostile.as_ref());
+    if let Some(b) = &big_runs {
+        print_big(big, rounds, b);
     }
 }

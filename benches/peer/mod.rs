@@ -81,6 +81,12 @@ pub fn start_with(
         std::fs::create_dir_all(m.join("kubeletpeer")).unwrap();
     }
     let (healthz_port, api_port) = (free_port(), free_port());
+    // `maxPods` 250 unless `extra` sets it (a key given twice is an error).
+    let max_pods = if extra.contains("maxPods:") {
+        ""
+    } else {
+        "maxPods: 250\n"
+    };
     let address = if kubeconfig.is_some() {
         "0.0.0.0"
     } else {
@@ -89,7 +95,7 @@ pub fn start_with(
     std::fs::write(
         dir.path().join("config.yaml"),
         format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 20s\ncgroupDriver: cgroupfs\ncgroupsPerQOS: true\ncgroupRoot: /kubeletpeer\nfailSwapOn: false\nmaxPods: 250\nhealthzBindAddress: 127.0.0.1\nhealthzPort: {healthz_port}\naddress: {address}\nport: {api_port}\nreadOnlyPort: 0\nevictionHard: {{memory.available: 100Mi}}\nauthentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\nauthorization: {{mode: AlwaysAllow}}\n{extra}",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\nfileCheckFrequency: 20s\ncgroupDriver: cgroupfs\ncgroupsPerQOS: true\ncgroupRoot: /kubeletpeer\nfailSwapOn: false\n{max_pods}healthzBindAddress: 127.0.0.1\nhealthzPort: {healthz_port}\naddress: {address}\nport: {api_port}\nreadOnlyPort: 0\nevictionHard: {{memory.available: 100Mi}}\nauthentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\nauthorization: {{mode: AlwaysAllow}}\n{extra}",
             manifests.display()
         ),
     )
@@ -140,6 +146,12 @@ impl Kubelet {
     /// The process ID.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The samples of its metrics page `path` (`/metrics`, `/metrics/probes`, on its API port)
+    /// as [`metric_samples`] reads them.
+    pub fn metric_samples(&self, path: &str) -> Vec<(String, f64)> {
+        metric_samples(self.api_port, path)
     }
 
     /// Stops kubelet (SIGTERM, SIGKILL after 10 s), undoes the bind mount of its root
@@ -209,4 +221,31 @@ pub fn remove_pods_of(socket: &str, node: &str) {
         let _ = rt.block_on(cri.stop_pod_sandbox(&s.id));
         let _ = rt.block_on(cri.remove_pod_sandbox(&s.id));
     }
+}
+
+/// The samples of the metrics page `path` of a kubelet whose API is on `api_port` (HTTPS, its
+/// self-signed certificate, anonymous): each line with its value (the last field; 0 when it is
+/// not a number). Empty when it does not answer.
+pub fn metric_samples(api_port: u16, path: &str) -> Vec<(String, f64)> {
+    let client = reqwest::blocking::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let text = client
+        .get(format!("https://127.0.0.1:{api_port}{path}"))
+        .send()
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let v = l
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            (l.to_owned(), v)
+        })
+        .collect()
 }
