@@ -308,9 +308,8 @@ fn measure(
     let base_wall = b0.elapsed().as_secs_f64();
     // How much the agent's own rate moves between the two halves of the baseline, CPU seconds
     // per second: the noise any per-probe figure stands on.
-    let noise = ((a_half - a0) / half_wall
-        - (cpu_seconds(t.pid) - a_half) / (base_wall - half_wall))
-        .abs();
+    let noise =
+        ((a_half - a0) / half_wall - (cpu_seconds(t.pid) - a_half) / (base_wall - half_wall)).abs();
     let (agent_base, runtime_base) = (
         (cpu_seconds(t.pid) - a0) / base_wall,
         (runtime_cpu(&shims) - r0) / base_wall,
