@@ -468,28 +468,7 @@ fn main() {
     });
     let execs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let follower = rt.spawn(exec_starts(sock.clone(), execs.clone()));
-    let kubelet = match (env_usize("KUBELET", 1), peer::binary()) {
-        (0, _) => {
-            eprintln!("probes: kubelet's side skipped (KUBELET=0)");
-            None
-        }
-        (_, Err(why)) => {
-            eprintln!("probes: {why}");
-            None
-        }
-        (_, Ok(bin)) => {
-            let others = peer::foreign_pods(&rt, &cri, &[]);
-            if others.is_empty() {
-                Some(bin)
-            } else {
-                eprintln!(
-                    "probes: kubelet's side skipped: the runtime holds pods kubelet would remove ({})",
-                    others.join(", ")
-                );
-                None
-            }
-        }
-    };
+    let kubelet = peer::side("probes", &rt, &cri);
     let mut sides = vec![nodelet_side(&rt, &cri, pods, period, window, &execs)];
     if let Some(bin) = kubelet {
         sides.push(kubelet_side(&rt, &cri, &bin, pods, period, window, &execs));

@@ -628,28 +628,7 @@ fn main() {
     rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
     // kubelet removes every pod on its runtime that it did not start: its side runs only on a
     // runtime holding none but the benchmark's own.
-    let kubelet = match (env_usize("KUBELET", 1), peer::binary()) {
-        (0, _) => {
-            eprintln!("scale: kubelet's side skipped (KUBELET=0)");
-            None
-        }
-        (_, Err(why)) => {
-            eprintln!("scale: {why}");
-            None
-        }
-        (_, Ok(bin)) => {
-            let others = peer::foreign_pods(&rt, &cri, &[]);
-            if others.is_empty() {
-                Some(bin)
-            } else {
-                eprintln!(
-                    "scale: kubelet's side skipped: the runtime holds pods kubelet would remove ({}); remove them (or stop what runs them) first",
-                    others.join(", ")
-                );
-                None
-            }
-        }
-    };
+    let kubelet = peer::side("scale", &rt, &cri);
     let before = std::env::var("NODELET_BEFORE")
         .ok()
         .map(std::path::PathBuf::from);

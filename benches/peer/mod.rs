@@ -249,3 +249,23 @@ pub fn metric_samples(api_port: u16, path: &str) -> Vec<(String, f64)> {
         })
         .collect()
 }
+
+/// The kubelet binary for a benchmark's kubelet side, or `None` with one line on stderr saying
+/// why it is skipped (`bench` names the benchmark): `KUBELET=0`, the peer not built, or pods on
+/// the runtime that kubelet would remove (every sandbox there, as it starts first on its node).
+pub fn side(bench: &str, rt: &tokio::runtime::Runtime, cri: &Cri) -> Option<PathBuf> {
+    if std::env::var("KUBELET").is_ok_and(|v| v == "0") {
+        eprintln!("{bench}: kubelet's side skipped (KUBELET=0)");
+        return None;
+    }
+    let bin = binary().map_err(|why| eprintln!("{bench}: {why}")).ok()?;
+    let others = foreign_pods(rt, cri, &[]);
+    if others.is_empty() {
+        return Some(bin);
+    }
+    eprintln!(
+        "{bench}: kubelet's side skipped: the runtime holds pods kubelet would remove ({}); remove them (or stop what runs them) first",
+        others.join(", ")
+    );
+    None
+}
