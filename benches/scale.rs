@@ -26,6 +26,9 @@
 //!    counted, interleaved round by round with the plain listings.
 //!
 //! Run: `cargo bench --bench scale` (needs scripts/env/up.sh; stops and starts its containerd).
+//! The headline figures measure the packaged build: `cargo build --profile dist`, then
+//! `NODELET_BIN=target/dist/nodelet cargo bench --bench scale`. Every side starts on a freshly
+//! dropped page cache (`agent::fresh_page_cache`; `DROP_CACHES=0` skips it).
 //! `IDLE_SECONDS=N` (default 20). `KUBELET=0` skips kubelet. `NODELET_BEFORE=/path/to/nodelet`
 //! runs an earlier build as another side of the bursts, so that a change shows as a ratio.
 // Test code reads the machine's clocks and casts measurements freely.
@@ -155,15 +158,17 @@ fn raw_listings(rt: &tokio::runtime::Runtime, cri: &Cri, rounds: usize) -> (f64,
     median_p99(&mut raw)
 }
 
-/// A fresh nodelet (`bin`, or this build) as a burst's target.
+/// A fresh nodelet (`bin`, or [`agent::nodelet_bin`]) as a burst's target, started on a fresh
+/// page cache ([`agent::fresh_page_cache`]), as every side of a burst is.
 fn nodelet_target(
     name: &'static str,
     bin: Option<&std::path::Path>,
     node: &str,
     config: &str,
 ) -> (agent::Agent, Target) {
-    let bin = bin.unwrap_or(std::path::Path::new(env!("CARGO_BIN_EXE_nodelet")));
-    let a = agent::start_binary(bin, node, config, std::process::Stdio::null());
+    let bin = bin.map_or_else(agent::nodelet_bin, std::path::Path::to_path_buf);
+    agent::fresh_page_cache();
+    let a = agent::start_binary(&bin, node, config, std::process::Stdio::null());
     let port = a.port;
     let t = Target {
         name,
@@ -177,8 +182,9 @@ fn nodelet_target(
     (a, t)
 }
 
-/// A fresh kubelet as a burst's target, `maxPods` `max_pods`.
+/// A fresh kubelet as a burst's target, `maxPods` `max_pods`, on a fresh page cache.
 fn kubelet_target(bin: &std::path::Path, node: &str, max_pods: usize) -> (peer::Kubelet, Target) {
+    agent::fresh_page_cache();
     let k = peer::start_with(
         bin,
         node,
@@ -264,6 +270,7 @@ fn bursts(
     let config = format!("maxPods: {}\n", pods + 10);
     let me = std::process::id();
     for rep in 0..reps {
+        agent::fresh_page_cache();
         let r = raw_rep(rt, cri, pods, rep, manifest);
         eprintln!(
             "  rep {rep}: raw CRI start {:.1} s, stopped {:.1} s, removed {:.1} s",
@@ -338,6 +345,7 @@ fn big_node(
     kubelet: Option<&std::path::Path>,
 ) -> Big {
     let me = std::process::id();
+    agent::fresh_page_cache();
     let raw = raw_rep(rt, cri, big, 0, best_effort);
     eprintln!(
         "  {big} pods: raw CRI start {:.1} s, stopped {:.1} s, removed {:.1} s",
@@ -412,7 +420,16 @@ fn print_bursts(pods: usize, reps: usize, runs: &Runs) {
             column(k, digits, f)
         }
     };
-    println!("\nscale: {pods} pods, {reps} interleaved repetitions (values per repetition)\n");
+    println!("\nscale: {pods} pods, {reps} interleaved repetitions (values per repetition)");
+    println!(
+        "nodelet: {}; page cache dropped before each side: {}\n",
+        agent::nodelet_bin().display(),
+        if std::env::var("DROP_CACHES").is_ok_and(|v| v == "0") {
+            "no (DROP_CACHES=0)"
+        } else {
+            "yes"
+        }
+    );
     println!("| | raw CRI | nodelet | kubelet v1.20.2 | nodelet / kubelet | nodelet / raw |");
     println!("|---|---|---|---|---|---|");
     let rawcol = |v: &[f64]| {

@@ -220,8 +220,10 @@ fn init_logging(verbosity: u8, format: &str) {
 ///   of megabytes, the pod decoded from it) is mapped on its own and returned to the kernel when
 ///   freed. Left dynamic, glibc raises the threshold after such a block is freed, later large
 ///   blocks come from the heap, and the agent's RSS stays up after the input is gone;
-/// - at most 2 arenas (one per runtime worker thread) instead of 8 per core: each arena a
-///   thread allocated from keeps its own free pages, about 2 MiB apiece after a burst of pods.
+/// - one arena for every thread instead of 8 per core: each arena a thread allocated from keeps
+///   its own free pages and its own fragments, and a second one held 1.6 MiB resident for
+///   0.9 MiB in use at 110 pods (glibc's `malloc_stats`). The agent's threads allocate little
+///   and seldom at once, so they hardly ever wait for the arena's lock.
 ///
 /// Returns false when glibc refused either.
 fn tune_malloc() -> bool {
@@ -230,7 +232,7 @@ fn tune_malloc() -> bool {
     // have no wrapper for it.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) == 1
-            && libc::mallopt(libc::M_ARENA_MAX, 2) == 1
+            && libc::mallopt(libc::M_ARENA_MAX, 1) == 1
     }
 }
 

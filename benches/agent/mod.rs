@@ -42,15 +42,33 @@ pub struct Agent {
     pub args: Vec<String>,
 }
 
-/// Starts nodelet as `node` with the base configuration plus `extra` lines, its stderr going to
-/// `stderr`, and waits for `/healthz` to answer.
-pub fn start(node: &str, extra: &str, stderr: Stdio) -> Agent {
-    start_binary(
-        std::path::Path::new(env!("CARGO_BIN_EXE_nodelet")),
-        node,
-        extra,
-        stderr,
+/// The nodelet binary the benchmarks run: `NODELET_BIN` (the packaged build,
+/// `target/dist/nodelet` after `cargo build --profile dist`, for the headline figures), else
+/// the one cargo built beside the benchmark (profile `bench`).
+pub fn nodelet_bin() -> PathBuf {
+    std::env::var_os("NODELET_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_nodelet")),
+        PathBuf::from,
     )
+}
+
+/// Starts nodelet ([`nodelet_bin`]) as `node` with the base configuration plus `extra` lines,
+/// its stderr going to `stderr`, and waits for `/healthz` to answer.
+pub fn start(node: &str, extra: &str, stderr: Stdio) -> Agent {
+    start_binary(&nodelet_bin(), node, extra, stderr)
+}
+
+/// Drops the kernel's clean page cache (`sync`, then `3` into `/proc/sys/vm/drop_caches`), as on
+/// a freshly booted node: the next agent reads its binary from disk, so the text it maps is the
+/// text it runs and not what an earlier copy or build left cached, and the memory cgroups that
+/// earlier pods left dying (still charged with page cache) are released. Returns false when the
+/// kernel refused (not root) or `DROP_CACHES=0`.
+pub fn fresh_page_cache() -> bool {
+    if std::env::var("DROP_CACHES").is_ok_and(|v| v == "0") {
+        return false;
+    }
+    nix::unistd::sync();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 
 /// [`start`] with another nodelet binary (an earlier build, to compare two in one run).

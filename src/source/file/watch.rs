@@ -109,34 +109,105 @@ impl ListSchedule {
     }
 }
 
-/// Bound of the channel from the inotify watcher to the file source's thread: the kernel's own
+/// Bound of the queue from the inotify watcher to the file source's thread: the kernel's own
 /// default bound of an inotify queue (`fs.inotify.max_queued_events`, 16384; a few MB of events
 /// at most). No event may be dropped: the events tell the source which files are still being
 /// written, and it reads them all before it lists (a file caught half-written would be reported
-/// broken, then again once complete). So a watcher that finds the channel full waits (on
+/// broken, then again once complete). So a watcher that finds the queue full waits (on
 /// notify's own thread, never a tokio one) and the kernel's queue holds what comes meanwhile;
 /// each wait is counted (`nodelet_channel_full_total{channel="manifest_dir_events"}`). Should
 /// the kernel's queue overflow too, it says so and the directory is listed afresh (`react`).
 /// A bound small enough to fill while a burst of files is written would let the source list
 /// before it sees that burst's events: `tests/hostile_manifests.rs` (1,000 entries written at
-/// once) shows the difference.
+/// once) shows the difference. The queue takes memory only for the events it holds
+/// (`DirEventQueue`).
 pub const DIR_EVENTS_CAPACITY: usize = 16384;
 
-/// Hands an inotify event to the file source's channel (the watcher's own thread calls this),
-/// waiting for room when the channel is full, which is counted. Returns false once the file
-/// source has stopped.
-fn offer_dir_event(
-    tx: &crossbeam_channel::Sender<notify::Result<notify::Event>>,
-    event: notify::Result<notify::Event>,
-    metrics: &Metrics,
-) -> bool {
-    match tx.try_send(event) {
-        Ok(()) => true,
-        Err(crossbeam_channel::TrySendError::Full(event)) => {
-            metrics.channel_full("manifest_dir_events");
-            tx.send(event).is_ok()
+/// The bound of the watcher's queue, kept beside an unbounded channel: a bounded crossbeam
+/// channel allocates and touches every slot when made (16384 slots of 72 bytes, 1.1 MiB of the
+/// agent's RSS for a queue that is empty nearly always), the unbounded one grows and shrinks in
+/// blocks of 31 events as they come and go.
+///
+/// One watcher thread offers ([`DirEventQueue::offer`]), the file source's thread reports what
+/// it took ([`DirEventQueue::taken`]) and, when it stops, [`DirEventQueue::close`]s it.
+struct DirEventQueue {
+    backlog: std::sync::Mutex<Backlog>,
+    room: std::sync::Condvar,
+    capacity: usize,
+}
+
+/// What [`DirEventQueue`] guards: events sent and not yet taken, and whether the file source
+/// has stopped.
+#[derive(Default)]
+struct Backlog {
+    queued: usize,
+    closed: bool,
+}
+
+impl DirEventQueue {
+    fn new(capacity: usize) -> Self {
+        Self {
+            backlog: std::sync::Mutex::new(Backlog::default()),
+            room: std::sync::Condvar::new(),
+            capacity,
         }
-        Err(crossbeam_channel::TrySendError::Disconnected(_)) => false,
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Backlog> {
+        // The guarded counts stay consistent whatever panicked while holding the lock.
+        self.backlog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hands an inotify event to the file source's channel `tx` (the watcher's own thread calls
+    /// this), waiting for room while `capacity` events are queued, which is counted once per
+    /// wait. Returns false once the file source has stopped.
+    fn offer(
+        &self,
+        tx: &crossbeam_channel::Sender<notify::Result<notify::Event>>,
+        event: notify::Result<notify::Event>,
+        metrics: &Metrics,
+    ) -> bool {
+        let mut backlog = self.lock();
+        if backlog.queued >= self.capacity && !backlog.closed {
+            metrics.channel_full("manifest_dir_events");
+            while backlog.queued >= self.capacity && !backlog.closed {
+                backlog = self
+                    .room
+                    .wait(backlog)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        }
+        if backlog.closed {
+            return false;
+        }
+        backlog.queued += 1;
+        drop(backlog);
+        tx.send(event).is_ok()
+    }
+
+    /// The file source took `n` events off the channel: room for as many.
+    fn taken(&self, n: usize) {
+        let mut backlog = self.lock();
+        backlog.queued = backlog.queued.saturating_sub(n);
+        drop(backlog);
+        self.room.notify_all();
+    }
+
+    /// The file source stopped: a waiting watcher returns, later offers are refused.
+    fn close(&self) {
+        self.lock().closed = true;
+        self.room.notify_all();
+    }
+}
+
+/// Closes the [`DirEventQueue`] when the file source's thread leaves [`run`], however it leaves.
+struct CloseOnDrop(std::sync::Arc<DirEventQueue>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 
@@ -151,11 +222,13 @@ pub fn run(
     stop: Receiver<()>,
     clock: crate::clock::SharedClock,
 ) {
-    let (ev_tx, ev_rx) =
-        crossbeam_channel::bounded::<notify::Result<notify::Event>>(DIR_EVENTS_CAPACITY);
+    let (ev_tx, ev_rx) = crossbeam_channel::unbounded::<notify::Result<notify::Event>>();
+    let queue = std::sync::Arc::new(DirEventQueue::new(DIR_EVENTS_CAPACITY));
+    let _close = CloseOnDrop(queue.clone());
     let metrics = source.metrics.clone();
+    let offers = queue.clone();
     let mut watcher = match notify::recommended_watcher(move |e| {
-        let _ = offer_dir_event(&ev_tx, e, &metrics);
+        let _ = offers.offer(&ev_tx, e, &metrics);
     }) {
         Ok(w) => Some(w),
         Err(e) => {
@@ -204,7 +277,9 @@ pub fn run(
                 let Ok(first) = ev else { return };
                 // With it, the events already queued: they tell which other files are still
                 // being written before anything is listed.
+                let mut took = 0;
                 for ev in std::iter::once(first).chain(ev_rx.try_iter()) {
+                    took += 1;
                     match ev {
                         Ok(ev) => {
                             source.observe(&ev);
@@ -225,6 +300,7 @@ pub fn run(
                         }
                     }
                 }
+                queue.taken(took);
             }
             recv(clock.after(wait)) -> _ => relist = schedule.due(clock.now()),
         }
@@ -237,21 +313,30 @@ mod tests {
     use std::path::PathBuf;
 
     #[test]
-    fn a_full_dir_events_channel_holds_its_bound_and_the_watcher_waits_counted() {
+    fn a_full_dir_events_queue_holds_its_bound_and_the_watcher_waits_counted() {
         let metrics = Metrics::new();
-        let (tx, rx) = crossbeam_channel::bounded(DIR_EVENTS_CAPACITY);
+        let queue = std::sync::Arc::new(DirEventQueue::new(DIR_EVENTS_CAPACITY));
+        let (tx, rx) = crossbeam_channel::unbounded();
         let any = || Ok(notify::Event::new(notify::EventKind::Any));
         for _ in 0..DIR_EVENTS_CAPACITY {
-            assert!(offer_dir_event(&tx, any(), &metrics));
+            assert!(queue.offer(&tx, any(), &metrics));
         }
-        let m = metrics.clone();
-        let watcher = std::thread::spawn(move || (0..3).all(|_| offer_dir_event(&tx, any(), &m)));
+        let (q, m) = (queue.clone(), metrics.clone());
+        let watcher = std::thread::spawn(move || (0..3).all(|_| q.offer(&tx, any(), &m)));
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(rx.len(), DIR_EVENTS_CAPACITY, "the channel holds its bound");
+        assert_eq!(rx.len(), DIR_EVENTS_CAPACITY, "the queue holds its bound");
         assert!(!watcher.is_finished(), "the watcher waits rather than drop");
-        let received = rx.iter().take(DIR_EVENTS_CAPACITY + 3).count();
-        assert_eq!(received, DIR_EVENTS_CAPACITY + 3, "nothing was dropped");
+        let mut received = 0;
+        while received < DIR_EVENTS_CAPACITY + 3 {
+            let event = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("every event arrives");
+            assert!(event.is_ok(), "the event offered");
+            received += 1;
+            queue.taken(1);
+        }
         assert!(watcher.join().unwrap());
+        assert!(rx.is_empty(), "nothing more than was offered");
         let waits: u64 = metrics
             .encode()
             .lines()
@@ -261,13 +346,17 @@ mod tests {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         assert!((1..=3).contains(&waits), "each wait counted: {waits}");
-        drop(rx);
-        let (closed, gone) = crossbeam_channel::bounded(1);
-        drop(gone);
-        assert!(
-            !offer_dir_event(&closed, any(), &metrics),
-            "a stopped source is told"
-        );
+        // A watcher waiting when the file source stops is let go, and told.
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let full = std::sync::Arc::new(DirEventQueue::new(1));
+        assert!(full.offer(&tx, any(), &metrics));
+        let (q, m) = (full.clone(), metrics.clone());
+        let waiting = std::thread::spawn(move || q.offer(&tx, any(), &m));
+        std::thread::sleep(Duration::from_millis(50));
+        drop(CloseOnDrop(full.clone()));
+        assert!(!waiting.join().unwrap(), "a stopped source is told");
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        assert!(!full.offer(&tx, any(), &metrics), "and later offers too");
     }
 
     #[test]
