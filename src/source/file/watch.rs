@@ -321,9 +321,27 @@ mod tests {
         for _ in 0..DIR_EVENTS_CAPACITY {
             assert!(queue.offer(&tx, any(), &metrics));
         }
+        let waits = || -> u64 {
+            metrics
+                .encode()
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("nodelet_channel_full_total{channel=\"manifest_dir_events\"} ")
+                })
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        // Until the watcher has counted a wait (it counts, then waits), to a deadline.
+        let waited_more_than = |before: u64| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while waits() <= before {
+                assert!(std::time::Instant::now() < deadline, "no wait counted");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
         let (q, m) = (queue.clone(), metrics.clone());
         let watcher = std::thread::spawn(move || (0..3).all(|_| q.offer(&tx, any(), &m)));
-        std::thread::sleep(Duration::from_millis(50));
+        waited_more_than(0);
         assert_eq!(rx.len(), DIR_EVENTS_CAPACITY, "the queue holds its bound");
         assert!(!watcher.is_finished(), "the watcher waits rather than drop");
         let mut received = 0;
@@ -337,22 +355,16 @@ mod tests {
         }
         assert!(watcher.join().unwrap());
         assert!(rx.is_empty(), "nothing more than was offered");
-        let waits: u64 = metrics
-            .encode()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("nodelet_channel_full_total{channel=\"manifest_dir_events\"} ")
-            })
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        assert!((1..=3).contains(&waits), "each wait counted: {waits}");
+        let counted = waits();
+        assert!((1..=3).contains(&counted), "each wait counted: {counted}");
         // A watcher waiting when the file source stops is let go, and told.
         let (tx, _rx) = crossbeam_channel::unbounded();
         let full = std::sync::Arc::new(DirEventQueue::new(1));
         assert!(full.offer(&tx, any(), &metrics));
         let (q, m) = (full.clone(), metrics.clone());
         let waiting = std::thread::spawn(move || q.offer(&tx, any(), &m));
-        std::thread::sleep(Duration::from_millis(50));
+        waited_more_than(counted);
+        assert!(!waiting.is_finished(), "the watcher waits for room");
         drop(CloseOnDrop(full.clone()));
         assert!(!waiting.join().unwrap(), "a stopped source is told");
         let (tx, _rx) = crossbeam_channel::unbounded();
