@@ -59,8 +59,10 @@ pub fn start(node: &str, extra: &str, stderr: Stdio) -> Agent {
 }
 
 /// Drops the kernel's clean page cache (`sync`, then `3` into `/proc/sys/vm/drop_caches`), as on
-/// a freshly booted node: the next agent reads its binary from disk, so the text it maps is the
-/// text it runs and not what an earlier copy or build left cached, and the memory cgroups that
+/// a freshly booted node: the next agent reads its binary from disk, so the text it maps is what
+/// the kernel's readahead brings in and not what an earlier copy or build left cached (the
+/// kernel maps whole page-cache folios: the same binary maps 13.8 MiB of text after a drop, 15.4
+/// after a `cp`, 17.3 after a `cat`; benches/README.md, "Headline"), and the memory cgroups that
 /// earlier pods left dying (still charged with page cache) are released. Returns false when the
 /// kernel refused (not root) or `DROP_CACHES=0`.
 pub fn fresh_page_cache() -> bool {
