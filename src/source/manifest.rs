@@ -39,6 +39,10 @@ pub struct Manifest {
     pub pod: Option<Pod>,
     /// ConfigMaps and Secrets, with their data (see [`crate::objects`]).
     pub objects: Vec<(ObjectRef, Data)>,
+    /// Paths of the pod's fields that the v1 Pod API does not have (`spec.containers[0].imagee`),
+    /// which decoding drops, as the API server's non-strict decoding does; the file source warns
+    /// of them (the API server's strict field validation warns `unknown field` likewise).
+    pub unknown_fields: Vec<String>,
 }
 
 /// Decodes one manifest file (YAML or JSON; several YAML documents separated by `---`): at most
@@ -128,8 +132,14 @@ pub fn decode_manifest(
                 }
                 let mut value = value;
                 octal_modes(&mut value);
-                let mut pod: Pod = serde_path_to_error::deserialize(value)
+                let mut unknown = Vec::new();
+                let mut pod: Pod =
+                    serde_path_to_error::deserialize(serde_ignored::Deserializer::new(
+                        value,
+                        &mut |path: serde_ignored::Path<'_>| unknown.push(at(&field_path(&path))),
+                    ))
                     .map_err(|e| parse(crate::config::field_error_message(&e)))?;
+                out.unknown_fields = unknown;
                 validate_pod(&pod).map_err(|error| ManifestError::Invalid {
                     file: file_s.clone(),
                     error,
@@ -163,6 +173,22 @@ pub fn decode_manifest(
 /// reads them as strings. Only `mode` and `defaultMode` keys under `spec.volumes` are touched
 /// (a label or annotation named `mode` keeps its string). One leniency: a quoted `'0400'` there
 /// is read as octal too.
+/// `path` as the API server names a field: `spec.containers[0].imagee`.
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => match field_path(parent) {
+            p if p.is_empty() => key.clone(),
+            p => format!("{p}.{key}"),
+        },
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_path(parent),
+    }
+}
+
 fn octal_modes(pod: &mut serde_yaml::Value) {
     fn walk(v: &mut serde_yaml::Value) {
         match v {
@@ -428,6 +454,32 @@ mod tests {
     use super::*;
 
     const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
+
+    #[test]
+    fn fields_the_pod_api_does_not_have_are_named() {
+        let good = decode_manifest(Path::new("/m/web.yaml"), GOOD.as_bytes(), "n").unwrap();
+        assert!(good.unknown_fields.is_empty(), "{:?}", good.unknown_fields);
+        let typos = GOOD
+            .replace("  name: web\n", "  name: web\n  lables: {a: b}\n")
+            .replace(
+                "    image: busybox:1.36\n",
+                "    image: busybox:1.36\n    imagePullPolicyy: Always\n    ports: [{containerPort: 80, protocoll: TCP}]\n",
+            );
+        let m = decode_manifest(Path::new("/m/web.yaml"), typos.as_bytes(), "n").unwrap();
+        assert_eq!(
+            m.unknown_fields,
+            [
+                "metadata.lables",
+                "spec.containers[0].imagePullPolicyy",
+                "spec.containers[0].ports[0].protocoll"
+            ]
+        );
+        let pod = m.pod.unwrap();
+        assert!(
+            pod.metadata.labels.is_none(),
+            "the misspelled field is not taken"
+        );
+    }
 
     #[test]
     fn a_config_seen_the_manifest_carries_is_not_taken() {

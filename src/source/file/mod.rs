@@ -287,6 +287,26 @@ impl FileSource {
         self.metrics.manifest_error(err.reason());
     }
 
+    /// Warns (log and a Warning event `UnknownField` on the file) of the pod's fields that the
+    /// v1 Pod API does not have: the pod runs without them, as kubelet's non-strict decoding
+    /// runs it, but a misspelled field (`imagePullPolicyy`) is named rather than dropped
+    /// silently. Called once per content of the file.
+    fn report_unknown_fields(&self, fields: &[String], file: &Path) {
+        if fields.is_empty() {
+            return;
+        }
+        let list = fields.join(", ");
+        tracing::warn!(file = %file.display(), fields = %list, "static pod manifest has fields the v1 Pod API does not have; they are ignored");
+        self.recorder.warning(
+            format!("file:{}", file.display()),
+            "UnknownField",
+            format!(
+                "manifest {}: unknown field(s), ignored (misspelled?): {list}",
+                file.display()
+            ),
+        );
+    }
+
     /// True when the last listing could not read `staticPodPath`.
     pub fn dir_missing(&self) -> bool {
         self.missing_dir_reported
@@ -401,6 +421,7 @@ impl FileSource {
             let prev_good = self.files.remove(&path).and_then(|f| f.good);
             let entry = match result {
                 Ok(m) => {
+                    self.report_unknown_fields(&m.unknown_fields, &path);
                     if let (Some(cp), Ok(bytes)) = (&self.checkpoints, &content) {
                         if let Err(e) = cp.save(&path, bytes) {
                             tracing::warn!(file = %path.display(), error = %e, "cannot checkpoint manifest");
@@ -704,6 +725,28 @@ mod tests {
         assert_eq!(s.recorder.list()[0].reason, "InvalidManifest");
         std::fs::remove_file(&f).unwrap();
         assert!(s.list().is_empty());
+    }
+
+    #[test]
+    fn an_unknown_field_is_warned_of_once_and_the_pod_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.yaml");
+        let typo = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: busybox, imagee: x}]}\n";
+        std::fs::write(&f, typo).unwrap();
+        let mut s = source(dir.path());
+        assert_eq!(s.list().len(), 1, "the pod runs");
+        assert_eq!(s.list().len(), 1);
+        let ev = s.recorder.list();
+        assert_eq!(ev.len(), 1, "once per content: {ev:?}");
+        assert_eq!(ev[0].reason, "UnknownField");
+        assert!(
+            ev[0].message.contains("a.yaml") && ev[0].message.contains("spec.containers[0].imagee"),
+            "{}",
+            ev[0].message
+        );
+        std::fs::write(&f, POD.replace("NAME", "a")).unwrap();
+        assert_eq!(s.list().len(), 1);
+        assert_eq!(s.recorder.list().len(), 1, "a fixed file draws no warning");
     }
 
     #[test]
