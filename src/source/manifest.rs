@@ -40,7 +40,7 @@ pub struct Manifest {
     /// ConfigMaps and Secrets, with their data (see [`crate::objects`]).
     pub objects: Vec<(ObjectRef, Data)>,
     /// Paths of the pod's fields that the v1 Pod API does not have (`spec.containers[0].imagee`),
-    /// which decoding drops, as the API server's non-strict decoding does; the file source warns
+    /// which decoding drops, as kubelet's decoding of a static pod does; the file source warns
     /// of them (the API server's strict field validation warns `unknown field` likewise).
     pub unknown_fields: Vec<String>,
 }
@@ -168,11 +168,6 @@ pub fn decode_manifest(
     Ok(out)
 }
 
-/// File modes written as YAML 1.1 octal (`defaultMode: 0400`, as the Kubernetes docs write
-/// them and Kubernetes' YAML decoder reads them, 256) become numbers; the YAML 1.2 parser here
-/// reads them as strings. Only `mode` and `defaultMode` keys under `spec.volumes` are touched
-/// (a label or annotation named `mode` keeps its string). One leniency: a quoted `'0400'` there
-/// is read as octal too.
 /// `path` as the API server names a field: `spec.containers[0].imagee`.
 fn field_path(path: &serde_ignored::Path<'_>) -> String {
     use serde_ignored::Path;
@@ -189,6 +184,11 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
     }
 }
 
+/// File modes written as YAML 1.1 octal (`defaultMode: 0400`, as the Kubernetes docs write
+/// them and Kubernetes' YAML decoder reads them, 256) become numbers; the YAML 1.2 parser here
+/// reads them as strings. Only `mode` and `defaultMode` keys under `spec.volumes` are touched
+/// (a label or annotation named `mode` keeps its string). One leniency: a quoted `'0400'` there
+/// is read as octal too.
 fn octal_modes(pod: &mut serde_yaml::Value) {
     fn walk(v: &mut serde_yaml::Value) {
         match v {
