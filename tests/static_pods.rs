@@ -549,6 +549,29 @@ fn pods_from_a_static_pod_url_run_survive_a_failing_url_and_follow_its_body() {
     });
     let still = n.wait_running(&a, &["c"], Duration::from_secs(5));
     assert_eq!(still["c"].id, a_id, "a not restarted");
+
+    // A misspelled field: named once in a Warning, dropped, and a runs on unchanged.
+    let typo = url_pod("a").replace("command:", "imagePullPolicyy: Always, command:");
+    server.set(200, &typo);
+    let seen = server.requests();
+    wait_until(Duration::from_secs(10), "five more fetches", || {
+        server.requests() >= seen + 5
+    });
+    assert_eq!(reported("UnknownField"), 1, "UnknownField reported once");
+    let events: serde_json::Value = serde_json::from_str(&n.get("/events").unwrap()).unwrap();
+    let message = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["reason"] == "UnknownField")
+        .map(|e| e["message"].as_str().unwrap().to_owned())
+        .unwrap();
+    assert!(
+        message.contains("spec.containers[0].imagePullPolicyy"),
+        "{message}"
+    );
+    let still = n.wait_running(&a, &["c"], Duration::from_secs(5));
+    assert_eq!(still["c"].id, a_id, "a not restarted by a dropped field");
     // An empty body: no pods.
     server.set(200, "");
     wait_until(Duration::from_secs(30), "a removed", || {

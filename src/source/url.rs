@@ -46,6 +46,17 @@ fn invalid(url: &str, field: &str, reason: &str) -> ManifestError {
     }
 }
 
+/// What one body fetched from the URL defines.
+#[derive(Debug, Default)]
+pub struct Body {
+    /// The pods, with the static pod defaults and `config.source: http`.
+    pub pods: Vec<Pod>,
+    /// Paths of the fields that the v1 Pod API (or, for a list, `PodList`) does not have, as
+    /// [`Manifest::unknown_fields`](super::manifest::Manifest::unknown_fields) gives them, a
+    /// list's items prefixed `items[i].`: dropped by decoding, named in a warning by [`run`].
+    pub unknown_fields: Vec<String>,
+}
+
 /// The pods of one body fetched from `url` for node `node_name`: a pod manifest, or a `PodList`
 /// (`kind: PodList` or `List`) whose `items` are pods; each decoded and given the static pod
 /// defaults ([`decode_manifest`]) with `config.source: http`.
@@ -53,9 +64,9 @@ fn invalid(url: &str, field: &str, reason: &str) -> ManifestError {
 /// Errors: those of [`decode_manifest`] for the body or an item (named `items[i]`), and
 /// [`ManifestError::Invalid`] for a body that holds ConfigMaps or Secrets or no pod, or a list
 /// that names one pod twice. An empty body is no pods.
-pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Vec<Pod>, ManifestError> {
+pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Body, ManifestError> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
-        return Ok(Vec::new());
+        return Ok(Body::default());
     }
     let file = Path::new(url);
     crate::yaml::check_nesting(body).map_err(|message| ManifestError::Parse {
@@ -71,8 +82,17 @@ pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Vec<Pod>, Manif
                 .is_some_and(|k| k == "PodList" || k == "List")
         });
     let mut pods = Vec::new();
+    let mut unknown_fields = Vec::new();
     match list {
         Some(v) => {
+            if let serde_yaml::Value::Mapping(m) = &v {
+                unknown_fields.extend(
+                    m.keys()
+                        .filter_map(|k| k.as_str())
+                        .filter(|k| !["apiVersion", "kind", "metadata", "items"].contains(k))
+                        .map(str::to_owned),
+                );
+            }
             let items = match v.get("items") {
                 Some(serde_yaml::Value::Sequence(items)) => items.clone(),
                 // No pods: a list with no items, as the apiserver writes one.
@@ -98,6 +118,7 @@ pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Vec<Pod>, Manif
                         message: format!("items[{i}]: {e}"),
                     }
                 })?;
+                unknown_fields.extend(m.unknown_fields.iter().map(|f| format!("items[{i}].{f}")));
                 match (m.pod, m.objects.is_empty()) {
                     (Some(p), true) => pods.push(p),
                     _ => {
@@ -120,6 +141,7 @@ pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Vec<Pod>, Manif
                 ));
             }
             pods.extend(m.pod);
+            unknown_fields = m.unknown_fields;
             if pods.is_empty() {
                 return Err(invalid(url, "kind", "the body defines no Pod"));
             }
@@ -142,7 +164,10 @@ pub fn decode(url: &str, body: &[u8], node_name: &str) -> Result<Vec<Pod>, Manif
             .get_or_insert_with(Default::default)
             .insert(CONFIG_SOURCE_ANNOTATION.into(), SOURCE.into());
     }
-    Ok(pods)
+    Ok(Body {
+        pods,
+        unknown_fields,
+    })
 }
 
 /// `url` as logs and events show it: without user, password and query (they may hold
@@ -207,6 +232,23 @@ async fn fetch(
     }
 }
 
+/// Warns (log and a Warning event `UnknownField` on `url:<shown>`) of the fields a body has that
+/// the v1 Pod API does not: its pods run without them, as kubelet's non-strict decoding runs
+/// them, but a misspelling is named rather than dropped silently. Called once per body decoded,
+/// so once per content of the URL (as the file source warns once per content of a file).
+fn report_unknown_fields(fields: &[String], shown: &str, recorder: &Recorder) {
+    if fields.is_empty() {
+        return;
+    }
+    let list = fields.join(", ");
+    warn!(url = %shown, fields = %list, "HTTP pod source: the body has fields the v1 Pod API does not have; they are ignored");
+    recorder.warning(
+        format!("url:{shown}"),
+        "UnknownField",
+        format!("{shown}: unknown field(s), ignored (misspelled?): {list}"),
+    );
+}
+
 /// Fetches `url` every `period` until the task is dropped, sending the HTTP source's pods to
 /// `config` (the mux) when a body decodes and differs from the last one.
 pub async fn run(
@@ -252,9 +294,10 @@ pub async fn run(
                         })
                     });
                 match decoded {
-                    Ok(pods) => {
+                    Ok(decoded) => {
                         last_body = Some((body, None));
-                        Ok(Some(pods))
+                        report_unknown_fields(&decoded.unknown_fields, &shown, &recorder);
+                        Ok(Some(decoded.pods))
                     }
                     Err(e) => {
                         let err = (e.to_string(), e.reason());
@@ -301,7 +344,7 @@ mod tests {
 
     #[test]
     fn one_pod_or_a_list_becomes_static_pods_of_the_http_source() {
-        let one = decode(URL, pod("a").as_bytes(), "n1").unwrap();
+        let one = decode(URL, pod("a").as_bytes(), "n1").unwrap().pods;
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].metadata.name.as_deref(), Some("a-n1"));
         let ann = one[0].metadata.annotations.as_ref().unwrap();
@@ -315,7 +358,7 @@ mod tests {
             serde_json::to_string(&serde_yaml::from_str::<serde_json::Value>(&pod("b")).unwrap())
                 .unwrap(),
         );
-        let pods = decode(URL, list.as_bytes(), "n1").unwrap();
+        let pods = decode(URL, list.as_bytes(), "n1").unwrap().pods;
         let names: Vec<_> = pods
             .iter()
             .map(|p| p.metadata.name.clone().unwrap())
@@ -326,7 +369,7 @@ mod tests {
             "the same pod, the same UID, alone or in a list"
         );
         assert!(
-            decode(URL, b"  \n", "n1").unwrap().is_empty(),
+            decode(URL, b"  \n", "n1").unwrap().pods.is_empty(),
             "empty: no pods"
         );
     }
@@ -360,16 +403,44 @@ mod tests {
         );
         assert!(decode(URL, b"kind: PodList\nitems: null\n", "n1")
             .unwrap()
+            .pods
             .is_empty());
     }
 
     #[test]
     fn list_items_may_leave_out_their_kind_and_urls_lose_their_credentials() {
         let list = "kind: PodList\napiVersion: v1\nitems:\n- {metadata: {name: a}, spec: {containers: [{name: c, image: busybox}]}}\n";
-        assert_eq!(decode(URL, list.as_bytes(), "n1").unwrap().len(), 1);
+        assert_eq!(decode(URL, list.as_bytes(), "n1").unwrap().pods.len(), 1);
         assert_eq!(
             redacted("https://user:pw@host:8443/pods?token=s3cret"),
             "https://host:8443/pods"
         );
+    }
+
+    #[test]
+    fn fields_the_pod_api_does_not_have_are_named_with_their_item() {
+        let typo = pod("a").replace(
+            "image: busybox:1.36",
+            "image: busybox:1.36, imagePullPolicyy: Always",
+        );
+        let one = decode(URL, typo.as_bytes(), "n1").unwrap();
+        assert_eq!(one.unknown_fields, ["spec.containers[0].imagePullPolicyy"]);
+        assert_eq!(one.pods.len(), 1, "the pod runs without the field");
+        assert_eq!(
+            one.pods[0].spec.as_ref().unwrap().containers[0]
+                .image_pull_policy
+                .as_deref(),
+            Some("IfNotPresent"),
+            "the default, not the misspelled Always"
+        );
+
+        let list = "apiVersion: v1\nkind: PodList\nitemz: []\nitems:\n- {metadata: {name: a}, spec: {containers: [{name: c, image: busybox}]}}\n- {metadata: {name: b, lables: {x: y}}, spec: {containers: [{name: c, image: busybox}]}}\n";
+        let two = decode(URL, list.as_bytes(), "n1").unwrap();
+        assert_eq!(two.unknown_fields, ["itemz", "items[1].metadata.lables"]);
+        assert_eq!(two.pods.len(), 2);
+        assert!(decode(URL, pod("a").as_bytes(), "n1")
+            .unwrap()
+            .unknown_fields
+            .is_empty());
     }
 }
