@@ -40,8 +40,9 @@ pub struct Manifest {
     /// ConfigMaps and Secrets, with their data (see [`crate::objects`]).
     pub objects: Vec<(ObjectRef, Data)>,
     /// Paths of the pod's fields that the v1 Pod API does not have (`spec.containers[0].imagee`),
-    /// which decoding drops, as kubelet's decoding of a static pod does; the file source warns
-    /// of them (the API server's strict field validation warns `unknown field` likewise).
+    /// which decoding drops, as kubelet's decoding of a static pod does; the file and URL
+    /// sources warn of them (the API server's strict field validation warns `unknown field`
+    /// likewise).
     pub unknown_fields: Vec<String>,
 }
 
