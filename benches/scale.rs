@@ -26,7 +26,7 @@
 //!    counted, interleaved round by round with the plain listings.
 //!
 //! Run: `cargo bench --bench scale` (needs scripts/env/up.sh; stops and starts its containerd).
-//! The headline figures measure the packaged build: `cargo build --profile dist`, then
+//! The headline figures measure the packaged build: `scripts/dist.sh`, then
 //! `NODELET_BIN=target/dist/nodelet cargo bench --bench scale`. Every side starts on a freshly
 //! dropped page cache (`agent::fresh_page_cache`; `DROP_CACHES=0` skips it).
 //! `IDLE_SECONDS=N` (default 20). `KUBELET=0` skips kubelet. `NODELET_BEFORE=/path/to/nodelet`

@@ -43,7 +43,7 @@ pub struct Agent {
 }
 
 /// The nodelet binary the benchmarks run: `NODELET_BIN` (the packaged build,
-/// `target/dist/nodelet` after `cargo build --profile dist`, for the headline figures), else
+/// `target/dist/nodelet` after `scripts/dist.sh`, for the headline figures), else
 /// the one cargo built beside the benchmark (profile `bench`).
 pub fn nodelet_bin() -> PathBuf {
     std::env::var_os("NODELET_BIN").map_or_else(
