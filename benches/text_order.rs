@@ -5,8 +5,8 @@
 //! Why: the agent's RSS is mostly its own text, and the kernel maps whole page-cache folios at
 //! each fault in a file mapping (as large as the read-ahead that brought the file in, up to 2 MiB
 //! here), so code run once in a folio maps the whole folio. With the functions a node runs spread
-//! over most of the binary, the packaged agent mapped 10.0–10.4 MiB of its 12.3 MiB of text at
-//! 110 pods; packed together, 6.1 (benches/README.md, "Headline").
+//! over most of the binary, the packaged agent mapped about 10 MiB of its 12.3 MiB of text at
+//! 110 pods; packed together, 5.9 (benches/README.md, "text_order").
 //!
 //! What it does: the binary (`NODELET_BIN`, default `target/dist/nodelet`) is copied onto a
 //! small ext4 file system on a loop device whose read-ahead is off (`read_ahead_kb` 0) and its

@@ -2,8 +2,8 @@
 # The packaged binary, target/dist/nodelet: profile `dist` (optimised for size, one optimisation
 # unit across crates), relative relocations packed (DT_RELR: 12 KB where RELA took 0.6 MB, all
 # read at start), and the functions a node's life runs linked together at the start of the text,
-# so that the kernel maps less of it (benches/text_order.rs; at 110 pods about 6 MiB of text
-# resident instead of 10, benches/README.md "Headline"). As root, on a machine where
+# so that the kernel maps less of it (benches/text_order.rs; at 110 pods 5.9 MiB of text
+# resident instead of 10, benches/README.md "text_order"). As root, on a machine where
 # scripts/env/up.sh runs (it is run first): the order is measured by running the first build on
 # the private containerd. About 10 minutes on 2 cores after the dependencies are built.
 #   1. cargo rustc --profile dist: the build, as linked without an order;
