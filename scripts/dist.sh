@@ -24,6 +24,14 @@ LINK=(-C link-arg=-Wl,-z,pack-relative-relocs)
 ORDER=target/dist/text-order.txt
 echo "dist.sh: 1/3 building (cargo rustc --profile dist)"
 cargo rustc --quiet --profile dist --bin nodelet -- "${LINK[@]}"
+# The order is given to the linker as lld reads it (--symbol-ordering-file); rustc links with its
+# own lld on x86_64 Linux from Rust 1.90 on.
+if ! readelf -p .comment target/dist/nodelet | grep -q 'Linker: LLD'; then
+    echo "dist.sh: target/dist/nodelet was not linked by lld, which the text order needs:" \
+        "use Rust 1.90 or later on x86_64 Linux (rustc's own lld), or install lld and set" \
+        "RUSTFLAGS='-C link-arg=-fuse-ld=lld'" >&2
+    exit 1
+fi
 echo "dist.sh: 2/3 the functions a node's life runs (benches/text_order.rs, about 2 minutes)"
 NODELET_BIN=target/dist/nodelet TEXT_ORDER=$ORDER cargo bench --quiet --profile dev --bench text_order
 echo "dist.sh: 3/3 linking them together"
