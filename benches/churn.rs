@@ -270,17 +270,8 @@ fn row(name: &str, a: &str, b: &str) {
 
 fn main() {
     let seconds = env_usize("CHURN_SECONDS", 180) as u64;
-    let sock = PathBuf::from(agent::socket());
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let cri = rt.block_on(async {
-        Cri::new(
-            &sock,
-            &sock,
-            Duration::from_secs(120),
-            nodelet::metrics::Metrics::new(),
-        )
-    });
-    rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
+    let cri = agent::cri_with_busybox(&rt);
     let ctx = Ctx { rt, cri };
     let logs =
         "containerLogMaxSize: 64Ki\ncontainerLogMaxFiles: 3\nimageGCHighThresholdPercent: 100\n";

@@ -41,8 +41,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use nodelet::cri::{Cri, ImageService};
-
 /// Page size of the pagemap, bytes.
 const PAGE: u64 = 4096;
 
@@ -254,17 +252,8 @@ fn main() {
     let fs = NoReadAhead::new(out.with_extension("img"), len + len / 4 + (64 << 20));
     let copy = fs.copy(&bin);
 
-    let sock = PathBuf::from(agent::socket());
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let cri = rt.block_on(async {
-        Cri::new(
-            &sock,
-            &sock,
-            Duration::from_secs(120),
-            nodelet::metrics::Metrics::new(),
-        )
-    });
-    rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
+    let cri = agent::cri_with_busybox(&rt);
     let a = agent::start_binary(&copy, "textorder", "", Stdio::null());
     let port = a.port;
     let t = burst::Target {

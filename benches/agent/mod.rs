@@ -18,6 +18,25 @@ pub fn socket() -> String {
         .unwrap_or_else(|_| SOCKET.to_owned())
 }
 
+/// A CRI client of the benchmarks' runtime ([`socket`], calls timed out after 120 s, metrics of
+/// its own) on `rt`, with `busybox:1.36`, the image of the benchmarks' pods, pulled. Panics when
+/// the runtime does not answer or the pull fails (run scripts/env/up.sh first).
+pub fn cri_with_busybox(rt: &tokio::runtime::Runtime) -> nodelet::cri::Cri {
+    use nodelet::cri::ImageService;
+    let sock = PathBuf::from(socket());
+    let cri = rt.block_on(async {
+        nodelet::cri::Cri::new(
+            &sock,
+            &sock,
+            Duration::from_secs(120),
+            nodelet::metrics::Metrics::new(),
+        )
+    });
+    rt.block_on(cri.pull_image("busybox:1.36", None))
+        .unwrap_or_else(|e| panic!("pull busybox:1.36 on {}: {e}", sock.display()));
+    cri
+}
+
 /// A running nodelet.
 pub struct Agent {
     /// Root of its files (config, manifests, logs, root dir); removed on drop.
