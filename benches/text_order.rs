@@ -196,7 +196,12 @@ fn functions(bin: &Path) -> Vec<(u64, u64, String)> {
 /// size, and fails when they are spread (span above 1.1 times their size).
 fn check(bin: &Path, order: &Path) {
     let names: BTreeSet<String> = std::fs::read_to_string(order)
-        .unwrap_or_else(|e| panic!("{}: {e}", order.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "TEXT_ORDER={}: {e} (scripts/dist.sh writes it; or set TEXT_ORDER)",
+                order.display()
+            )
+        })
         .lines()
         .map(str::to_owned)
         .collect();
@@ -237,6 +242,14 @@ fn main() {
         || PathBuf::from("target/dist/text-order.txt"),
         PathBuf::from,
     );
+    let len = std::fs::metadata(&bin)
+        .unwrap_or_else(|e| {
+            panic!(
+                "NODELET_BIN={}: {e} (build it: scripts/dist.sh; or set NODELET_BIN)",
+                bin.display()
+            )
+        })
+        .len();
     if std::env::var("TEXT_ORDER_CHECK").is_ok_and(|v| v == "1") {
         check(&bin, &out);
         return;
@@ -246,9 +259,6 @@ fn main() {
         "text_order mounts a loop device: run it as root"
     );
     let pods = agent::env_usize("PODS", 110);
-    let len = std::fs::metadata(&bin)
-        .unwrap_or_else(|e| panic!("{}: {e} (build it: scripts/dist.sh)", bin.display()))
-        .len();
     let fs = NoReadAhead::new(out.with_extension("img"), len + len / 4 + (64 << 20));
     let copy = fs.copy(&bin);
 
