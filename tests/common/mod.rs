@@ -570,6 +570,14 @@ impl Drop for Nodelet {
     fn drop(&mut self) {
         self.kill9();
         self.runtime.remove_node_pods(&self.node);
+        // Mounts the killed agent left in its root directory (memory-backed emptyDirs of pods
+        // it was running), deepest first, or the temporary directory cannot be removed and the
+        // tmpfs stays mounted on the machine.
+        let mut left = nodelet::volume::removal::mounts_under(self.dir.path());
+        left.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for m in left {
+            let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
+        }
         let mounts = nodelet::cm::cgroup_mounts();
         let _ = nodelet::cm::remove_cgroup_everywhere(&mounts, &self.cgroup_root);
         if std::thread::panicking() {
