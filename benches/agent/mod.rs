@@ -10,6 +10,92 @@ use std::time::{Duration, Instant};
 /// The private containerd's CRI socket.
 pub const SOCKET: &str = "/run/nodelet-env/containerd/containerd.sock";
 
+/// The mount point of the benchmarks' file system for the agents' directories ([`bench_fs`]).
+pub const BENCH_FS: &str = "/run/nodelet-env/benchfs";
+
+/// The image behind [`BENCH_FS`]: 4 GiB, sparse, made once.
+pub const BENCH_FS_IMAGE: &str = "/var/lib/nodelet-env/benchfs.img";
+
+/// The directory under which every benchmarked agent, nodelet's and kubelet's, keeps its root
+/// directory, configuration and staticPodPath ([`agent_dir`]): an ext4 file system with a
+/// journal, as a node's `/var/lib/kubelet` is, loop-mounted at [`BENCH_FS`] from
+/// [`BENCH_FS_IMAGE`] (made and mounted here the first time, as root). Pod logs stay on the
+/// machine's own file system for both agents (kubelet v1.20 writes them to `/var/log/pods`).
+///
+/// Why: this machine's root file system is ext4 without a journal, where each new inode is
+/// searched for past every inode freed in the last 60 s (300 s while its table block is dirty;
+/// the kernel's `recently_deleted` in `fs/ext4/ialloc.c`, skipped when there is a journal), and
+/// the benchmark frees thousands between the sides of a repetition: on 2026-12-05 that put
+/// 11 % on nodelet's CPU per pod start (benches/README.md, "The agents' file system").
+///
+/// `BENCH_FS=tmp` keeps the directories in the system's temporary directory, as before; so does
+/// a machine where the loop mount cannot be made (the reason is printed).
+pub fn bench_fs() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        if std::env::var("BENCH_FS").is_ok_and(|v| v == "tmp") {
+            println!("agents' directories: {} (BENCH_FS=tmp)", tmp.display());
+            return tmp;
+        }
+        match mount_bench_fs() {
+            Ok(()) => {
+                println!("agents' directories: {BENCH_FS} (ext4 with a journal, {BENCH_FS_IMAGE}; BENCH_FS=tmp for the system's temporary directory)");
+                PathBuf::from(BENCH_FS)
+            }
+            Err(e) => {
+                println!(
+                    "agents' directories: {} ({BENCH_FS} not made: {e})",
+                    tmp.display()
+                );
+                tmp
+            }
+        }
+    })
+}
+
+/// Makes [`BENCH_FS_IMAGE`] (when missing) and mounts it at [`BENCH_FS`] (when not mounted).
+///
+/// Errors: the command that failed, with its output.
+fn mount_bench_fs() -> Result<(), String> {
+    let mounted = procfs::process::Process::myself()
+        .and_then(|p| p.mountinfo())
+        .map_err(|e| format!("/proc/self/mountinfo: {e}"))?
+        .into_iter()
+        .any(|m| m.mount_point == std::path::Path::new(BENCH_FS) && m.fs_type == "ext4");
+    if mounted {
+        return Ok(());
+    }
+    let run = |cmd: &mut Command| -> Result<(), String> {
+        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{cmd:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    std::fs::create_dir_all(BENCH_FS).map_err(|e| format!("{BENCH_FS}: {e}"))?;
+    if !std::path::Path::new(BENCH_FS_IMAGE).exists() {
+        let part = format!("{BENCH_FS_IMAGE}.part");
+        std::fs::File::create(&part)
+            .and_then(|f| f.set_len(4 << 30))
+            .map_err(|e| format!("{part}: {e}"))?;
+        // mke2fs's ext4 defaults include the journal (has_journal).
+        run(Command::new("mkfs.ext4").args(["-q", "-F", &part]))?;
+        std::fs::rename(&part, BENCH_FS_IMAGE).map_err(|e| format!("{BENCH_FS_IMAGE}: {e}"))?;
+    }
+    run(Command::new("mount").args(["-o", "loop", BENCH_FS_IMAGE, BENCH_FS]))
+}
+
+/// A fresh directory for one agent's files, under [`bench_fs`]; removed on drop.
+pub fn agent_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(bench_fs())
+        .unwrap_or_else(|e| panic!("a directory in {}: {e}", bench_fs().display()))
+}
+
 /// The CRI socket the benchmarks use: `NODELET_CRI_ENDPOINT` (as the tests read it: the
 /// cgroup v2 guest's containerd, say), else [`SOCKET`].
 pub fn socket() -> String {
@@ -39,12 +125,13 @@ pub fn cri_with_busybox(rt: &tokio::runtime::Runtime) -> nodelet::cri::Cri {
 
 /// A running nodelet.
 pub struct Agent {
-    /// Root of its files (config, manifests, logs, root dir); removed on drop.
+    /// Root of its files (config, manifests, root dir), under [`bench_fs`]; removed on drop.
     pub dir: tempfile::TempDir,
     /// staticPodPath.
     pub manifests: PathBuf,
-    /// podLogsDir.
+    /// podLogsDir: a directory of its own in the system's temporary directory; removed on drop.
     pub logs: PathBuf,
+    logs_dir: tempfile::TempDir,
     /// --hostname-override.
     pub node: String,
     /// healthzPort.
@@ -110,9 +197,11 @@ pub fn start_with_args(
         std::path::Path::new(&socket).exists(),
         "run scripts/env/up.sh first"
     );
-    let dir = tempfile::tempdir().unwrap();
+    let dir = agent_dir();
     let manifests = dir.path().join("manifests");
-    let logs = dir.path().join("logs");
+    // Pod logs on the machine's file system, as kubelet's `/var/log/pods` ([`bench_fs`]).
+    let logs_dir = tempfile::tempdir().unwrap();
+    let logs = logs_dir.path().to_path_buf();
     std::fs::create_dir_all(&manifests).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -150,6 +239,7 @@ pub fn start_with_args(
         dir,
         manifests,
         logs,
+        logs_dir,
         node: node.to_owned(),
         port,
         api_port,

@@ -74,7 +74,8 @@ pub fn start_with(
     kubeconfig: Option<&str>,
     extra: &str,
 ) -> Kubelet {
-    let dir = tempfile::tempdir().unwrap();
+    // On the benchmarks' file system, as nodelet's (its pod logs go to /var/log/pods).
+    let dir = crate::agent::agent_dir();
     let manifests = dir.path().join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
     for m in nodelet::cm::cgroup_mounts() {

@@ -182,6 +182,13 @@ if [[ -f $IP_FORWARD_ORIG ]]; then
     rm -f "$IP_FORWARD_ORIG"
 fi
 
+# The benchmarks' file system (benches/agent/mod.rs, bench_fs: a loop-mounted ext4 image under
+# $NODELET_ENV_LIB), if mounted; the image is kept for the next benchmark.
+if mountpoint -q "$NODELET_ENV_RUN/benchfs" 2>/dev/null; then
+    umount "$NODELET_ENV_RUN/benchfs"
+    say "benchmarks: unmounted $NODELET_ENV_RUN/benchfs"
+fi
+
 # ---------------------------------------------------------------------------------------------
 # 5. --purge
 # ---------------------------------------------------------------------------------------------
