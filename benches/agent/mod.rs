@@ -25,8 +25,9 @@ pub const BENCH_FS_IMAGE: &str = "/var/lib/nodelet-env/benchfs.img";
 /// Why: this machine's root file system is ext4 without a journal, where each new inode is
 /// searched for past every inode freed in the last 60 s (300 s while its table block is dirty;
 /// the kernel's `recently_deleted` in `fs/ext4/ialloc.c`, skipped when there is a journal), and
-/// the benchmark frees thousands between the sides of a repetition: on 2026-12-05 that put
-/// 11 % on nodelet's CPU per pod start (benches/README.md, "The agents' file system").
+/// the benchmark frees thousands between the sides of a repetition. On 2026-12-05 the journal
+/// took 11 % off a standalone nodelet's CPU per pod start and, in the scale benchmark, a
+/// quarter off its kernel time (benches/README.md, "The agents' file system", run H).
 ///
 /// `BENCH_FS=tmp` keeps the directories in the system's temporary directory, as before; so does
 /// a machine where the loop mount cannot be made (the reason is printed).
