@@ -294,6 +294,8 @@ fn main() {
     let (n0, n1, pods) = run(&ctx, &site, seconds);
     drop(a);
     peer::remove_pods_of(&agent::socket(), &node);
+    // The pods' cgroups were busy when the agent went: its cgroupRoot goes now that they are gone.
+    let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &site.cgroup_root);
 
     let peer_wanted = env_usize("CHURN_PEER", 1) != 0;
     let kubelet = if peer_wanted {

@@ -214,12 +214,6 @@ fn prepare(rt: &tokio::runtime::Runtime, cri: &Cri, t: &Target) {
 }
 
 /// Stops a nodelet of a burst and removes its cgroupRoot.
-fn stop_nodelet(mut a: agent::Agent) {
-    let _ = a.child.kill();
-    let _ = a.child.wait();
-    let _ = nodelet::cm::remove_cgroup_everywhere(&nodelet::cm::cgroup_mounts(), &a.cgroup_root);
-}
-
 fn report(rep: usize, side: &str, r: &AgentRun) {
     eprintln!(
         "  rep {rep}: {side} start {:.1} s, no container running {:.1} s after the removal{}, {:.1} ms CPU per pod start, RSS {:.1} MiB, relists {:.0}",
@@ -311,7 +305,7 @@ fn bursts(
                 let r = agent_rep(rt, cri, &t, pods, idle, rep, manifest, &mut hook);
                 report(rep, "nodelet", &r);
                 runs.nodelet.push(r);
-                stop_nodelet(a);
+                drop(a);
             }
         }
         if let Some(bin) = before {
@@ -321,7 +315,7 @@ fn bursts(
             let r = agent_rep(rt, cri, &t, pods, idle, rep, manifest, &mut || {});
             report(rep, "before", &r);
             runs.before.push(r);
-            stop_nodelet(a);
+            drop(a);
         }
     }
     (runs, res)
@@ -364,7 +358,7 @@ fn big_node(
         cost = Some(relist_cost(rt, &node, rounds));
     });
     report(0, &format!("{big} pods: nodelet"), &nodelet);
-    stop_nodelet(a);
+    drop(a);
     let kubelet = kubelet.map(|bin| {
         let (k, t) = kubelet_target(bin, &format!("kbig-{me}"), big + 10);
         prepare(rt, cri, &t);
