@@ -12,12 +12,14 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// No agent answers on the socket.
-    #[error("nodelet is not running: nothing answers on {} ({reason}); start it with `systemctl start nodelet` (or give the --root-dir it runs with)", socket.display())]
+    #[error("nodelet is not running: nothing answers on {} ({reason}); {start} (or give the --root-dir it runs with)", socket.display())]
     NotRunning {
         /// The socket tried.
         socket: PathBuf,
         /// What connecting said.
         reason: String,
+        /// How to start it on this host ([`start_hint`]).
+        start: &'static str,
     },
     /// The socket is there but this user may not use it.
     #[error("{}: {reason}; the local socket serves root only (try sudo)", socket.display())]
@@ -36,6 +38,17 @@ pub enum CliError {
     /// The connection failed midway, or an answer could not be read.
     #[error("{0}")]
     Io(String),
+}
+
+/// How to start the agent on this host: `systemctl start nodelet` where systemd runs the host
+/// (`systemd_dir`, `/run/systemd/system`, exists: systemd's own `sd_booted` test), else a
+/// sentence saying that systemctl will not do it here.
+pub fn start_hint(systemd_dir: &Path) -> &'static str {
+    if systemd_dir.is_dir() {
+        "start it with `systemctl start nodelet`"
+    } else {
+        "start it the way this host runs it (the host was not booted with systemd, so not with systemctl; from nodelet's source tree, `scripts/up.sh`)"
+    }
 }
 
 /// A client of the agent whose `--root-dir` is `root_dir`.
@@ -73,7 +86,11 @@ impl Client {
                 let socket = self.socket.clone();
                 match e.kind() {
                     std::io::ErrorKind::PermissionDenied => CliError::Denied { socket, reason },
-                    _ => CliError::NotRunning { socket, reason },
+                    _ => CliError::NotRunning {
+                        socket,
+                        reason,
+                        start: start_hint(std::path::Path::new("/run/systemd/system")),
+                    },
                 }
             })
     }
@@ -180,5 +197,24 @@ impl Client {
             .map_err(|e| CliError::Io(e.to_string()))?
             .to_bytes();
         serde_json::from_slice(&body).map_err(|e| CliError::Io(format!("{path}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn how_to_start_follows_whether_systemd_runs_the_host() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(
+            start_hint(tmp.path()),
+            "start it with `systemctl start nodelet`"
+        );
+        let hint = start_hint(&tmp.path().join("absent"));
+        assert!(
+            hint.contains("not booted with systemd") && hint.contains("scripts/up.sh"),
+            "{hint}"
+        );
     }
 }

@@ -137,7 +137,10 @@ fn request(
 pub async fn run(client: &Client, args: &ExecArgs) -> Result<i32, CliError> {
     let pods = super::pods(client).await?;
     let pod = find_pod(&pods, args.ns.scope(), &args.pod)?;
-    let c = container(pod, args.container.as_deref())?;
+    let (c, notice) = container(pod, args.container.as_deref())?;
+    if let Some(n) = notice {
+        eprintln!("{n}");
+    }
     let (ns, name) = ns_name(pod);
     let stream = client.connect().await?;
     let handshake = tokio_tungstenite::client_async(request(ns, name, &c, args)?, stream);

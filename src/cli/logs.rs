@@ -41,7 +41,10 @@ pub fn query(ns: &str, name: &str, c: &str, args: &LogsArgs) -> String {
 pub async fn run(client: &Client, args: &LogsArgs) -> Result<(), CliError> {
     let pods = super::pods(client).await?;
     let pod = find_pod(&pods, args.ns.scope(), &args.pod)?;
-    let c = container(pod, args.container.as_deref())?;
+    let (c, notice) = container(pod, args.container.as_deref())?;
+    if let Some(n) = notice {
+        eprintln!("{n}");
+    }
     let (ns, name) = ns_name(pod);
     let mut body = client.get(&query(ns, name, &c, args)).await?.into_body();
     let mut out = tokio::io::stdout();

@@ -104,12 +104,16 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// The container to use in `pod`: `asked` when it names one (app, init or ephemeral), else
-/// kubectl's default: the annotation `kubectl.kubernetes.io/default-container`, else the only
-/// container.
+/// The container to use in `pod`, with the line kubectl prints on stderr when it chose one for
+/// the user. `asked` when it names one (app or init); else kubectl's default
+/// (`podcmd.FindOrDefaultContainerByName`, kubectl ≥ 1.21): the container that the annotation
+/// `kubectl.kubernetes.io/default-container` names, else the first app container, with the
+/// notice `Defaulted container "<name>" out of: <all, inits marked (init)>` when the pod has
+/// more than one (an annotation that names no container of the pod says so in the notice too).
 ///
-/// Errors: [`CliError::Usage`] naming the containers to choose from.
-pub fn container(pod: &Pod, asked: Option<&str>) -> Result<String, CliError> {
+/// Errors: [`CliError::Usage`] when `asked` is not in the pod, or the pod has no container,
+/// naming the containers to choose from.
+pub fn container(pod: &Pod, asked: Option<&str>) -> Result<(String, Option<String>), CliError> {
     let spec = pod.spec.clone().unwrap_or_default();
     let apps: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
     let inits: Vec<&str> = spec
@@ -131,7 +135,7 @@ pub fn container(pod: &Pod, asked: Option<&str>) -> Result<String, CliError> {
     };
     if let Some(c) = asked {
         if apps.contains(&c) || inits.contains(&c) {
-            return Ok(c.to_owned());
+            return Ok((c.to_owned(), None));
         }
         return Err(CliError::Usage(format!(
             "container {c:?} is not in pod {name:?}; {}",
@@ -142,18 +146,37 @@ pub fn container(pod: &Pod, asked: Option<&str>) -> Result<String, CliError> {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get("kubectl.kubernetes.io/default-container"))
-        .filter(|c| apps.contains(&c.as_str()) || inits.contains(&c.as_str()));
+        .and_then(|a| a.get("kubectl.kubernetes.io/default-container"));
+    let mut notice = Vec::new();
     if let Some(c) = annotated {
-        return Ok(c.clone());
+        if apps.contains(&c.as_str()) || inits.contains(&c.as_str()) {
+            return Ok((c.clone(), None));
+        }
+        notice.push(format!(
+            "Default container name {c:?} not found in pod {name}"
+        ));
     }
-    match apps.as_slice() {
-        [only] => Ok((*only).to_owned()),
-        _ => Err(CliError::Usage(format!(
-            "a container name must be specified for pod {name:?} (-c), {}",
+    let Some(first) = apps.first() else {
+        return Err(CliError::Usage(format!(
+            "pod {name:?} has no container; {}",
             choose()
-        ))),
+        )));
+    };
+    if apps.len() > 1 || !inits.is_empty() {
+        let all: Vec<String> = apps
+            .iter()
+            .map(|c| (*c).to_owned())
+            .chain(inits.iter().map(|c| format!("{c} (init)")))
+            .collect();
+        notice.push(format!(
+            "Defaulted container {first:?} out of: {}",
+            all.join(", ")
+        ));
     }
+    Ok((
+        (*first).to_owned(),
+        (!notice.is_empty()).then(|| notice.join("\n")),
+    ))
 }
 
 #[cfg(test)]
@@ -198,26 +221,48 @@ mod tests {
     #[test]
     fn the_default_container_as_kubectl_picks_it() {
         let mut p = pod("default", "x");
-        let e = container(&p, None).unwrap_err().to_string();
+        // No -c, no annotation: the first app container, and kubectl's notice naming them all.
+        assert_eq!(
+            container(&p, None).unwrap(),
+            (
+                "a".to_owned(),
+                Some("Defaulted container \"a\" out of: a, b, i (init)".to_owned())
+            )
+        );
+        assert_eq!(container(&p, Some("i")).unwrap(), ("i".to_owned(), None));
+        let e = container(&p, Some("z")).unwrap_err().to_string();
+        assert!(e.contains("\"z\" is not in pod"), "{e}");
         assert!(
             e.contains("choose one of: [a b] or one of the init containers: [i]"),
             "{e}"
         );
-        assert_eq!(container(&p, Some("i")).unwrap(), "i");
-        assert!(container(&p, Some("z"))
-            .unwrap_err()
-            .to_string()
-            .contains("\"z\" is not in pod"));
-        p.metadata.annotations = Some(
-            [(
-                "kubectl.kubernetes.io/default-container".to_owned(),
-                "b".to_owned(),
-            )]
-            .into(),
+        let annotate = |p: &mut Pod, c: &str| {
+            p.metadata.annotations = Some(
+                [(
+                    "kubectl.kubernetes.io/default-container".to_owned(),
+                    c.to_owned(),
+                )]
+                .into(),
+            )
+        };
+        annotate(&mut p, "b");
+        assert_eq!(container(&p, None).unwrap(), ("b".to_owned(), None));
+        annotate(&mut p, "gone");
+        let (c, notice) = container(&p, None).unwrap();
+        assert_eq!(c, "a");
+        let notice = notice.unwrap();
+        assert!(
+            notice.starts_with("Default container name \"gone\" not found in pod x\n"),
+            "{notice}"
         );
-        assert_eq!(container(&p, None).unwrap(), "b");
-        p.spec.as_mut().unwrap().containers.truncate(1);
+        // One container and no init container: no notice.
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers.truncate(1);
+        spec.init_containers = None;
         p.metadata.annotations = None;
-        assert_eq!(container(&p, None).unwrap(), "a");
+        assert_eq!(container(&p, None).unwrap(), ("a".to_owned(), None));
+        p.spec.as_mut().unwrap().containers.clear();
+        let e = container(&p, None).unwrap_err().to_string();
+        assert!(e.contains("has no container"), "{e}");
     }
 }
