@@ -369,7 +369,7 @@ fn describe_shows_states_probes_cgroup_and_events() {
         "two.yaml",
         &pod(
             "two",
-            &format!("  volumes: [{{name: scratch, emptyDir: {{}}}}]\n  containers:\n  - name: a\n    image: {BUSY}\n    command: [sh, -c, 'echo dying; exit 3']\n    resources: {{limits: {{memory: 64Mi}}, requests: {{memory: 32Mi}}}}\n  - name: b\n    image: {BUSY}\n    command: [sleep, '3600']\n    livenessProbe: {{exec: {{command: ['true']}}, periodSeconds: 7}}\n    volumeMounts: [{{name: scratch, mountPath: /data}}]\n"),
+            &format!("  volumes: [{{name: scratch, emptyDir: {{}}}}]\n  containers:\n  - name: a\n    image: {BUSY}\n    command: [sh, -c, 'echo dying; exit 3']\n    resources: {{limits: {{memory: 64Mi}}, requests: {{memory: 32Mi}}}}\n  - name: b\n    image: {BUSY}\n    command: [sleep, '3600']\n    env: [{{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]\n    livenessProbe: {{exec: {{command: ['true']}}, periodSeconds: 7}}\n    volumeMounts: [{{name: scratch, mountPath: /data}}]\n"),
         ),
     );
     let name = format!("two-{node}");
@@ -402,6 +402,13 @@ fn describe_shows_states_probes_cgroup_and_events() {
     assert!(
         text.lines()
             .any(|l| l.contains("Warning") && l.contains("BackOff") && l.contains("nodelet")),
+        "{text}"
+    );
+    // An environment variable from a field: its value and the field, as kubectl shows it.
+    assert!(
+        text.lines().any(|l| l.trim_start().starts_with("POD_NAME:")
+            && l.trim_end()
+                .ends_with(&format!("two-{node} (v1:metadata.name)"))),
         "{text}"
     );
     // The cgroup it names is the pod's, in the memory hierarchy, with a's limit under it.

@@ -137,7 +137,57 @@ fn state(o: &mut Out, level: usize, key: &str, s: Option<&ContainerState>) {
     }
 }
 
-fn container(o: &mut Out, c: &Container, cs: Option<&ContainerStatus>) {
+/// An environment variable's value as kubectl describes it (`describeContainerEnvVars`): the
+/// value; a fieldRef's value (metadata paths; empty for others, which the node resolves) and
+/// `(<apiVersion>:<path>)`; a resourceFieldRef's value from the container's own resources
+/// (`node allocatable` for a limit it does not set) and `(<resource>)`; for a Secret or
+/// ConfigMap key, which key of which object and whether it is optional.
+fn env_value(pod: &Pod, c: &Container, e: &k8s_openapi::api::core::v1::EnvVar) -> String {
+    let Some(src) = &e.value_from else {
+        return e.value.clone().unwrap_or_default();
+    };
+    if let Some(f) = &src.field_ref {
+        let api = f.api_version.as_deref().unwrap_or("v1");
+        let value = crate::fieldpath::metadata_value(pod, &f.field_path).unwrap_or_default();
+        return format!("{value} ({api}:{})", f.field_path);
+    }
+    if let Some(r) = &src.resource_field_ref {
+        let container = r.container_name.as_deref().filter(|n| !n.is_empty());
+        let value = crate::fieldpath::resource_field_value(
+            pod,
+            container.unwrap_or(&c.name),
+            &r.resource,
+            r.divisor.as_ref().map(|d| d.0.as_str()),
+            &crate::fieldpath::Allocatable::default(),
+        )
+        .unwrap_or_default();
+        let value = if value == "0" && r.resource.starts_with("limits.") {
+            "node allocatable".to_owned()
+        } else {
+            value
+        };
+        return format!("{value} ({})", r.resource);
+    }
+    if let Some(r) = &src.secret_key_ref {
+        return format!(
+            "<set to the key '{}' in secret '{}'>\tOptional: {}",
+            r.key,
+            r.name,
+            r.optional.unwrap_or(false)
+        );
+    }
+    if let Some(r) = &src.config_map_key_ref {
+        return format!(
+            "<set to the key '{}' of config map '{}'>\tOptional: {}",
+            r.key,
+            r.name,
+            r.optional.unwrap_or(false)
+        );
+    }
+    "<set from a source>".to_owned()
+}
+
+fn container(o: &mut Out, pod: &Pod, c: &Container, cs: Option<&ContainerStatus>) {
     o.line(1, format!("{}:", c.name));
     let id = cs.and_then(|s| s.container_id.clone()).unwrap_or_default();
     o.kv(2, "Container ID", id);
@@ -221,13 +271,7 @@ fn container(o: &mut Out, c: &Container, cs: Option<&ContainerStatus>) {
     } else {
         o.line(2, "Environment:");
         for e in env {
-            o.kv(
-                3,
-                &e.name,
-                e.value
-                    .clone()
-                    .unwrap_or_else(|| "<set from a source>".into()),
-            );
+            o.kv(3, &e.name, env_value(pod, c, e));
         }
     }
     let mounts: Vec<_> = c.volume_mounts.iter().flatten().collect();
@@ -298,7 +342,7 @@ pub fn describe(pod: &Pod, events: &[Event], cgroup: Option<&str>, now: jiff::Ti
         }
         o.line(0, format!("{title}:"));
         for c in &list {
-            container(&mut o, c, statuses.iter().find(|s| s.name == c.name));
+            container(&mut o, pod, c, statuses.iter().find(|s| s.name == c.name));
         }
     }
     let conditions = st.conditions.clone().unwrap_or_default();
@@ -418,6 +462,34 @@ pub async fn run(client: &Client, args: &DescribeArgs) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn environment_values_as_kubectl_describes_them() {
+        let pod: Pod = serde_yaml::from_str(
+            "metadata: {name: web, namespace: default}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: 250m}, limits: {memory: 64Mi}}\n    env:\n    - {name: PLAIN, value: x}\n    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}\n    - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}\n    - {name: CPU_REQ, valueFrom: {resourceFieldRef: {resource: requests.cpu, divisor: 1m}}}\n    - {name: CPU_LIM, valueFrom: {resourceFieldRef: {resource: limits.cpu}}}\n    - {name: MEM_MI, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}\n    - {name: PW, valueFrom: {secretKeyRef: {name: db, key: password}}}\n    - {name: MODE, valueFrom: {configMapKeyRef: {name: cfg, key: mode, optional: true}}}\n",
+        )
+        .unwrap();
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let got: Vec<String> = c
+            .env
+            .iter()
+            .flatten()
+            .map(|e| env_value(&pod, c, e))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "x",
+                "web (v1:metadata.name)",
+                " (v1:spec.nodeName)",
+                "250 (requests.cpu)",
+                "node allocatable (limits.cpu)",
+                "64 (limits.memory)",
+                "<set to the key 'password' in secret 'db'>\tOptional: false",
+                "<set to the key 'mode' of config map 'cfg'>\tOptional: true",
+            ]
+        );
+    }
 
     #[test]
     fn probes_as_kubectl_describes_them() {
