@@ -168,23 +168,18 @@ fn env_value(pod: &Pod, c: &Container, e: &k8s_openapi::api::core::v1::EnvVar) -
         };
         return format!("{value} ({})", r.resource);
     }
-    if let Some(r) = &src.secret_key_ref {
-        return format!(
-            "<set to the key '{}' in secret '{}'>\tOptional: {}",
-            r.key,
-            r.name,
-            r.optional.unwrap_or(false)
-        );
+    let key = match (&src.secret_key_ref, &src.config_map_key_ref) {
+        (Some(r), _) => Some(("in secret", &r.key, &r.name, r.optional)),
+        (None, Some(r)) => Some(("of config map", &r.key, &r.name, r.optional)),
+        (None, None) => None,
+    };
+    match key {
+        Some((of, key, name, optional)) => format!(
+            "<set to the key '{key}' {of} '{name}'>\tOptional: {}",
+            optional.unwrap_or(false)
+        ),
+        None => "<set from a source>".to_owned(),
     }
-    if let Some(r) = &src.config_map_key_ref {
-        return format!(
-            "<set to the key '{}' of config map '{}'>\tOptional: {}",
-            r.key,
-            r.name,
-            r.optional.unwrap_or(false)
-        );
-    }
-    "<set from a source>".to_owned()
 }
 
 fn container(o: &mut Out, pod: &Pod, c: &Container, cs: Option<&ContainerStatus>) {
