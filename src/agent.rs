@@ -124,11 +124,6 @@ struct Core {
 /// the cluster, the PLEG, the runtime manager and pod workers, the pod sources, the eviction
 /// manager, node shutdown and the sync loop.
 ///
-/// The async work runs on a tokio runtime with one worker thread (measured to cost less CPU
-/// than two; the numbers are by its builder), the sync loop, the pod configuration's merger,
-/// the eviction manager and node shutdown on threads of their own, and what may wait long on
-/// the kernel or systemd on tokio's blocking pool ([`crate::blocking`]).
-///
 /// Errors: [`AgentError`] for anything that prevents start-up; once running, runtime failures
 /// are logged and retried, never fatal.
 pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
@@ -142,16 +137,8 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     raise_open_files_limit();
     info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
 
-    // One worker thread: the agent's tasks (pod workers, PLEG, probes, CRI client, HTTP) wait
-    // mostly on the runtime and use a few percent of a core, and on one thread their wake-ups
-    // need no other thread woken. Measured (a standalone agent starting 110 pods, its CPU from
-    // its cpuacct cgroup, four interleaved rounds, 2026-12-05): 2.71 ms a pod start (median;
-    // 2.61–2.81) against 3.05 (2.88–3.15) with two workers, lower in every round, start time
-    // unchanged; with what may wait long on the blocking pool ([`crate::blocking`]), 5.23
-    // against 5.54 ms (−6 %), lower in each of four rounds, on a fresh machine where both took
-    // longer (2026-12-06).
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(2)
         .thread_name("nodelet-rt")
         .enable_all()
         .build()
@@ -813,8 +800,7 @@ fn start_qos_resync(core: &Core) {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
             tick.tick().await;
-            let cm = cm.clone();
-            if let Err(e) = crate::blocking::run(move || cm.resync_qos()).await {
+            if let Err(e) = cm.resync_qos() {
                 warn!(error = %e, "cannot update QoS cgroups");
             }
         }

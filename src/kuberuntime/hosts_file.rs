@@ -104,72 +104,42 @@ pub fn hosts_file_content(
     out
 }
 
-/// The pod's managed hosts file, computed from the pod without I/O ([`hosts_file`]): where it
-/// goes and its text, but for the node's own hosts file that a host-network pod's takes in
-/// ([`HostsFile::write`] reads it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostsFile {
-    /// `<root-dir>/pods/<uid>/etc-hosts`.
-    pub path: PathBuf,
-    /// The text before the node's hosts file (all of it off the host network).
-    head: String,
-    /// The node's `/etc/hosts` goes between `head` and `tail` (host-network pods).
-    node_hosts: bool,
-    /// The text after it (a host-network pod's `hostAliases`).
-    tail: String,
-}
-
-/// The pod's hosts file once it has an IP; `None` while it has none (kubelet mounts it only
-/// then).
-pub fn hosts_file(settings: &Settings, pod: &Pod, pod_ips: &[String]) -> Option<HostsFile> {
+/// Writes the pod's hosts file and returns the mount that puts it on `/etc/hosts`; `None` while
+/// the pod has no IP yet (kubelet mounts it only then).
+///
+/// Errors: the I/O error of reading the node's hosts file (host-network pods) or of writing
+/// `<root-dir>/pods/<uid>/etc-hosts` (mode 0644).
+pub fn ensure_hosts_file(
+    settings: &Settings,
+    pod: &Pod,
+    pod_ips: &[String],
+) -> io::Result<Option<api::Mount>> {
     if pod_ips.is_empty() {
-        return None;
+        return Ok(None);
     }
-    let path = pod_dir(&settings.root_dir, crate::pod::pod_uid(pod)).join(ETC_HOSTS_FILE);
-    Some(if is_host_network(pod) {
-        HostsFile {
-            path,
-            head: MANAGED_HEADER_HOST_NETWORK.to_owned(),
-            node_hosts: true,
-            tail: host_aliases(pod),
-        }
+    let node_hosts = if is_host_network(pod) {
+        std::fs::read_to_string(NODE_HOSTS_PATH)?
     } else {
-        HostsFile {
-            path,
-            head: hosts_file_content(settings, pod, pod_ips, ""),
-            node_hosts: false,
-            tail: String::new(),
-        }
-    })
-}
-
-impl HostsFile {
-    /// Writes the file (mode 0644, its directory made if missing) and returns the mount that
-    /// puts it on `/etc/hosts`. Written in place (same inode): containers already running see
-    /// the new text through their mount. Blocks on the file system.
-    ///
-    /// Errors: the I/O error of reading the node's hosts file (host-network pods) or of writing
-    /// the file.
-    pub fn write(self) -> io::Result<api::Mount> {
-        let mut text = self.head;
-        if self.node_hosts {
-            text.push_str(&std::fs::read_to_string(NODE_HOSTS_PATH)?);
-        }
-        text.push_str(&self.tail);
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(&self.path, text)?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o644))?;
-        Ok(api::Mount {
-            container_path: "/etc/hosts".into(),
-            host_path: self.path.display().to_string(),
-            readonly: false,
-            selinux_relabel: true,
-            ..Default::default()
-        })
-    }
+        String::new()
+    };
+    let uid = crate::pod::pod_uid(pod);
+    let dir = pod_dir(&settings.root_dir, uid);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(ETC_HOSTS_FILE);
+    // In place (same inode): containers already running see the new text through their mount.
+    std::fs::write(
+        &path,
+        hosts_file_content(settings, pod, pod_ips, &node_hosts),
+    )?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+    Ok(Some(api::Mount {
+        container_path: "/etc/hosts".into(),
+        host_path: path.display().to_string(),
+        readonly: false,
+        selinux_relabel: true,
+        ..Default::default()
+    }))
 }
 
 #[cfg(test)]
@@ -224,10 +194,9 @@ mod tests {
         let mut s = Settings::example();
         s.root_dir = tmp.path().to_owned();
         let p = pod("{containers: [{name: c, image: b}]}");
-        assert_eq!(hosts_file(&s, &p, &[]), None, "no IP yet");
-        let m = hosts_file(&s, &p, &["10.88.0.9".into()])
+        assert_eq!(ensure_hosts_file(&s, &p, &[]).unwrap(), None, "no IP yet");
+        let m = ensure_hosts_file(&s, &p, &["10.88.0.9".into()])
             .unwrap()
-            .write()
             .unwrap();
         let path = tmp.path().join("pods/u1/etc-hosts");
         assert_eq!(m.container_path, "/etc/hosts");
@@ -235,22 +204,5 @@ mod tests {
         assert!(std::fs::read_to_string(&path)
             .unwrap()
             .contains("10.88.0.9\tweb-node1\n"));
-    }
-
-    #[test]
-    fn a_host_network_pods_file_takes_in_the_nodes_hosts_file_when_written() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut s = Settings::example();
-        s.root_dir = tmp.path().to_owned();
-        let p = pod("{hostNetwork: true, hostAliases: [{ip: 10.1.2.3, hostnames: [foo]}], containers: [{name: c, image: b}]}");
-        hosts_file(&s, &p, &["10.0.0.10".into()])
-            .unwrap()
-            .write()
-            .unwrap();
-        let node = std::fs::read_to_string(NODE_HOSTS_PATH).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(tmp.path().join("pods/u1/etc-hosts")).unwrap(),
-            hosts_file_content(&s, &p, &["10.0.0.10".into()], &node)
-        );
     }
 }

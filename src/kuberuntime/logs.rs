@@ -77,7 +77,6 @@ pub async fn rotate_once(
     log_paths: &mut std::collections::HashMap<String, String>,
 ) {
     log_paths.retain(|id, _| running.contains(id));
-    let mut logs = Vec::new();
     for id in running {
         let path = match log_paths.get(id).cloned().or_else(|| known(id)) {
             Some(p) => {
@@ -92,41 +91,28 @@ pub async fn rotate_once(
                 st.log_path
             }
         };
-        if !path.is_empty() {
-            logs.push((id.clone(), PathBuf::from(path)));
+        if path.is_empty() {
+            continue;
         }
-    }
-    // The file system on the blocking pool: the sizes in one pass, each rotation in one call.
-    let max_size = policy.max_size;
-    let over = crate::blocking::run(move || {
-        logs.into_iter()
-            .filter_map(|(id, log)| {
-                let size = std::fs::metadata(&log).ok()?.len();
-                (size > max_size).then_some((id, log, size))
-            })
-            .collect::<Vec<_>>()
-    })
-    .await;
-    for (id, log, size) in over {
-        let keep = policy.max_files.saturating_sub(1).max(1);
-        let current = log.clone();
+        let log = PathBuf::from(&path);
+        let Ok(meta) = std::fs::metadata(&log) else {
+            continue;
+        };
+        if meta.len() <= policy.max_size {
+            continue;
+        }
         // Room first, as kubelet's `removeExcessLogs` before its rotation: at no moment are
         // there more than `containerLogMaxFiles` files, the current one included.
-        let renamed = crate::blocking::run(move || {
-            prune(&current, keep);
-            rename_current(&current)
-        })
-        .await;
-        match renamed {
+        prune(&log, policy.max_files.saturating_sub(1).max(1));
+        match rename_current(&log) {
             Ok(rotated) => {
-                if let Err(e) = cri.reopen_container_log(&id).await {
+                if let Err(e) = cri.reopen_container_log(id).await {
                     // The runtime keeps writing to the renamed file; put it back.
                     warn!(container = %id, error = %e, "cannot reopen container log; undoing the rotation");
-                    let back = log.clone();
-                    let _ = crate::blocking::run(move || std::fs::rename(&rotated, &back)).await;
+                    let _ = std::fs::rename(&rotated, &log);
                     continue;
                 }
-                info!(container = %id, log = %log.display(), bytes = size, "rotated container log");
+                info!(container = %id, log = %log.display(), bytes = meta.len(), "rotated container log");
             }
             Err(e) => warn!(log = %log.display(), error = %e, "cannot rotate container log"),
         }

@@ -16,7 +16,6 @@
 pub mod actions;
 pub mod backoff;
 pub mod container;
-pub mod host_files;
 pub mod hosts_file;
 pub mod image;
 pub mod kill;

@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
 use super::actions::{self, compute_pod_actions_with, PodActions, ToStart};
-use super::host_files::{HostFiles, TerminationFile};
 use super::kill::{container_grace_seconds, pod_grace};
 use super::result::{PodSyncResult, StartFailure, SyncAction};
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
@@ -371,25 +370,16 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             )
             .map_err(|e| fail("CreateContainerConfigError", e))?;
         }
-        let mut config = self
+        let config = self
             .container_config_with_mounts(pod, c, start, is_init, &image.id, pod_ips, volumes)
             .map_err(|e| fail("CreateContainerConfigError", e))?;
-        let files = HostFiles {
-            termination: c
-                .termination_message_path
-                .as_deref()
-                .filter(|p| !p.is_empty())
-                .map(|path| TerminationFile {
-                    pod_dir: hosts_file::pod_dir(&self.settings.root_dir, uid),
-                    name: c.name.clone(),
-                    attempt: start.restart_count,
-                    container_path: path.to_owned(),
-                }),
-            hosts: hosts_file::hosts_file(&self.settings, pod, pod_ips),
-            log_dir: PathBuf::from(&sb.config.log_directory).join(&c.name),
-        };
-        let mounts = files.make().map_err(|e| fail(e.reason, e.message))?;
-        config.mounts.extend(mounts);
+        let log_dir = PathBuf::from(&sb.config.log_directory).join(&c.name);
+        std::fs::create_dir_all(&log_dir).map_err(|e| {
+            fail(
+                "CreateContainerError",
+                format!("cannot create log directory {}: {e}", log_dir.display()),
+            )
+        })?;
         let log_path = PathBuf::from(&sb.config.log_directory).join(&config.log_path);
         // A relist that lists the container before it is recorded waits for the record.
         let making = self.cache.making(uid);
@@ -433,9 +423,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         Ok(())
     }
 
-    /// The CRI config of container `c` with its volumes' mounts (subPathExpr expanded with the
-    /// container's env); the files the start makes on the host add theirs
-    /// ([`HostFiles`]). Errors: the message of a `CreateContainerConfigError`.
+    /// The CRI config of container `c` with its mounts: volumes (subPathExpr expanded with the
+    /// container's env), the termination message file and the pod's hosts file. Errors: the
+    /// message of a `CreateContainerConfigError`.
     #[allow(clippy::too_many_arguments)]
     fn container_config_with_mounts(
         &self,
@@ -447,6 +437,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         pod_ips: &[String],
         volumes: &BTreeMap<String, PathBuf>,
     ) -> Result<api::ContainerConfig, String> {
+        let uid = pod_uid(pod);
         let inputs = container::ContainerInputs {
             restart_count: start.restart_count,
             image_ref,
@@ -469,6 +460,23 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             container::expand(s, &vars)
         })?;
         config.mounts.extend(mounts);
+        if let Some(path) = c
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+        {
+            let pod_dir = hosts_file::pod_dir(&self.settings.root_dir, uid);
+            let host = super::termination_message::prepare(&pod_dir, &c.name, start.restart_count)
+                .map_err(|e| format!("cannot create the termination message file: {e}"))?;
+            config
+                .mounts
+                .push(super::termination_message::mount(&host, path));
+        }
+        match hosts_file::ensure_hosts_file(&self.settings, pod, pod_ips) {
+            Ok(Some(mount)) => config.mounts.push(mount),
+            Ok(None) => {}
+            Err(e) => return Err(format!("cannot write the pod's hosts file: {e}")),
+        }
         Ok(config)
     }
 

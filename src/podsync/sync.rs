@@ -52,20 +52,15 @@ impl<R: CriRuntime> PodSync<R> {
         let actions = self.runtime.compute_actions(pod, &rt, &mut result);
         // The pod cgroup exists with kubelet's values before anything runs in it (kubelet's
         // `EnsureExists` on every sync); the QoS cgroups are updated first.
-        // With the systemd driver the cgroup is a D-Bus job waited for: on the blocking pool
-        // (see `crate::blocking`); cgroupfs's mkdir and writes are done here.
-        let cgroup = if self.cm.layout().systemd {
-            let (cm, pod) = (self.cm.clone(), pod.clone());
-            crate::blocking::run(move || cm.ensure_pod(&pod)).await
-        } else {
-            self.cm.ensure_pod(pod)
-        }
-        .map_err(|e| PodSyncError::Cgroup(e.to_string()))?;
+        let cgroup = self
+            .cm
+            .ensure_pod(pod)
+            .map_err(|e| PodSyncError::Cgroup(e.to_string()))?;
         let volumes = if actions.runs_nothing() {
             BTreeMap::new()
         } else {
             self.wait_for_api_objects(pod).await;
-            match self.set_up_volumes(pod, &uid).await {
+            match self.set_up_volumes(pod, &uid) {
                 Ok(v) => v,
                 Err(e) => {
                     self.update_reasons(&uid, &result);
@@ -137,31 +132,19 @@ impl<R: CriRuntime> PodSync<R> {
 
     /// The pod's volumes, before any container (kubelet's `WaitForAttachAndMount`): a failure
     /// holds the pod in ContainerCreating with a `FailedMount` event, and the next sync tries
-    /// again. Returns each volume's directory by name. Set up on the blocking pool (mounts,
-    /// the objects' files); a pod without volumes has nothing to set up.
-    async fn set_up_volumes(
+    /// again. Returns each volume's directory by name.
+    fn set_up_volumes(
         &self,
         pod: &Arc<Pod>,
         uid: &str,
     ) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
-        let none = pod
-            .spec
-            .as_ref()
-            .is_none_or(|s| s.volumes.as_ref().is_none_or(Vec::is_empty));
-        if none {
-            return Ok(BTreeMap::new());
-        }
         let settings = self.runtime.settings();
-        let dir = crate::kuberuntime::hosts_file::pod_dir(&settings.root_dir, uid);
-        let (objects, allocatable, p) = (
-            self.objects_for(pod).clone(),
-            settings.allocatable,
-            pod.clone(),
-        );
-        crate::blocking::run(move || {
-            crate::volume::set_up_pod(&p, &dir, &objects, &allocatable)
-        })
-        .await
+        crate::volume::set_up_pod(
+            pod,
+            &crate::kuberuntime::hosts_file::pod_dir(&settings.root_dir, uid),
+            self.objects_for(pod),
+            &settings.allocatable,
+        )
         .inspect_err(|e| {
             warn!(pod = %pod_ref(pod), uid, error = %e, missing_object = e.cause.is_missing_object(), "volume set-up failed");
             self.recorder.warning(

@@ -554,19 +554,12 @@ async fn a_sidecar_starts_in_its_turn_holds_the_next_until_started_restarts_and_
         .await
         .unwrap();
     let side_id = side.latest("side").unwrap().id.clone();
-    // Its startup probe succeeds. Set again before each sync that reads it: the probe worker
-    // clears the result of an instance it sees for the first time, whenever a sync's awaits
-    // first let it run (a sync reads the results before its first await).
-    let started = || {
-        h.probes
-            .results()
-            .set("u1", "side", &side_id, ProbeKind::Startup, true);
-    };
-    started();
+    h.probes
+        .results()
+        .set("u1", "side", &side_id, ProbeKind::Startup, true);
     h.sync(&p).await.unwrap();
     assert_eq!(h.rt.running(), vec!["setup", "side"]);
     h.exit("setup", 0).await;
-    started();
     h.sync(&p).await.unwrap();
     assert_eq!(
         h.rt.running(),
