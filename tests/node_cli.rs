@@ -486,14 +486,11 @@ fn logs_follow_goes_on_across_rotation() {
     // --tail and --timestamps, on the line written 3 s after the burst: a rotation that came
     // after "done" (the file over 2 KiB when the monitor looked) leaves the current file empty
     // until then, and `logs` reads the current file only, as kubelet's.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let t = loop {
-        let t = stdout(&cli(&n, &["logs", "chatty", "--tail", "1", "--timestamps"]));
-        if t.ends_with(" last\n") || std::time::Instant::now() > deadline {
-            break t;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let mut t = String::new();
+    poll(Duration::from_secs(30), || {
+        t = stdout(&cli(&n, &["logs", "chatty", "--tail", "1", "--timestamps"]));
+        t.ends_with(" last\n")
+    });
     assert_eq!(t.lines().count(), 1, "{t}");
     let (ts, rest) = t.trim_end().split_once(' ').unwrap();
     assert_eq!(rest, "last");
