@@ -941,6 +941,7 @@ fn admitter(core: &Core, config: &Config, flags: &Flags) -> crate::admission::Po
         ),
         allocatable,
         allowed_unsafe_sysctls: config.allowed_unsafe_sysctls.clone(),
+        requests: Default::default(),
     }
 }
 

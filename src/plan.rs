@@ -181,6 +181,7 @@ pub fn plan(config: &Config, plan_node: &PlanNode, manifests: &[PathBuf]) -> (St
         config.max_pods,
     );
     let mut admitted: Vec<k8s_openapi::api::core::v1::Pod> = Vec::new();
+    let requests = crate::admission::node_resources::Requests::default();
     let mut out = NodePlan {
         node: node_name.to_owned(),
         capacity: capacity.into(),
@@ -225,6 +226,7 @@ pub fn plan(config: &Config, plan_node: &PlanNode, manifests: &[PathBuf]) -> (St
             &identity,
             &allocatable,
             &config.allowed_unsafe_sysctls,
+            &requests,
         );
         let admission = AdmissionPlan {
             admitted: rejection.is_none(),

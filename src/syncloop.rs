@@ -475,6 +475,7 @@ mod tests {
                 hugepages: Default::default(),
             },
             allowed_unsafe_sysctls: Vec::new(),
+            requests: Default::default(),
         };
         let status = StatusManager::default();
         let mut l = SyncLoop::new(

@@ -74,6 +74,8 @@ pub struct PodAdmitter {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// Whether the node is shutting down (graceful node shutdown).
     pub shutdown: crate::nodeshutdown::ShutdownState,
+    /// The admitted pods' requests, worked out once per spec.
+    pub requests: node_resources::Requests,
 }
 
 /// The handlers after the pressure check, which depend on the node and the pods already
@@ -87,10 +89,11 @@ pub fn admit_on_node(
     node: &NodeIdentity,
     allocatable: &Allocatable,
     allowed_unsafe_sysctls: &[String],
+    requests: &node_resources::Requests,
 ) -> Option<Rejection> {
     sysctls::admit(pod, allowed_unsafe_sysctls)
         .or_else(|| node_affinity::admit(pod, node))
-        .or_else(|| node_resources::admit(pod, running.iter().copied(), allocatable))
+        .or_else(|| node_resources::admit(pod, running.iter().copied(), allocatable, requests))
         .or_else(|| node_affinity::admit_placement(pod, node))
         .or_else(|| host_ports::admit(pod, running.iter().copied()))
         .or_else(|| apparmor::admit(pod, apparmor::host_enabled()))
@@ -121,12 +124,14 @@ impl PodAdmitter {
                 message,
             })
             .or_else(|| {
+                self.requests.forget_others(running.iter().copied());
                 admit_on_node(
                     pod,
                     running,
                     &self.node,
                     &self.allocatable,
                     &self.allowed_unsafe_sysctls,
+                    &self.requests,
                 )
             })
     }

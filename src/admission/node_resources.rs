@@ -8,7 +8,8 @@
 //! shortfall is the refusal: reason `OutOf<resource>` and kubelet's message
 //! `Node didn't have enough resource: <resource>, requested: <n>, used: <n>, capacity: <n>`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
@@ -102,18 +103,68 @@ fn insufficient(resource: &str, requested: i64, used: i64, capacity: i64) -> Rej
     }
 }
 
+/// Each admitted pod's requests ([`pod_amounts`]) kept by UID and `kubernetes.io/config.hash`
+/// (the spec's hash, stamped by every source): admitting a pod sums the requests of every
+/// other, and working each out again from its quantities made a burst of n pods cost n² of
+/// them (kubelet's `PodRequests` is recomputed on each admission; the values are the same).
+/// A pod without a config hash is worked out each time. Cheap to clone (shared).
+#[derive(Clone, Default)]
+pub struct Requests(Arc<Mutex<HashMap<String, (String, PodAmounts)>>>);
+
+impl Requests {
+    /// `pod`'s requests, from the memo while its UID and config hash are the ones kept.
+    pub fn of(&self, pod: &Pod) -> PodAmounts {
+        let hash = crate::pod::config_hash(pod);
+        if hash.is_empty() {
+            return pod_amounts(pod);
+        }
+        let uid = crate::pod::pod_uid(pod);
+        let mut memo = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match memo.get(uid) {
+            Some((h, a)) if h == hash => a.clone(),
+            _ => {
+                let a = pod_amounts(pod);
+                memo.insert(uid.to_owned(), (hash.to_owned(), a.clone()));
+                a
+            }
+        }
+    }
+
+    /// Forgets the pods not in `keep` (by UID) once the memo holds more than twice as many
+    /// entries as `keep` has pods, and 16 more: pods removed do not accumulate.
+    pub fn forget_others<'a>(&self, keep: impl IntoIterator<Item = &'a Pod> + Clone) {
+        let n = keep.clone().into_iter().count();
+        let mut memo = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if memo.len() > 2 * n + 16 {
+            let uids: HashSet<&str> = keep.into_iter().map(crate::pod::pod_uid).collect();
+            memo.retain(|uid, _| uids.contains(uid.as_str()));
+        }
+    }
+
+    /// How many pods the memo holds.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// True when the memo holds no pod.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Refuses `pod` when its requests do not fit in `alloc` beside `running` (the pods already
-/// admitted and not finished, without `pod`).
+/// admitted and not finished, without `pod`); each running pod's requests from `requests`.
 pub fn admit<'a>(
     pod: &Pod,
     running: impl IntoIterator<Item = &'a Pod>,
     alloc: &Allocatable,
+    requests: &Requests,
 ) -> Option<Rejection> {
     let mut used = PodAmounts::default();
     let mut count = 0i64;
     for p in running {
         count += 1;
-        let a = pod_amounts(p);
+        let a = requests.of(p);
         used.cpu_request = used.cpu_request.saturating_add(a.cpu_request);
         used.memory_request = used.memory_request.saturating_add(a.memory_request);
         used.ephemeral_storage_request = used
@@ -184,11 +235,59 @@ mod tests {
         }
     }
 
+    /// A pod of UID `uid` and config hash `hash` requesting `cpu`.
+    fn stamped(uid: &str, hash: &str, cpu: &str) -> Pod {
+        let mut p = pod(&format!(
+            "{{containers: [{{name: c, image: b, resources: {{requests: {{cpu: {cpu}}}}}}}]}}"
+        ));
+        let v = crate::testing::pods::versioned(uid, hash);
+        p.metadata.uid = v.metadata.uid;
+        p.metadata.annotations = v.metadata.annotations;
+        p
+    }
+
+    #[test]
+    fn requests_are_worked_out_once_per_spec_and_forgotten_with_their_pods() {
+        let r = Requests::default();
+        let a = stamped("u1", "h1", "300m");
+        assert_eq!(r.of(&a).cpu_request, 300);
+        // The memo answers for the same UID and hash (a stale value shows it was used).
+        r.0.lock().unwrap().get_mut("u1").unwrap().1.cpu_request = 1;
+        assert_eq!(r.of(&a).cpu_request, 1);
+        // An edit (new hash) is worked out again; a pod without a hash is never kept.
+        assert_eq!(r.of(&stamped("u1", "h2", "400m")).cpu_request, 400);
+        let unstamped =
+            pod("{containers: [{name: c, image: b, resources: {requests: {cpu: 50m}}}]}");
+        assert_eq!(r.of(&unstamped).cpu_request, 50);
+        assert_eq!(r.len(), 1);
+        // Removed pods go once the memo is past twice the pods kept and 16.
+        let many: Vec<Pod> = (0..20)
+            .map(|i| stamped(&format!("m{i}"), "h", "1m"))
+            .collect();
+        for p in &many {
+            r.of(p);
+        }
+        assert_eq!(r.len(), 21);
+        r.forget_others(many[..3].iter());
+        assert_eq!(r.len(), 21, "21 is not past 2 × 3 + 16");
+        r.forget_others(many[..2].iter());
+        assert_eq!(r.len(), 2, "only the pods kept");
+        // Admission adds what the memo holds.
+        let alloc = alloc();
+        let (x, y) = (stamped("x", "h", "900m"), stamped("y", "h", "900m"));
+        let third = stamped("z", "h", "300m");
+        assert_eq!(
+            admit(&third, [&x, &y], &alloc, &r).map(|e| e.reason),
+            Some("OutOfcpu".into())
+        );
+        assert!(admit(&stamped("z", "h", "200m"), [&x, &y], &alloc, &r).is_none());
+    }
+
     #[test]
     fn requests_fit_beside_the_admitted_pods_or_are_refused_as_kubelet_words_it() {
         let a = alloc();
         let big = pod("{containers: [{name: c, image: b, resources: {requests: {cpu: '100'}}}]}");
-        let r = admit(&big, [], &a).unwrap();
+        let r = admit(&big, [], &a, &Requests::default()).unwrap();
         assert_eq!(r.reason, "OutOfcpu");
         assert_eq!(
             r.message,
@@ -196,26 +295,36 @@ mod tests {
         );
         let third = pod("{containers: [{name: c, image: b, resources: {requests: {cpu: 700m}}}]}");
         let (x, y) = (third.clone(), third.clone());
-        let r = admit(&third, [&x, &y], &a).unwrap();
+        let r = admit(&third, [&x, &y], &a, &Requests::default()).unwrap();
         assert_eq!(
             r.message,
             "Node didn't have enough resource: cpu, requested: 700, used: 1400, capacity: 2000"
         );
         let small = pod("{containers: [{name: c, image: b, resources: {requests: {cpu: 500m}}}]}");
-        assert_eq!(admit(&small, [&x, &y], &a), None, "600m are left");
+        assert_eq!(
+            admit(&small, [&x, &y], &a, &Requests::default()),
+            None,
+            "600m are left"
+        );
         let mem = pod("{containers: [{name: c, image: b, resources: {limits: {memory: 5Gi}}}]}");
-        assert_eq!(admit(&mem, [], &a).unwrap().reason, "OutOfmemory");
+        assert_eq!(
+            admit(&mem, [], &a, &Requests::default()).unwrap().reason,
+            "OutOfmemory"
+        );
         let disk = pod(
             "{containers: [{name: c, image: b, resources: {requests: {ephemeral-storage: 11Gi}}}]}",
         );
         assert_eq!(
-            admit(&disk, [], &a).unwrap().reason,
+            admit(&disk, [], &a, &Requests::default()).unwrap().reason,
             "OutOfephemeral-storage"
         );
         let huge = pod("{containers: [{name: c, image: b, resources: {limits: {cpu: '1', memory: 1Gi, hugepages-2048Ki: 6Mi}}}]}");
-        assert_eq!(admit(&huge, [], &a).unwrap().reason, "OutOfhugepages-2Mi");
+        assert_eq!(
+            admit(&huge, [], &a, &Requests::default()).unwrap().reason,
+            "OutOfhugepages-2Mi"
+        );
         let none = pod("{containers: [{name: c, image: b}]}");
-        let r = admit(&none, [&x, &y, &small], &a).unwrap();
+        let r = admit(&none, [&x, &y, &small], &a, &Requests::default()).unwrap();
         assert_eq!(
             (r.reason.as_str(), r.message.as_str()),
             (
@@ -225,6 +334,9 @@ mod tests {
         );
         // Init containers count at their largest, with the overhead.
         let init = pod("{overhead: {cpu: 100m}, initContainers: [{name: i, image: b, resources: {requests: {cpu: 1950m}}}], containers: [{name: c, image: b, resources: {requests: {cpu: 100m}}}]}");
-        assert_eq!(admit(&init, [], &a).unwrap().reason, "OutOfcpu");
+        assert_eq!(
+            admit(&init, [], &a, &Requests::default()).unwrap().reason,
+            "OutOfcpu"
+        );
     }
 }

@@ -48,6 +48,12 @@ impl<R: CriRuntime> PodSync<R> {
         {
             return self.deadline_exceeded(pod).await;
         }
+        // kubelet's syncPod writes the pod's status before it acts (`SetPodStatus`): a pod is
+        // listed (`/pods`, Pending) from its first sync, not only once its sandbox and
+        // containers are made (tens of seconds on a slow runtime).
+        if !self.status.has(&uid) {
+            self.record_status(pod, &rt);
+        }
         let mut result = PodSyncResult::default();
         let actions = self.runtime.compute_actions(pod, &rt, &mut result);
         // The pod cgroup exists with kubelet's values before anything runs in it (kubelet's

@@ -10,8 +10,59 @@ use std::sync::{Arc, RwLock};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-/// Pods by UID, each with its latest status.
-type Store = HashMap<String, (Arc<Pod>, PodStatus)>;
+/// Pods by UID, each with its latest status, and what the agent's gauges count of them, kept
+/// as statuses are written and removed (so that writing one costs the same at 300 pods as at
+/// one; counting every pod at each write made a burst of starts quadratic).
+#[derive(Default)]
+struct Store {
+    pods: HashMap<String, (Arc<Pod>, PodStatus)>,
+    tally: Tally,
+}
+
+/// Counts over the statuses held: pods in phase Running, and containers (init containers
+/// included) by state, in the order of [`StatusManager::container_state_counts`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    running_pods: i64,
+    containers: [i64; 3],
+}
+
+impl Tally {
+    /// What one pod's status adds to the counts.
+    fn of(s: &PodStatus) -> Self {
+        let mut t = Self {
+            running_pods: i64::from(s.phase.as_deref() == Some("Running")),
+            containers: [0; 3],
+        };
+        for c in s
+            .container_statuses
+            .iter()
+            .flatten()
+            .chain(s.init_container_statuses.iter().flatten())
+        {
+            let state = c.state.as_ref();
+            let i = if state.is_some_and(|s| s.running.is_some()) {
+                0
+            } else if state.is_some_and(|s| s.terminated.is_some()) {
+                1
+            } else if c.container_id.is_some() {
+                2
+            } else {
+                continue;
+            };
+            t.containers[i] += 1;
+        }
+        t
+    }
+
+    /// Adds `other` (`sign` 1) or takes it away (`sign` -1).
+    fn apply(&mut self, other: Self, sign: i64) {
+        self.running_pods += sign * other.running_pods;
+        for (a, b) in self.containers.iter_mut().zip(other.containers) {
+            *a += sign * b;
+        }
+    }
+}
 
 /// What a new status keeps of the one before it, as kubelet's status manager
 /// (`updateStatusInternal`): each condition's `lastTransitionTime` while its status is unchanged,
@@ -51,21 +102,34 @@ impl StatusManager {
         let uid = crate::pod::pod_uid(&pod).to_owned();
         let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let now = crate::pod::api_time(crate::clock::wall_now());
-        let old = map.get(&uid);
+        let old = map.pods.get(&uid);
         // A pod edited since (its UID is kept across edits) is admitted and run anew: its old
         // terminal phase (refused at admission, say) is not its fate.
         let same_spec =
             old.is_some_and(|(p, _)| crate::pod::config_hash(p) == crate::pod::config_hash(&pod));
         carry_over(old.map(|(_, s)| s), &mut status, now, same_spec);
-        map.insert(uid, (pod, status));
+        let added = Tally::of(&status);
+        if let Some((_, before)) = map.pods.insert(uid, (pod, status)) {
+            map.tally.apply(Tally::of(&before), -1);
+        }
+        map.tally.apply(added, 1);
+    }
+
+    /// True when the pod has a status (it was synced at least once since it was added).
+    pub fn has(&self, uid: &str) -> bool {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .pods
+            .contains_key(uid)
     }
 
     /// Forgets a pod that is gone.
     pub fn remove(&self, uid: &str) {
-        self.inner
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
+        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, before)) = map.pods.remove(uid) {
+            map.tally.apply(Tally::of(&before), -1);
+        }
     }
 
     /// UIDs of every pod with a status.
@@ -73,6 +137,7 @@ impl StatusManager {
         self.inner
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .pods
             .keys()
             .cloned()
             .collect()
@@ -83,6 +148,7 @@ impl StatusManager {
         self.inner
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .pods
             .get(uid)
             .map(|(_, s)| s.clone())
     }
@@ -92,6 +158,7 @@ impl StatusManager {
         self.inner
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .pods
             .get(uid)
             .and_then(|(_, s)| s.phase.clone())
     }
@@ -106,6 +173,7 @@ impl StatusManager {
     pub fn pods_where(&self, keep: impl Fn(&Pod) -> bool) -> Vec<Pod> {
         let map = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let mut pods: Vec<Pod> = map
+            .pods
             .values()
             .filter(|(p, _)| keep(p))
             .map(|(p, s)| {
@@ -124,29 +192,12 @@ impl StatusManager {
     /// Containers (init containers included) by state: `running`, `exited`, and `created` (a
     /// container exists but has not run), without copying the pods.
     pub fn container_state_counts(&self) -> [(&'static str, i64); 3] {
-        let mut counts = [("running", 0), ("exited", 0), ("created", 0)];
-        let map = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        for (_, s) in map.values() {
-            for c in s
-                .container_statuses
-                .iter()
-                .flatten()
-                .chain(s.init_container_statuses.iter().flatten())
-            {
-                let state = c.state.as_ref();
-                let i = if state.is_some_and(|s| s.running.is_some()) {
-                    0
-                } else if state.is_some_and(|s| s.terminated.is_some()) {
-                    1
-                } else if c.container_id.is_some() {
-                    2
-                } else {
-                    continue;
-                };
-                counts[i].1 += 1;
-            }
-        }
-        counts
+        let t = self.inner.read().unwrap_or_else(|e| e.into_inner()).tally;
+        [
+            ("running", t.containers[0]),
+            ("exited", t.containers[1]),
+            ("created", t.containers[2]),
+        ]
     }
 
     /// Pods whose phase is not terminal (Failed, Succeeded): the pods eviction may pick.
@@ -154,6 +205,7 @@ impl StatusManager {
         self.inner
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .pods
             .values()
             .filter(|(_, s)| !matches!(s.phase.as_deref(), Some("Failed" | "Succeeded")))
             .map(|(p, _)| p.clone())
@@ -162,12 +214,8 @@ impl StatusManager {
 
     /// Number of pods whose phase is Running.
     pub fn running_pods(&self) -> usize {
-        self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter(|(_, s)| s.phase.as_deref() == Some("Running"))
-            .count()
+        let t = self.inner.read().unwrap_or_else(|e| e.into_inner()).tally;
+        usize::try_from(t.running_pods).unwrap_or(0)
     }
 }
 
@@ -199,6 +247,76 @@ mod tests {
             .flatten()
             .find(|c| c.type_ == type_)
             .and_then(|c| c.last_transition_time.clone())
+    }
+
+    #[test]
+    fn the_counts_follow_each_status_written_and_removed() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+        };
+        let pod = |uid: &str| {
+            let mut p = Pod::default();
+            p.metadata.uid = Some(uid.into());
+            Arc::new(p)
+        };
+        let container = |state: Option<ContainerState>, id: Option<&str>| ContainerStatus {
+            state,
+            container_id: id.map(Into::into),
+            ..Default::default()
+        };
+        let running = || ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        };
+        let exited = || ContainerState {
+            terminated: Some(ContainerStateTerminated::default()),
+            ..Default::default()
+        };
+        let with = |phase: &str, cs: Vec<ContainerStatus>, init: Vec<ContainerStatus>| {
+            let mut s = status(phase, false);
+            s.container_statuses = Some(cs);
+            s.init_container_statuses = Some(init);
+            s
+        };
+        let m = StatusManager::default();
+        let counts =
+            |m: &StatusManager| (m.running_pods(), m.container_state_counts().map(|c| c.1));
+        assert_eq!(counts(&m), (0, [0, 0, 0]));
+        m.set(
+            pod("a"),
+            with(
+                "Pending",
+                vec![container(None, Some("c1")), container(None, None)],
+                vec![],
+            ),
+        );
+        assert_eq!(
+            counts(&m),
+            (0, [0, 0, 1]),
+            "created; no ID yet is not counted"
+        );
+        m.set(
+            pod("a"),
+            with(
+                "Running",
+                vec![container(Some(running()), Some("c1"))],
+                vec![container(Some(exited()), Some("i1"))],
+            ),
+        );
+        m.set(
+            pod("b"),
+            with(
+                "Running",
+                vec![container(Some(running()), Some("c2"))],
+                vec![],
+            ),
+        );
+        assert_eq!(counts(&m), (2, [2, 1, 0]), "the first status of a replaced");
+        m.remove("a");
+        m.remove("a");
+        assert_eq!(counts(&m), (1, [1, 0, 0]), "removed once");
+        m.remove("b");
+        assert_eq!(counts(&m), (0, [0, 0, 0]));
     }
 
     #[test]

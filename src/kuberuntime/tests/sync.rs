@@ -32,6 +32,35 @@ async fn a_new_pod_gets_its_cgroup_a_sandbox_then_its_containers() {
     assert_eq!(mounts[0].container_path, "/etc/hosts");
 }
 
+/// kubelet's syncPod writes the status before it acts: while the first sync waits on the
+/// runtime for the sandbox, the pod is listed, Pending (`/pods` reads the status manager).
+#[tokio::test]
+async fn a_pod_is_listed_pending_while_its_first_sandbox_is_made() {
+    let h = harness();
+    let made = h.rt.hold_after("run_podsandbox");
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
+    let sync = h.sync(&p);
+    let watch = async {
+        while !h.rt.calls().iter().any(|c| c.starts_with("RunPodSandbox")) {
+            tokio::task::yield_now().await;
+        }
+        let listed = h.status.get("u1").and_then(|s| s.phase);
+        made.add_permits(1);
+        listed
+    };
+    let (synced, listed) =
+        tokio::time::timeout(Duration::from_secs(10), async { tokio::join!(sync, watch) })
+            .await
+            .expect("the sandbox is asked for");
+    assert_eq!(
+        listed.as_deref(),
+        Some("Pending"),
+        "listed before the sandbox"
+    );
+    assert_eq!(synced, Ok(Requeue::Normal));
+    assert_eq!(h.rt.running(), vec!["a"]);
+}
+
 #[tokio::test]
 async fn init_containers_run_one_at_a_time_before_the_app_containers() {
     let h = harness();
