@@ -1,5 +1,6 @@
 //! Status manager (kubelet's `status_manager.go`): the latest status of every pod the agent
-//! handles, written by pod workers after each sync and read by the server (`GET /pods`).
+//! handles, written by pod workers when a pod's first sync begins and after each sync, and read
+//! by the server (`GET /pods`).
 
 pub mod failed;
 pub mod generate;
@@ -115,7 +116,7 @@ impl StatusManager {
         map.tally.apply(added, 1);
     }
 
-    /// True when the pod has a status (it was synced at least once since it was added).
+    /// True when the pod has a status (its first sync has begun).
     pub fn has(&self, uid: &str) -> bool {
         self.inner
             .read()
