@@ -151,6 +151,17 @@ fn qos_pod_and_container_cgroups_hold_kubelets_values() {
     let bc = proc_cgroup(pid["burstable"], "cpu");
     assert!(bc.starts_with(&format!("{b}/")), "{bc} under {b}");
     assert_eq!(read("cpu", &bc, "cpu.shares"), "256");
+    // The cpuset cgroups nodelet makes have the kernel copy cpus and mems into those made below
+    // (cgroup.clone_children): the pod's and runc's container cgroup hold the node's values.
+    let node_cpus = read("cpuset", "", "cpuset.cpus");
+    let node_mems = read("cpuset", "", "cpuset.mems");
+    let gs = proc_cgroup(pid["guaranteed"], "cpuset");
+    for cg in [kubepods.as_str(), g.as_str(), gs.as_str()] {
+        assert_eq!(read("cpuset", cg, "cgroup.clone_children"), "1", "{cg}");
+        assert_eq!(read("cpuset", cg, "cpuset.cpus"), node_cpus, "{cg}");
+        assert_eq!(read("cpuset", cg, "cpuset.mems"), node_mems, "{cg}");
+    }
+    assert!(gs.starts_with(&format!("{g}/")), "{gs} under {g}");
 
     // oom_score_adj of the processes: Burstable 1000 - 1000*100Mi/capacity, BestEffort 1000.
     // (Guaranteed asks for -997; containerd's restrict_oom_score_adj clamps it to its own 0.)
