@@ -153,19 +153,21 @@ fn io_error(e: &cgroups_rs::fs::error::Error) -> io::Error {
 }
 
 /// Has the kernel give the v1 cpuset cgroups made below `dir` their parent's `cpuset.cpus` and
-/// `cpuset.mems` as they are made (`cgroup.clone_children` = 1; the flag passes on to every
-/// cgroup made below, so it is written once, on `kubepods` and the QoS cgroups, and only read
-/// after that).
+/// `cpuset.mems` as they are made (`cgroup.clone_children` = 1). The kernel passes the flag on
+/// to every cgroup made below, so it is written on `kubepods` and the QoS cgroups and found set
+/// on pod cgroups.
 ///
 /// Without it a new cpuset cgroup is empty, and whoever makes one must copy the values down
 /// before a task can join: cgroups-rs's cpuset `create` for a pod cgroup, runc for a container's.
 /// That is two writes per cgroup, and on cgroup v1 the kernel rebuilds its scheduling domains
 /// whenever the cpus of a cpuset that balances load change (its `update_cpumasks_hier`): the
 /// copies were 8 % of the agent's CPU samples in a burst of 110 pod starts (perf, this machine),
-/// and the agent's CPU per pod start fell by 8 % with the flag (4.72 against 5.13 ms, medians of
-/// three interleaved runs). With the flag those copies find the values there and write nothing. The values are the same either way (the parent's `cpuset.cpus`,
-/// what both copies read). kubelet leaves the flag as it finds it and has runc copy (libcontainer
-/// `cpusetCopyIfNeeded`); the kernel's flag is documented in its cgroup-v1 `cpusets.txt`.
+/// and in the standalone harness the agent's CPU per pod start fell by 8 % with the flag (4.72
+/// against 5.13 ms, medians of three interleaved runs). With the flag those copies find the
+/// values there and write nothing. The values are the same either way (the parent's
+/// `cpuset.cpus` and `cpuset.mems`, what both copies read). kubelet leaves the flag as it finds
+/// it and has runc copy (libcontainer's `cpusetEnsureParent`, `cpusetCopyIfNeeded`); the flag is
+/// documented in the kernel's cgroup-v1 `cgroups.rst` ("clone_children").
 ///
 /// cgroups-rs has no call for the flag, so it is read and written with `std::fs`. A missing or
 /// refused knob is logged and left: the copies then do the work as before.
