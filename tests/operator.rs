@@ -340,12 +340,20 @@ fn json_logs_carry_pod_namespace_and_uid_on_pod_start() {
     );
     let uid = n.uid("a");
     n.wait_running(&uid, &["c"], Duration::from_secs(30));
-    let log = n.log();
-    let line = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["message"] == "started container")
-        .unwrap_or_else(|| panic!("a JSON line for the pod start: {log}"));
+    // The runtime shows the container running before StartContainer has returned to the pod
+    // worker, which logs the start after it: the line is polled for.
+    let started = || {
+        n.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["message"] == "started container")
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "a JSON line for the pod start",
+        || started().is_some(),
+    );
+    let line = started().expect("the line just seen");
     let span = &line["span"];
     assert_eq!(
         span["pod"].as_str(),
