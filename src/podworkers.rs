@@ -8,6 +8,12 @@
 //! After a sync the pod is queued for its next periodic sync in the [`WorkQueue`] — soon while it
 //! is in motion, after `syncFrequency` otherwise, after a back-off on error.
 //!
+//! A static pod does not start while another static pod of the same full name (name and
+//! namespace) has started and not yet finished terminating (kubelet's `allowStaticPodStart`):
+//! a renamed manifest (a new UID) or the second of two files defining one pod waits for the
+//! previous pod to be gone, so that the two never share host paths or ports at once. Its first
+//! sync is held until then; the previous pod's worker exiting wakes it.
+//!
 //! Workers are supervised: a panic inside a pod's sync or kill is caught ([`crate::crash`]),
 //! logged once with the pod, counted (`nodelet_pod_worker_panics_total`), reported on the pod as
 //! a `FailedSync` warning event ([`PodSyncer::sync_panicked`]) and retried after the back-off, as
@@ -23,7 +29,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::Notify;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::crash;
 use crate::pod::{config_hash, pod_uid};
@@ -174,9 +180,30 @@ pub struct Periods {
     pub backoff: Duration,
 }
 
+/// Which static pod holds each full name, and the workers waiting for it (kubelet's
+/// `startedStaticPodsByFullname` and `waitingToStartStaticPodsByFullname`).
+#[derive(Default)]
+struct StaticPods {
+    /// Full name → UID of the static pod that has started under it and not yet terminated.
+    started: HashMap<String, String>,
+    /// Full name → workers (UID, worker) whose first sync waits for the name to be free.
+    waiting: HashMap<String, Vec<(String, Arc<Worker>)>>,
+}
+
+/// kubelet's `GetPodFullName`: `<name>_<namespace>`.
+fn full_name(pod: &Pod) -> String {
+    format!(
+        "{}_{}",
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.namespace.as_deref().unwrap_or("")
+    )
+}
+
 struct Inner<S> {
     syncer: Arc<S>,
     workers: Mutex<HashMap<String, Arc<Worker>>>,
+    /// Taken after `workers` when both are held.
+    statics: Mutex<StaticPods>,
     queue: WorkQueue,
     periods: Periods,
     rt: tokio::runtime::Handle,
@@ -212,6 +239,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             inner: Arc::new(Inner {
                 syncer,
                 workers: Mutex::new(HashMap::new()),
+                statics: Mutex::new(StaticPods::default()),
                 queue,
                 periods,
                 rt,
@@ -340,11 +368,67 @@ impl<S: PodSyncer> Drop for Deregister<'_, S> {
             .is_some_and(|w| Arc::ptr_eq(w, self.worker))
         {
             workers.remove(self.uid);
+            self.inner.release_static(self.uid);
         }
     }
 }
 
 impl<S: PodSyncer> Inner<S> {
+    /// Whether `pod` (UID `uid`, worker `w`) may sync now: any pod that is not static, and a
+    /// static pod whose full name is free or already its own (then claimed for it). Otherwise
+    /// the worker is queued to be woken when the name is released.
+    fn static_start_allowed(&self, pod: &Pod, uid: &str, w: &Arc<Worker>) -> bool {
+        if !crate::pod::is_static_pod(pod) {
+            return true;
+        }
+        let name = full_name(pod);
+        let mut st = self.statics.lock().unwrap_or_else(|e| e.into_inner());
+        match st.started.get(&name) {
+            Some(owner) if owner != uid => {
+                let owner = owner.clone();
+                let waiting = st.waiting.entry(name).or_default();
+                if !waiting.iter().any(|(u, _)| u == uid) {
+                    info!(
+                        previous_uid = %owner,
+                        "static pod waits for the previous pod of the same name to terminate"
+                    );
+                    waiting.push((uid.to_owned(), w.clone()));
+                }
+                false
+            }
+            Some(_) => true,
+            None => {
+                st.started.insert(name.clone(), uid.to_owned());
+                if let Some(waiting) = st.waiting.get_mut(&name) {
+                    waiting.retain(|(u, _)| u != uid);
+                }
+                true
+            }
+        }
+    }
+
+    /// The pod `uid`'s worker has exited: the full name it held (if any) is free, and the
+    /// workers waiting for it are woken (the first to sync claims it); it waits for no name.
+    fn release_static(&self, uid: &str) {
+        let mut st = self.statics.lock().unwrap_or_else(|e| e.into_inner());
+        let freed: Vec<String> = st
+            .started
+            .iter()
+            .filter(|(_, u)| *u == uid)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in freed {
+            st.started.remove(&name);
+            for (_, w) in st.waiting.remove(&name).into_iter().flatten() {
+                w.notify.notify_one();
+            }
+        }
+        for waiting in st.waiting.values_mut() {
+            waiting.retain(|(u, _)| u != uid);
+        }
+        st.waiting.retain(|_, w| !w.is_empty());
+    }
+
     /// Reports a caught panic of `pod`'s `what` ("sync" or "kill"): the counter and the
     /// syncer's report. The panic itself was logged once, at `ERROR` with its location, by the
     /// panic hook ([`crash::install_hook`]) inside this worker's span (pod, namespace, UID).
@@ -385,6 +469,18 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
         };
         match work {
             Work::Sync(pod) => {
+                if !inner.static_start_allowed(&pod, &uid, &w) {
+                    // Held, unless a newer update took its place; woken when the name is free.
+                    {
+                        let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
+                        if st.pending.is_none() {
+                            st.pending = Some(Work::Sync(pod));
+                        }
+                    }
+                    wake = None;
+                    w.notify.notified().await;
+                    continue;
+                }
                 debug!("syncing pod");
                 wake = None;
                 // Boxed, here and for the kill: the sync's state (about 20 KB) is held only while
@@ -450,6 +546,7 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
                 }
                 if st.pending.is_none() {
                     workers.remove(&uid);
+                    inner.release_static(&uid);
                     debug!("pod terminated; worker exits");
                     return;
                 }
@@ -614,6 +711,62 @@ mod tests {
             settle(&rec, 2).await,
             vec!["sync v2", "kill v2 None NodePorts: taken", "sync v3"]
         );
+    }
+
+    /// A static pod (source `file`) `name` in namespace `default` with UID `uid`, version `tag`
+    /// in its recorded name (`<name>.<tag>`, so the calls tell the two apart).
+    fn static_pod(uid: &str, name: &str, namespace: &str) -> Arc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some(namespace.into());
+        p.metadata.annotations = Some(
+            [(
+                crate::pod::CONFIG_SOURCE_ANNOTATION.to_owned(),
+                "file".to_owned(),
+            )]
+            .into(),
+        );
+        Arc::new(p)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_static_pod_waits_for_the_previous_pod_of_its_full_name_to_terminate() {
+        let rec = RecordingSyncer::gated();
+        let w = workers(&rec);
+        w.update_pod(static_pod("old", "web", "default"), UpdateType::Sync);
+        assert_eq!(settle(&rec, 1).await, vec!["sync web"]);
+        // A second file defines the pod (a new UID): its sync is asked for first, the old pod's
+        // kill after it. Both wait for the gate; the gate lets calls through in the order they
+        // asked, so one permit would go to the new pod's sync were it not held.
+        w.update_pod(static_pod("new", "web", "default"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        w.update_pod(static_pod("old", "web", "default"), kill(Some(30)));
+        assert_eq!(settle(&rec, 1).await, vec!["sync web", "kill web Some(30)"]);
+        assert!(!w.is_known("old"));
+        // The old worker has exited: the new pod starts.
+        assert_eq!(
+            settle(&rec, 1).await,
+            vec!["sync web", "kill web Some(30)", "sync web"]
+        );
+        // The new pod holds the name now: a third static pod of it waits, while an API pod of
+        // the same name and a static pod of the same name in another namespace do not.
+        rec.clear();
+        w.update_pod(static_pod("third", "web", "default"), UpdateType::Sync);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut api = (*static_pod("api", "web", "default")).clone();
+        api.metadata.annotations = None;
+        w.update_pod(Arc::new(api), UpdateType::Sync);
+        w.update_pod(static_pod("ns2", "web", "other"), UpdateType::Sync);
+        assert_eq!(settle(&rec, 3).await, vec!["sync web", "sync web"]);
+        // Removing the waiting pod releases nothing and leaves no waiter behind.
+        w.update_pod(static_pod("third", "web", "default"), kill(None));
+        assert_eq!(
+            settle(&rec, 1).await,
+            vec!["sync web", "sync web", "kill web None"]
+        );
+        assert!(!w.is_known("third"));
+        assert!(w.inner.statics.lock().unwrap().waiting.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

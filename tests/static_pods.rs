@@ -410,6 +410,77 @@ fn a_broken_edit_keeps_the_pod_across_an_agent_restart() {
     });
 }
 
+/// A pod whose container takes about 4 s to stop after SIGTERM (its grace period is 20 s).
+const SLOW_TO_STOP: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: slow}
+spec:
+  terminationGracePeriodSeconds: 20
+  containers:
+  - name: c
+    image: busybox
+    command: ["sh", "-c", "trap 'sleep 4; exit 0' TERM; while true; do sleep 1 & wait; done"]
+"#;
+
+#[test]
+fn a_renamed_manifest_starts_its_pod_only_after_the_old_one_has_terminated() {
+    let mut n = Nodelet::new("rename");
+    n.start();
+    n.write_manifest("slow.yaml", SLOW_TO_STOP);
+    let old_uid = n.uid("slow");
+    let old = n.wait_running(&old_uid, &["c"], Duration::from_secs(30))["c"].clone();
+    // A rename gives the pod a new UID (from the path): the old pod is killed and the new one
+    // must wait until the old has terminated (kubelet's static pod start gating), not run
+    // beside it for the 4 s the old container takes to stop.
+    std::fs::rename(
+        n.manifests().join("slow.yaml"),
+        n.manifests().join("renamed.yaml"),
+    )
+    .unwrap();
+    let new_uid = nodelet::source::manifest::static_pod_uid(
+        &n.manifests().join("renamed.yaml"),
+        &n.node,
+        "default",
+        "slow",
+    );
+    assert_ne!(new_uid, old_uid);
+    // Until the new pod runs: whenever the old container is seen running, the new pod has no
+    // sandbox; the old container's stop time is kept (the container is removed with its pod).
+    let mut old_finished = 0;
+    let mut seen_waiting = false;
+    wait_until(Duration::from_secs(40), "the new pod running", || {
+        let new_sandboxes = n.runtime.sandboxes(&new_uid);
+        match n.runtime.try_container_status(&old.id) {
+            Some(st) if st.state == api::ContainerState::ContainerRunning as i32 => {
+                assert!(
+                    new_sandboxes.is_empty(),
+                    "the new pod has a sandbox while the old container runs"
+                );
+                seen_waiting = true;
+            }
+            Some(st) if st.finished_at > 0 => {
+                assert_eq!(st.exit_code, 0, "the old container ran its TERM trap");
+                old_finished = st.finished_at;
+            }
+            _ => {}
+        }
+        running_by_name(&n.runtime.containers(&new_uid)).contains_key("c")
+    });
+    assert!(seen_waiting, "the old container was seen stopping");
+    assert!(old_finished > 0, "the old container's stop was seen");
+    let sandbox = &n.runtime.sandboxes(&new_uid)[0];
+    assert!(
+        sandbox.created_at >= old_finished,
+        "the new pod's sandbox was made {} ms before the old container stopped",
+        (old_finished - sandbox.created_at) / 1_000_000
+    );
+    assert!(
+        n.log()
+            .contains("static pod waits for the previous pod of the same name to terminate"),
+        "the wait is logged"
+    );
+}
+
 #[test]
 fn a_recreated_manifest_directory_is_watched_again() {
     // fileCheckFrequency 1m: only inotify can pick the new manifest up within the waits below.

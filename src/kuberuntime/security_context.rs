@@ -173,9 +173,29 @@ pub fn verify_run_as_non_root(
     }
 }
 
+/// The largest user or group ID the API server accepts (`IsValidUserID`/`IsValidGroupID`:
+/// 0 to 2^31-1).
+pub const MAX_ID: i64 = i32::MAX as i64;
+
+/// Refuses an ID outside 0..=[`MAX_ID`] as the API server's `ValidateSecurityContext` does (a
+/// larger one would be cut to 32 bits on its way to the runtime, a negative one fails in runc
+/// with no field named). Errors: `(field, reason)`.
+fn id_ok(field: String, id: Option<i64>) -> Result<(), (String, String)> {
+    match id {
+        Some(id) if !(0..=MAX_ID).contains(&id) => Err((
+            field,
+            format!("{id}: must be between 0 and {MAX_ID}, inclusive"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses the security settings nodelet does not enforce yet, naming the field: SELinux
-/// options, `procMount: Unmasked`, user namespaces (`hostUsers: false`), and a Localhost
-/// seccomp profile without its path. (AppArmor: [`crate::admission::apparmor`].)
+/// options, `procMount: Unmasked`, user namespaces (`hostUsers: false`),
+/// `supplementalGroupsPolicy: Strict` (containerd here cannot leave out the image's
+/// `/etc/group` groups), and a Localhost seccomp profile without its path; and user and group
+/// IDs (`runAsUser`, `runAsGroup`, `fsGroup`, `supplementalGroups`) outside 0..=[`MAX_ID`], as
+/// the API server refuses them. (AppArmor: [`crate::admission::apparmor`].)
 ///
 /// Errors: `(field, reason)`.
 pub fn validate(spec: &PodSpec) -> Result<(), (String, String)> {
@@ -183,11 +203,33 @@ pub fn validate(spec: &PodSpec) -> Result<(), (String, String)> {
         Err((field, format!("{what} is not supported by nodelet yet; the pod is refused rather than run with weaker isolation")))
     };
     if let Some(psc) = &spec.security_context {
+        let at = "spec.securityContext";
         if psc.se_linux_options.is_some() {
-            return no("spec.securityContext.seLinuxOptions".into(), "SELinux");
+            return no(format!("{at}.seLinuxOptions"), "SELinux");
         }
         if let Some(p) = &psc.seccomp_profile {
-            seccomp_ok("spec.securityContext.seccompProfile", p)?;
+            seccomp_ok(&format!("{at}.seccompProfile"), p)?;
+        }
+        match psc.supplemental_groups_policy.as_deref() {
+            None | Some("Merge") => {}
+            Some("Strict") => {
+                return no(
+                    format!("{at}.supplementalGroupsPolicy"),
+                    "supplementalGroupsPolicy Strict",
+                )
+            }
+            Some(other) => {
+                return Err((
+                    format!("{at}.supplementalGroupsPolicy"),
+                    format!("{other:?}: must be Merge or Strict"),
+                ))
+            }
+        }
+        id_ok(format!("{at}.runAsUser"), psc.run_as_user)?;
+        id_ok(format!("{at}.runAsGroup"), psc.run_as_group)?;
+        id_ok(format!("{at}.fsGroup"), psc.fs_group)?;
+        for (i, g) in psc.supplemental_groups.iter().flatten().enumerate() {
+            id_ok(format!("{at}.supplementalGroups[{i}]"), Some(*g))?;
         }
     }
     if spec.host_users == Some(false) {
@@ -206,6 +248,8 @@ pub fn validate(spec: &PodSpec) -> Result<(), (String, String)> {
             if sc.se_linux_options.is_some() {
                 return no(format!("{at}.seLinuxOptions"), "SELinux");
             }
+            id_ok(format!("{at}.runAsUser"), sc.run_as_user)?;
+            id_ok(format!("{at}.runAsGroup"), sc.run_as_group)?;
             if sc.proc_mount.as_deref().is_some_and(|m| m != "Default") {
                 return no(format!("{at}.procMount"), "an unmasked /proc");
             }

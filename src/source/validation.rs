@@ -210,6 +210,7 @@ fn validate_pod_fields(
         .map_err(|(field, reason)| err(field, "", &reason))?;
     validate_host_ports(spec)?;
     validate_host_namespaces(spec)?;
+    validate_resource_claims(spec)?;
     crate::resources::validate_pod_resources(pod).map_err(|e| FieldError {
         value: String::new(),
         reason: e.message,
@@ -265,6 +266,29 @@ fn validate_pod_fields(
     if let Some(h) = spec.hostname.as_deref() {
         if !is_dns1123_label(h) {
             return Err(err("spec.hostname", h, "must be a DNS-1123 label"));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses dynamic resource allocation (`spec.resourceClaims`, a container's
+/// `resources.claims`): nodelet has no DRA drivers to prepare the devices, and kubelet does not
+/// start a pod whose claims it cannot prepare; running it without them would hide the failure.
+fn validate_resource_claims(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), FieldError> {
+    let why = "dynamic resource allocation is not supported by nodelet yet; the pod is refused rather than run without its devices";
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Err(err("spec.resourceClaims", "", why));
+    }
+    let init = spec.init_containers.as_deref().unwrap_or(&[]);
+    for (list, containers) in [
+        ("spec.initContainers", init),
+        ("spec.containers", &spec.containers[..]),
+    ] {
+        for (i, c) in containers.iter().enumerate() {
+            let claims = c.resources.as_ref().and_then(|r| r.claims.as_ref());
+            if claims.is_some_and(|c| !c.is_empty()) {
+                return Err(err(format!("{list}[{i}].resources.claims"), "", why));
+            }
         }
     }
     Ok(())
@@ -470,11 +494,34 @@ mod tests {
             ("metadata: {name: ok}\nspec: {hostPID: true, shareProcessNamespace: true, containers: [{name: c, image: b}]}", "spec.shareProcessNamespace"),
             ("metadata: {name: ok}\nspec: {hostNetwork: true, containers: [{name: c, image: b, ports: [{containerPort: 80}]}, {name: d, image: b, ports: [{containerPort: 80}]}]}", "spec.containers[1].ports[0].hostPort"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, ports: [{containerPort: 80, hostPort: 9}, {containerPort: 81, hostPort: 9}]}]}", "spec.containers[0].ports[1].hostPort"),
+            ("metadata: {name: ok}\nspec: {resourceClaims: [{name: gpu, resourceClaimName: g}], containers: [{name: c, image: b}]}", "spec.resourceClaims"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, resources: {claims: [{name: gpu}]}}]}", "spec.containers[0].resources.claims"),
+            ("metadata: {name: ok}\nspec: {volumes: [{name: v, emptyDir: {}}], containers: [{name: c, image: b, volumeMounts: [{name: v, mountPath: /v, readOnly: true, recursiveReadOnly: Enabled}]}]}", "spec.containers[0].volumeMounts[0].recursiveReadOnly"),
+            ("metadata: {name: ok}\nspec: {volumes: [{name: v, emptyDir: {}}], containers: [{name: c, image: b, volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: IfPossible}]}]}", "spec.containers[0].volumeMounts[0].recursiveReadOnly"),
+            ("metadata: {name: ok}\nspec: {volumes: [{name: v, emptyDir: {}}], containers: [{name: c, image: b, volumeMounts: [{name: v, mountPath: /v, readOnly: true, recursiveReadOnly: Sometimes}]}]}", "spec.containers[0].volumeMounts[0].recursiveReadOnly"),
+            ("metadata: {name: ok}\nspec: {securityContext: {fsGroup: 99999999999}, containers: [{name: c, image: b}]}", "spec.securityContext.fsGroup"),
+            ("metadata: {name: ok}\nspec: {securityContext: {runAsUser: -1}, containers: [{name: c, image: b}]}", "spec.securityContext.runAsUser"),
+            ("metadata: {name: ok}\nspec: {securityContext: {supplementalGroups: [1, 4294967296]}, containers: [{name: c, image: b}]}", "spec.securityContext.supplementalGroups[1]"),
+            ("metadata: {name: ok}\nspec: {securityContext: {supplementalGroupsPolicy: Strict}, containers: [{name: c, image: b}]}", "spec.securityContext.supplementalGroupsPolicy"),
+            ("metadata: {name: ok}\nspec: {initContainers: [{name: i, image: b, securityContext: {runAsGroup: 2147483648}}], containers: [{name: c, image: b}]}", "spec.initContainers[0].securityContext.runAsGroup"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, securityContext: {runAsUser: 4294967296}}]}", "spec.containers[0].securityContext.runAsUser"),
         ];
         for (yaml, field) in cases {
             let full = format!("apiVersion: v1\nkind: Pod\n{yaml}");
             let e = validate_pod(&pod(&full)).unwrap_err();
             assert_eq!(e.field, field, "{yaml}");
+        }
+    }
+
+    #[test]
+    fn the_edges_the_api_server_accepts_are_accepted() {
+        for yaml in [
+            "metadata: {name: ok}\nspec: {securityContext: {runAsUser: 2147483647, runAsGroup: 0, fsGroup: 2147483647, supplementalGroupsPolicy: Merge}, containers: [{name: c, image: b}]}",
+            "metadata: {name: ok}\nspec: {volumes: [{name: v, emptyDir: {}}], containers: [{name: c, image: b, volumeMounts: [{name: v, mountPath: /v, readOnly: true, recursiveReadOnly: IfPossible}, {name: v, mountPath: /w, recursiveReadOnly: Disabled}]}]}",
+            "metadata: {name: ok}\nspec: {resourceClaims: [], containers: [{name: c, image: b, resources: {claims: []}}]}",
+        ] {
+            let full = format!("apiVersion: v1\nkind: Pod\n{yaml}");
+            assert_eq!(validate_pod(&pod(&full)).map_err(|e| e.describe()), Ok(()), "{yaml}");
         }
     }
 

@@ -404,6 +404,7 @@ pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (Strin
                         "subPathExpr and subPath are mutually exclusive".into(),
                     ));
                 }
+                recursive_read_only_ok(&at, m)?;
                 match m.mount_propagation.as_deref() {
                     None | Some("None") | Some("HostToContainer") => {}
                     Some("Bidirectional") => {
@@ -427,6 +428,36 @@ pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (Strin
         }
     }
     Ok(())
+}
+
+/// `recursiveReadOnly` as the API server checks it (`Disabled`, `IfPossible` or `Enabled`, the
+/// last two only on a `readOnly` mount), and `Enabled` refused: nodelet does not ask the runtime
+/// for recursive read-only mounts yet, so the submounts of such a volume would stay writable.
+/// `IfPossible` is taken as its documented fallback, a read-only mount whose submounts keep
+/// their own flags (what kubelet does on a runtime without the feature).
+///
+/// Errors: `(field, reason)`, the field under `at` (`spec.containers[0].volumeMounts[1]`).
+fn recursive_read_only_ok(
+    at: &str,
+    m: &k8s_openapi::api::core::v1::VolumeMount,
+) -> Result<(), (String, String)> {
+    let field = || format!("{at}.recursiveReadOnly");
+    match m.recursive_read_only.as_deref() {
+        None | Some("Disabled") => Ok(()),
+        Some(v @ ("IfPossible" | "Enabled")) if m.read_only != Some(true) => Err((
+            field(),
+            format!("{v} may only be set on a readOnly mount"),
+        )),
+        Some("IfPossible") => Ok(()),
+        Some("Enabled") => Err((
+            field(),
+            "recursive read-only mounts are not supported by nodelet yet; the pod is refused rather than run with writable submounts".into(),
+        )),
+        Some(v) => Err((
+            field(),
+            format!("{v:?}: must be Disabled, IfPossible or Enabled"),
+        )),
+    }
 }
 
 /// Paths a volume's items write, as they land on disk.
