@@ -141,6 +141,28 @@ fn bad_volumes_are_refused_or_held_with_a_clear_reason() {
             &format!("  securityContext: {{seLinuxOptions: {{level: 's0:c1'}}}}\n{c}"),
         ),
     );
+    n.write_manifest(
+        "rro.yaml",
+        &pod(
+            "rro",
+            &format!("  volumes: [{{name: v, emptyDir: {{}}}}]\n{c}    volumeMounts: [{{name: v, mountPath: /v, readOnly: true, recursiveReadOnly: Enabled}}]\n"),
+        ),
+    );
+    n.write_manifest(
+        "claims.yaml",
+        &pod(
+            "claims",
+            &format!("  resourceClaims: [{{name: gpu, resourceClaimName: gpu-0}}]\n{c}"),
+        ),
+    );
+    // An fsGroup past 2^31-1 (it would be cut to 32 bits on its way to the volume's owner).
+    n.write_manifest(
+        "ids.yaml",
+        &pod(
+            "ids",
+            &format!("  securityContext: {{fsGroup: 99999999999}}\n{c}"),
+        ),
+    );
     let uid = n.uid("nofile");
     wait_until(Duration::from_secs(20), "FailedMount", || {
         n.get("/events").is_some_and(|e| {
@@ -159,17 +181,22 @@ fn bad_volumes_are_refused_or_held_with_a_clear_reason() {
     );
     wait_until(Duration::from_secs(20), "refusals reported", || {
         let e = n.get("/events").unwrap_or_default();
-        e.contains("escape.yaml") && e.contains("cm.yaml") && e.contains("selinux.yaml")
+        ["escape", "cm", "selinux", "rro", "claims", "ids"]
+            .iter()
+            .all(|f| e.contains(&format!("{f}.yaml")))
     });
     let events = n.get("/events").unwrap();
     for field in [
         "spec.containers[0].volumeMounts[0].subPath",
         "spec.volumes[0].persistentVolumeClaim",
         "spec.securityContext.seLinuxOptions",
+        "spec.containers[0].volumeMounts[0].recursiveReadOnly",
+        "spec.resourceClaims",
+        "spec.securityContext.fsGroup",
     ] {
         assert!(events.contains(field), "{field}: {events}");
     }
-    for name in ["escape", "cm", "selinux"] {
+    for name in ["escape", "cm", "selinux", "rro", "claims", "ids"] {
         assert!(n.pod(name).is_none(), "{name} is not a pod");
     }
     // The file appears: the pod starts at a later sync.
