@@ -410,6 +410,103 @@ fn a_broken_edit_keeps_the_pod_across_an_agent_restart() {
     });
 }
 
+/// A BestEffort pod writing its uid into a hostPath directory (`DIR` is replaced).
+const WRITER: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: writer}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: out, hostPath: {path: DIR, type: Directory}}]
+  containers:
+  - name: w
+    image: busybox
+    command: ["sh", "-c", "trap 'exit 0' TERM; id -u > /out/uid; while true; do sleep 1 & wait; done"]
+    volumeMounts: [{name: out, mountPath: /out}]
+"#;
+
+#[test]
+fn a_pod_level_edit_makes_the_pod_again_with_the_new_spec() {
+    let mut n = Nodelet::new("podedit");
+    n.start();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // The container runs as uid 1000 after the edit: it must be able to write into b.
+    std::fs::set_permissions(
+        b.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let before_text = WRITER.replace("DIR", &a.path().display().to_string());
+    n.write_manifest("writer.yaml", &before_text);
+    let uid = n.uid("writer");
+    let before = n.wait_running(&uid, &["w"], Duration::from_secs(30))["w"].clone();
+    wait_until(
+        Duration::from_secs(10),
+        "uid written to the first path",
+        || std::fs::read_to_string(a.path().join("uid")).is_ok_and(|t| t.trim() == "0"),
+    );
+    let besteffort: Vec<_> = pod_cgroup_dirs(&n.cgroup_root, &uid);
+    assert!(
+        besteffort
+            .iter()
+            .all(|d| d.display().to_string().contains("besteffort")),
+        "{besteffort:?}"
+    );
+    // Three pod-level edits at once, none of them in the container's own spec: the hostPath,
+    // the pod's runAsUser, and a memory request (BestEffort → Burstable).
+    let edited = before_text
+        .replace(
+            &a.path().display().to_string(),
+            &b.path().display().to_string(),
+        )
+        .replace(
+            "  containers:",
+            "  securityContext: {runAsUser: 1000}\n  containers:",
+        )
+        .replace(
+            "    volumeMounts:",
+            "    resources: {requests: {memory: 32Mi}}\n    volumeMounts:",
+        );
+    n.write_manifest("writer.yaml", &edited);
+    let mut after = Default::default();
+    wait_until(Duration::from_secs(40), "the container made again", || {
+        after = running_by_name(&n.runtime.containers(&uid));
+        after.get("w").is_some_and(|c| c.id != before.id)
+    });
+    let after = &after["w"];
+    assert_ne!(
+        after.pod_sandbox_id, before.pod_sandbox_id,
+        "a new sandbox for the new pod-level spec"
+    );
+    assert_eq!(n.pod("writer").unwrap()["metadata"]["uid"], uid.as_str());
+    wait_until(
+        Duration::from_secs(10),
+        "uid 1000 written to the new path",
+        || std::fs::read_to_string(b.path().join("uid")).is_ok_and(|t| t.trim() == "1000"),
+    );
+    // The container runs in the Burstable pod cgroup; nothing of the pod is left in besteffort.
+    let pid = n.runtime.container_pid(&after.id).expect("container pid");
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let memory = cgroups
+        .lines()
+        .find(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "memory"))
+        })
+        .unwrap_or_else(|| panic!("no memory line in {cgroups}"));
+    assert!(
+        memory.contains(&format!("/kubepods/burstable/pod{uid}/")),
+        "{memory}"
+    );
+    wait_until(Duration::from_secs(10), "no besteffort pod cgroup", || {
+        pod_cgroup_dirs(&n.cgroup_root, &uid)
+            .iter()
+            .all(|d| !d.display().to_string().contains("besteffort"))
+    });
+    let events = n.get("/events").unwrap();
+    assert!(events.contains("SandboxChanged"), "{events}");
+}
+
 /// A pod whose container takes about 4 s to stop after SIGTERM (its grace period is 20 s).
 const SLOW_TO_STOP: &str = r#"apiVersion: v1
 kind: Pod

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::qos::{pod_qos_class, QosClass};
 
@@ -217,6 +217,9 @@ pub struct ContainerManager {
     clock: crate::clock::SharedClock,
     /// Orphaned pod cgroups that could not be removed yet.
     orphans: Mutex<orphans::StuckMap>,
+    /// Pod UID → the pod's cgroups under a QoS class it has left (its resources were edited),
+    /// removed at its syncs once its old containers are gone.
+    left_qos: Mutex<HashMap<String, Vec<String>>>,
     /// The `memory.high` last written to `kubepods` (0: `max`).
     kubepods_memory_high: Mutex<Option<i64>>,
 }
@@ -233,6 +236,7 @@ impl ContainerManager {
             recorder: None,
             clock: crate::clock::system(),
             orphans: Mutex::new(HashMap::new()),
+            left_qos: Mutex::new(HashMap::new()),
             kubepods_memory_high: Mutex::new(None),
         }
     }
@@ -490,15 +494,32 @@ impl ContainerManager {
     pub fn ensure_pod(&self, pod: &Arc<Pod>) -> Result<String, CmError> {
         let uid = crate::pod::pod_uid(pod).to_owned();
         let l = &self.cfg.layout;
-        let parent = l.pod_cgroup_parent(&uid, pod_qos_class(pod));
+        let qos = pod_qos_class(pod);
+        let parent = l.pod_cgroup_parent(&uid, qos);
         if !l.per_qos {
             return Ok(parent);
         }
+        self.remove_left_qos(&uid);
         // Same pod object as last time and its cgroup is there: nothing to write (kubelet's
         // EnsureExists); a new or changed pod rewrites the QoS cgroups and its own.
         let same = {
             let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
             let same = pods.get(&uid).is_some_and(|(p, _)| Arc::ptr_eq(p, pod));
+            let left = pods
+                .get(&uid)
+                .map(|(p, _)| pod_qos_class(p))
+                .filter(|q| *q != qos);
+            if let Some(left) = left {
+                // The pod is made again in its new class's cgroup (its pod spec hash changed);
+                // the old one goes once its containers have stopped.
+                info!(uid, from = ?left, to = ?qos, "pod changed QoS class; its cgroup moves");
+                self.left_qos
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(uid.clone())
+                    .or_default()
+                    .push(l.pod_cgroup_parent(&uid, left));
+            }
             if !same {
                 // The pod's share of the QoS totals, parsed once per pod object.
                 let mut share = QosTotals::default();
@@ -520,6 +541,28 @@ impl ContainerManager {
         Ok(parent)
     }
 
+    /// Removes the pod's cgroups under QoS classes it has left; those still holding processes
+    /// (its old containers, not yet stopped) stay for its next sync.
+    fn remove_left_qos(&self, uid: &str) {
+        let mut left = self.left_qos.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(cgroups) = left.get_mut(uid) else {
+            return;
+        };
+        cgroups.retain(|cg| match self.timed("destroy", || self.cgroups.destroy(cg)) {
+            Ok(()) => {
+                debug!(uid, cgroup = %cg, "removed the pod's cgroup of its former QoS class");
+                false
+            }
+            Err(e) => {
+                debug!(uid, cgroup = %cg, error = %e, "the pod's cgroup of its former QoS class is still in use");
+                true
+            }
+        });
+        if cgroups.is_empty() {
+            left.remove(uid);
+        }
+    }
+
     /// Forgets the pod and removes its cgroup from every hierarchy, then updates the QoS cgroups.
     pub fn remove_pod(&self, uid: &str) {
         if !self.cfg.layout.per_qos {
@@ -538,6 +581,10 @@ impl ContainerManager {
     /// Forgets the pod and updates the QoS cgroups without it.
     fn forget_pod(&self, uid: &str) {
         self.pods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        self.left_qos
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
@@ -719,6 +766,43 @@ mod tests {
             },
         );
         assert!(matches!(missing.start(), Err(CmError::RootMissing(_))));
+    }
+
+    #[test]
+    fn a_pod_that_changes_qos_class_leaves_no_cgroup_in_the_old_class() {
+        let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
+        let cfg = crate::testing::cgroups::node_config(NodeResources {
+            cpu_milli: 2000,
+            memory: 4 << 30,
+            pids: 0,
+        });
+        let cm = ContainerManager::new(mem.clone(), cfg);
+        mem.create("/", &ResourceConfig::default()).unwrap();
+        cm.start().unwrap();
+        let pod = |resources: &str| -> Arc<Pod> {
+            Arc::new(serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec: {{containers: [{{name: a, image: i, resources: {{{resources}}}}}]}}")).unwrap())
+        };
+        let best_effort = pod("");
+        assert_eq!(
+            cm.ensure_pod(&best_effort).unwrap(),
+            "/kubepods/besteffort/podu1"
+        );
+        // Edited to Burstable while its container still runs in the old cgroup: the new one is
+        // made, the old one stays (busy) ...
+        mem.set_busy("/kubepods/besteffort/podu1", vec![42]);
+        let burstable = pod("requests: {memory: 64Mi}");
+        assert_eq!(
+            cm.ensure_pod(&burstable).unwrap(),
+            "/kubepods/burstable/podu1"
+        );
+        assert!(mem.has("/kubepods/besteffort/podu1"));
+        assert!(mem.has("/kubepods/burstable/podu1"));
+        // ... and goes at the next sync once the old container has stopped.
+        mem.set_busy("/kubepods/besteffort/podu1", vec![]);
+        cm.ensure_pod(&burstable).unwrap();
+        assert!(!mem.has("/kubepods/besteffort/podu1"));
+        assert!(mem.has("/kubepods/burstable/podu1"));
+        assert!(cm.left_qos.lock().unwrap().is_empty());
     }
 
     #[test]

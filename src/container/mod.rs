@@ -48,6 +48,9 @@ pub struct SandboxStatus {
     pub ips: Vec<String>,
     /// The sandbox hash annotation written at creation.
     pub sandbox_hash: String,
+    /// The pod spec hash annotation written at creation
+    /// ([`crate::kuberuntime::actions::pod_spec_hash`]); `None` on a sandbox made without it.
+    pub pod_spec_hash: Option<String>,
     /// The pod's start time carried from an earlier sandbox (nanoseconds since the epoch), 0
     /// when this is the pod's first.
     pub pod_started_at: i64,

@@ -2,8 +2,9 @@
 //! a pure function of the pod spec and the runtime's view of the pod.
 //!
 //! - A new sandbox when there is none, the newest is not ready, more than one is ready, or the
-//!   pod-level spec that shapes it changed (`podSandboxChanged`); then every container starts
-//!   again from the first init container. A pod whose restart policy says its finished containers
+//!   pod-level spec that shapes it ([`sandbox_hash`]) or its containers ([`pod_spec_hash`])
+//!   changed (`podSandboxChanged`); then every container starts again from the first init
+//!   container. A pod whose restart policy says its finished containers
 //!   stay finished gets no new sandbox.
 //! - Init containers run one at a time, in order, each to a zero exit, before any app container.
 //!   A failed init container (non-zero exit, or OOM-killed whatever its exit code) is restarted
@@ -129,6 +130,33 @@ pub fn sandbox_hash(pod: &Pod) -> String {
     crate::hash::object_hash(&(base, sysctls, &s.runtime_class_name))
 }
 
+/// Hash of the pod-level fields that shape the containers when they are made, outside both
+/// their own hashes ([`container_hash`]) and [`sandbox_hash`]: the volumes, the pod's security
+/// context, the pod's `resources` and `overhead`, and every container's resources (by name),
+/// which decide the QoS class and so the pod cgroup the sandbox is made in. A change recreates
+/// the sandbox and every container, as kubelet does for an edited static pod (whose UID, and so
+/// whole pod, is new). An API pod's resources changed in place (a resize) restart it the same
+/// way: nodelet does not resize running containers.
+pub fn pod_spec_hash(pod: &Pod) -> String {
+    let Some(s) = pod.spec.as_ref() else {
+        return String::new();
+    };
+    let resources: Vec<_> = s
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&s.containers)
+        .map(|c| (&c.name, &c.resources))
+        .collect();
+    crate::hash::object_hash(&(
+        &s.volumes,
+        &s.security_context,
+        &s.resources,
+        &s.overhead,
+        resources,
+    ))
+}
+
 /// True for a sidecar: an init container with `restartPolicy: Always`.
 pub fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
@@ -252,7 +280,14 @@ pub fn compute_pod_actions_with(
     let newest = status.sandboxes.first();
     let recreate = match newest {
         None => Some(0),
-        Some(s) if !s.ready || ready.len() > 1 || s.sandbox_hash != sandbox_hash(pod) => {
+        Some(s)
+            if !s.ready
+                || ready.len() > 1
+                || s.sandbox_hash != sandbox_hash(pod)
+                || s.pod_spec_hash
+                    .as_deref()
+                    .is_some_and(|h| h != pod_spec_hash(pod)) =>
+        {
             Some(s.attempt + 1)
         }
         Some(_) => None,

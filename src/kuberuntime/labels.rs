@@ -37,6 +37,10 @@ pub const NODE_NAME: &str = "nodelet.io/node-name";
 pub const CONTAINER_IS_INIT: &str = "nodelet.io/init-container";
 /// Hash of the pod-level fields that shape the sandbox; a change recreates the sandbox.
 pub const SANDBOX_HASH: &str = "nodelet.io/sandbox-hash";
+/// Hash of the pod-level fields that shape the containers when they are made (volumes, the pod's
+/// security context, every container's resources and so the QoS class); a change recreates the
+/// sandbox. Absent on sandboxes made before nodelet wrote it: those are not recreated for it.
+pub const POD_SPEC_HASH: &str = "nodelet.io/pod-spec-hash";
 /// Annotation carrying the pod's start time (nanoseconds since the epoch) onto a sandbox that
 /// replaces an earlier one, so that `status.startTime` and `activeDeadlineSeconds` count from
 /// the pod's first sandbox, also across agent restarts (kubelet keeps the start time in its
@@ -54,6 +58,7 @@ pub const BRIEF: BriefKeys = BriefKeys {
         CONTAINER_IS_INIT,
         POD_TERMINATION_GRACE_PERIOD,
         SANDBOX_HASH,
+        POD_SPEC_HASH,
         POD_START_TIME,
     ],
 };
@@ -148,7 +153,8 @@ pub fn container_annotations(
 
 /// Hash of a container's spec (kubelet's `HashContainer`): a change means the running container
 /// no longer matches and is restarted. Resources are left out, as kubelet does since in-place
-/// resize, so that a resource edit alone does not restart the container.
+/// resize: they are in the pod-level [`super::actions::pod_spec_hash`], whose change makes the
+/// whole pod again (nodelet does not resize running containers).
 pub fn container_hash(container: &Container) -> String {
     let mut c = container.clone();
     c.resources = None;

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::actions::sandbox_hash;
+use super::actions::{pod_spec_hash, sandbox_hash};
 use super::labels;
 use super::Settings;
 use crate::cri::api;
@@ -246,6 +246,7 @@ pub fn sandbox_config(
     let m = &pod.metadata;
     let mut annotations = labels::sandbox_annotations(pod);
     annotations.insert(labels::SANDBOX_HASH.into(), sandbox_hash(pod));
+    annotations.insert(labels::POD_SPEC_HASH.into(), pod_spec_hash(pod));
     let sysctls = pod
         .spec
         .as_ref()

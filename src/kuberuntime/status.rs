@@ -126,6 +126,7 @@ pub async fn pod_status_from(
                 .get(labels::SANDBOX_HASH)
                 .cloned()
                 .unwrap_or_default(),
+            pod_spec_hash: s.annotations.get(labels::POD_SPEC_HASH).cloned(),
             pod_started_at: s
                 .annotations
                 .get(labels::POD_START_TIME)

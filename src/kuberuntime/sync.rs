@@ -90,6 +90,14 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let uid = pod_uid(pod);
         if actions.kill_pod {
             info!(pod = %pod_ref(pod), uid, recreate_sandbox = actions.create_sandbox.is_some(), "stopping pod containers and sandbox");
+            if actions.create_sandbox.is_some() {
+                // kubelet's event when a pod's sandbox is made again (SyncPod).
+                self.recorder.normal(
+                    crate::events::Involved::pod(pod),
+                    "SandboxChanged",
+                    "Pod sandbox changed, it will be killed and re-created.",
+                );
+            }
             self.kill_running(pod, rt, pod_grace(pod)).await?;
         }
         let sb = if let Some(attempt) = actions.create_sandbox {

@@ -10,7 +10,9 @@
 //! so any edit gives the pod a new UID and restarts every container. nodelet derives the UID from
 //! the file path, node name, namespace and name (a name-based UUID, v5), and keeps the content hash
 //! in `config.hash`; an edit is then an UPDATE of the same pod, and only the containers whose spec
-//! changed are restarted. A `metadata.uid` written in the manifest is kept, as kubelet does.
+//! changed are restarted, unless a pod-level field changed (then the whole pod is made again in
+//! a new sandbox: [`crate::kuberuntime::actions::pod_spec_hash`] and `sandbox_hash`). A
+//! `metadata.uid` written in the manifest is kept, as kubelet does.
 
 use std::collections::BTreeMap;
 use std::path::Path;

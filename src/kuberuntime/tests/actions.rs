@@ -30,6 +30,7 @@ fn sandbox(p: &Pod, ready: bool, attempt: u32) -> SandboxStatus {
         created_at: attempt as i64,
         ips: vec![],
         sandbox_hash: sandbox_hash(p),
+        pod_spec_hash: Some(pod_spec_hash(p)),
         pod_started_at: 0,
     }
 }
@@ -256,6 +257,59 @@ fn host_network_change_recreates_the_sandbox() {
     let a = compute_pod_actions(&p, &st);
     assert_eq!(a.create_sandbox, Some(1));
     assert!(a.kill_pod);
+}
+
+#[test]
+fn a_pod_level_edit_recreates_the_sandbox_a_container_edit_does_not() {
+    let p = pod("Always", &[], &["a"]);
+    let running = |sb: &Pod, c: &Pod| RuntimePodStatus {
+        sandboxes: vec![sandbox(sb, true, 0)],
+        containers: vec![container(c, "a", ContainerState::Running, 0, 0)],
+    };
+    let edit = |f: &dyn Fn(&mut k8s_openapi::api::core::v1::PodSpec)| {
+        let mut e = p.clone();
+        f(e.spec.as_mut().unwrap());
+        e
+    };
+    let volume = edit(&|s| {
+        s.volumes = Some(vec![serde_json::from_str(
+            r#"{"name": "v", "hostPath": {"path": "/srv/new"}}"#,
+        )
+        .unwrap()]);
+    });
+    let run_as = edit(&|s| {
+        s.security_context = Some(serde_json::from_str(r#"{"runAsUser": 1000}"#).unwrap());
+    });
+    // BestEffort → Burstable (and a limit lowered on a Burstable pod alike).
+    let qos = edit(&|s| {
+        s.containers[0].resources =
+            Some(serde_json::from_str(r#"{"requests": {"memory": "64Mi"}}"#).unwrap());
+    });
+    for (what, edited) in [
+        ("volume", &volume),
+        ("runAsUser", &run_as),
+        ("resources", &qos),
+    ] {
+        // The running sandbox was made for `p`; the spec is now `edited`. Its containers keep
+        // their own hash: only the pod-level hash tells the difference.
+        let a = compute_pod_actions(edited, &running(&p, edited));
+        assert_eq!(a.create_sandbox, Some(1), "{what}");
+        assert!(a.kill_pod, "{what}");
+        assert_eq!(a.containers_to_start.len(), 1, "{what}");
+        // Unchanged: nothing to do.
+        let a = compute_pod_actions(edited, &running(edited, edited));
+        assert_eq!(a.create_sandbox, None, "{what}");
+        assert!(!a.kill_pod, "{what}");
+    }
+    // A sandbox made before the hash was written is not recreated for it.
+    let mut old = running(&p, &volume);
+    old.sandboxes[0].pod_spec_hash = None;
+    assert_eq!(compute_pod_actions(&volume, &old).create_sandbox, None);
+    // A container-only edit restarts that container in the same sandbox.
+    let image = edit(&|s| s.containers[0].image = Some("busybox:1.35".into()));
+    let a = compute_pod_actions(&image, &running(&p, &p));
+    assert_eq!(a.create_sandbox, None);
+    assert_eq!(a.containers_to_kill.len(), 1);
 }
 
 #[test]
