@@ -579,6 +579,37 @@ fn a_renamed_manifest_starts_its_pod_only_after_the_old_one_has_terminated() {
 }
 
 #[test]
+fn a_symlinked_manifest_runs_at_once_and_its_dangling_link_is_reported() {
+    let mut n = Nodelet::new("symlink");
+    n.start();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("linked.yaml");
+    std::fs::write(&target, LOOP.replace("NAME", "linked")).unwrap();
+    // The pod is listed well before MAX_WRITE (10 s), which a symlink's creation (no write,
+    // no close) used to wait out.
+    let made = std::time::Instant::now();
+    std::os::unix::fs::symlink(&target, n.manifests().join("linked.yaml")).unwrap();
+    let uid = n.uid("linked");
+    assert!(
+        made.elapsed() < Duration::from_secs(6),
+        "listed after {:?}",
+        made.elapsed()
+    );
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    // The target goes: the pod goes, and the link is named in an event.
+    std::fs::remove_file(&target).unwrap();
+    wait_until(Duration::from_secs(20), "pod removed", || {
+        n.runtime.sandboxes(&uid).is_empty()
+    });
+    let events = n.get("/events").unwrap();
+    assert!(events.contains("DanglingSymlink"), "{events}");
+    assert!(
+        events.contains(&format!("is a symlink to {}", target.display())),
+        "{events}"
+    );
+}
+
+#[test]
 fn a_recreated_manifest_directory_is_watched_again() {
     // fileCheckFrequency 1m: only inotify can pick the new manifest up within the waits below.
     let mut n = Nodelet::with_config("rewatch", "");

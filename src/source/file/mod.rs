@@ -118,14 +118,20 @@ pub struct FileSource {
     objects: crate::objects::LocalObjects,
     /// Objects whose data changed since [`FileSource::take_changed_objects`] was last called.
     changed_objects: std::collections::BTreeSet<crate::objects::ObjectRef>,
-    /// Subdirectories of the manifest directory already reported as not read into (once each
-    /// while they are there).
-    skipped_dirs: HashSet<PathBuf>,
+    /// Entries of the manifest directory that are not manifests (subdirectories, dangling
+    /// symlinks, FIFOs, sockets, devices), already reported (once each while they are there).
+    skipped: HashSet<PathBuf>,
 }
 
 /// The reason a subdirectory of `staticPodPath` is counted under in
 /// `nodelet_static_pod_manifest_errors_total`.
 pub const SUBDIRECTORY: &str = "Subdirectory";
+/// The reason (event and `nodelet_static_pod_manifest_errors_total`) for a symlink in
+/// `staticPodPath` whose target does not exist.
+pub const DANGLING_SYMLINK: &str = "DanglingSymlink";
+/// The reason (event and `nodelet_static_pod_manifest_errors_total`) for a FIFO, socket or
+/// device in `staticPodPath` (or a symlink to one).
+pub const NOT_A_REGULAR_FILE: &str = "NotARegularFile";
 
 /// Reads one manifest: `Ok(None)` when it is gone or not a regular file (directories, FIFOs,
 /// devices are skipped, never opened), `Err` with a message when it cannot be read or exceeds
@@ -198,7 +204,7 @@ impl FileSource {
             clock: crate::clock::system(),
             objects: Default::default(),
             changed_objects: Default::default(),
-            skipped_dirs: HashSet::new(),
+            skipped: HashSet::new(),
         }
     }
 
@@ -208,10 +214,59 @@ impl FileSource {
     /// `nodelet_static_pod_manifest_errors_total{reason="Subdirectory"}`; no event (it is not
     /// a broken manifest).
     fn report_subdirectory(&mut self, path: &Path) {
-        if self.skipped_dirs.insert(path.to_owned()) {
+        if self.skipped.insert(path.to_owned()) {
             tracing::warn!(path = %path.display(), "Provided manifest path is a directory, not recursing into manifest path");
             self.metrics.manifest_error(SUBDIRECTORY);
         }
+    }
+
+    /// Reports an entry of the manifest directory that is neither a manifest nor a
+    /// subdirectory, once while it is there: a symlink whose target is gone (a pod it defined is
+    /// removed, as kubelet removes it when its `stat` fails) or a FIFO, socket or device (never
+    /// opened). A warning naming the entry, a Warning event on the file with reason
+    /// [`DANGLING_SYMLINK`] or [`NOT_A_REGULAR_FILE`], and the count (kubelet logs these at
+    /// every listing: "Could not get metadata", "Manifest path is not a directory or file").
+    fn report_not_a_manifest(&mut self, path: &Path) {
+        let Ok(link) = std::fs::symlink_metadata(path) else {
+            return; // Removed since the listing.
+        };
+        let (reason, what) = match std::fs::metadata(path) {
+            Err(e) if link.file_type().is_symlink() && e.kind() == std::io::ErrorKind::NotFound => {
+                (
+                    DANGLING_SYMLINK,
+                    format!(
+                        "is a symlink to {}, which does not exist; it defines no pod",
+                        std::fs::read_link(path).unwrap_or_default().display()
+                    ),
+                )
+            }
+            Err(e) => (NOT_A_REGULAR_FILE, format!("cannot be read: {e}")),
+            Ok(m) => {
+                use std::os::unix::fs::FileTypeExt;
+                let t = m.file_type();
+                let kind = if t.is_fifo() {
+                    "a FIFO"
+                } else if t.is_socket() {
+                    "a socket"
+                } else if t.is_block_device() || t.is_char_device() {
+                    "a device"
+                } else {
+                    return; // A regular file or a directory after all: the next listing reads it.
+                };
+                (
+                    NOT_A_REGULAR_FILE,
+                    format!("is {kind}, not a regular file; it is not read"),
+                )
+            }
+        };
+        if !self.skipped.insert(path.to_owned()) {
+            return;
+        }
+        let message = format!("manifest {} {what}", path.display());
+        tracing::warn!(file = %path.display(), reason, "{message}");
+        self.recorder
+            .warning(format!("file:{}", path.display()), reason, message);
+        self.metrics.manifest_error(reason);
     }
 
     /// Publishes the files' ConfigMaps and Secrets into `objects`.
@@ -249,6 +304,10 @@ impl FileSource {
         };
         let now = self.clock.now();
         for p in &ev.paths {
+            // A symlink is made whole by one call: it is never being written (it would
+            // otherwise wait for a close that never comes, up to MAX_WRITE).
+            let writing =
+                writing && !std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
             self.writes.insert(p.clone(), (writing, now));
         }
     }
@@ -366,8 +425,9 @@ impl FileSource {
         // comparisons per listing.
         let listed: HashSet<&Path> = candidates.iter().map(PathBuf::as_path).collect();
         self.writes.retain(|p, _| listed.contains(p.as_path()));
-        // A subdirectory removed is reported again if it comes back.
-        self.skipped_dirs.retain(|p| listed.contains(p.as_path()));
+        // An entry removed is reported again if it comes back; one that is a manifest again
+        // (a symlink's target back) is reported again if it turns bad again.
+        self.skipped.retain(|p| listed.contains(p.as_path()));
         drop(listed);
         for path in candidates {
             if self.being_written(&path) {
@@ -378,8 +438,11 @@ impl FileSource {
             }
             match read_manifest(&path) {
                 Ok(None) if path.is_dir() => self.report_subdirectory(&path),
-                Ok(None) => {}
-                Ok(Some(bytes)) => present.push((path, Ok(bytes))),
+                Ok(None) => self.report_not_a_manifest(&path),
+                Ok(Some(bytes)) => {
+                    self.skipped.remove(&path);
+                    present.push((path, Ok(bytes)));
+                }
                 Err(msg) => present.push((path, Err(msg))),
             }
         }
@@ -686,6 +749,80 @@ mod tests {
     }
 
     #[test]
+    fn dangling_symlinks_and_special_files_are_reported_once_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = tempfile::tempdir().unwrap();
+        let real = target.path().join("web.yaml");
+        std::fs::write(&real, POD.replace("NAME", "web")).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("web.yaml")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent/x.yaml", dir.path().join("gone.yaml")).unwrap();
+        nix::unistd::mkfifo(
+            &dir.path().join("fifo.yaml"),
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        let mut s = source(dir.path());
+        assert_eq!(s.list().len(), 1, "the symlinked manifest defines its pod");
+        s.list();
+        let events = s.recorder.list();
+        let reasons: Vec<_> = events.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [NOT_A_REGULAR_FILE, DANGLING_SYMLINK],
+            "once each, in name order: {events:?}"
+        );
+        assert!(
+            events[0].message.contains("fifo.yaml is a FIFO"),
+            "{events:?}"
+        );
+        assert!(
+            events[1]
+                .message
+                .contains("gone.yaml is a symlink to /nonexistent/x.yaml"),
+            "{events:?}"
+        );
+        // The target of a running pod's symlink is deleted: the pod goes, and that is said.
+        std::fs::remove_file(&real).unwrap();
+        assert!(s.list().is_empty());
+        let events = s.recorder.list();
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert!(
+            events[2].message.contains("web.yaml is a symlink to"),
+            "{events:?}"
+        );
+        // Back: the pod again, and reported again should it break again.
+        std::fs::write(&real, POD.replace("NAME", "web")).unwrap();
+        assert_eq!(s.list().len(), 1);
+        std::fs::remove_file(&real).unwrap();
+        s.list();
+        assert_eq!(s.recorder.list().len(), 4);
+    }
+
+    #[test]
+    fn a_symlink_made_in_the_directory_is_never_taken_for_a_file_being_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = tempfile::tempdir().unwrap();
+        let real = target.path().join("web.yaml");
+        std::fs::write(&real, POD.replace("NAME", "web")).unwrap();
+        let mut s = source(dir.path());
+        let link = dir.path().join("web.yaml");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let create = notify::Event::new(EventKind::Create(notify::event::CreateKind::File))
+            .add_path(link.clone());
+        s.observe(&create);
+        assert_eq!(s.list().len(), 1, "read at once, not after MAX_WRITE");
+        assert!(!s.take_unsettled());
+        // A regular file created and not yet closed still waits.
+        let file = dir.path().join("new.yaml");
+        std::fs::write(&file, POD.replace("NAME", "new")).unwrap();
+        s.observe(
+            &notify::Event::new(EventKind::Create(notify::event::CreateKind::File)).add_path(file),
+        );
+        assert_eq!(s.list().len(), 1);
+        assert!(s.take_unsettled());
+    }
+
+    #[test]
     fn an_unchanged_directory_is_not_merged_again() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = source(dir.path());
@@ -894,13 +1031,16 @@ mod tests {
         let mut s = source(dir.path());
         assert!(s.list().is_empty());
         let ev = s.recorder.list();
+        let reasons: Vec<_> = ev.iter().map(|e| e.reason.as_str()).collect();
+        // Each named (the subdirectory only logged and counted); the device never opened.
         assert_eq!(
-            ev.len(),
-            1,
-            "only the oversized file is reported: {:?}",
+            reasons,
+            [DANGLING_SYMLINK, NOT_A_REGULAR_FILE, "ReadError"],
+            "{:?}",
             ev.iter().map(|e| &e.message).collect::<Vec<_>>()
         );
-        assert!(ev[0].message.contains("big.yaml") && ev[0].message.contains("bytes"));
+        assert!(ev[1].message.contains("zero.yaml is a device"));
+        assert!(ev[2].message.contains("big.yaml") && ev[2].message.contains("bytes"));
     }
 
     #[test]
