@@ -121,6 +121,18 @@ impl Command {
     }
 }
 
+/// Writes `text` to stdout. A reader that stops early (`nodelet plan … | head`) closes the pipe:
+/// not an error (the write would otherwise panic in `print!`); any other failure is said.
+fn print_stdout(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("nodelet: cannot write to stdout: {e}");
+        }
+    }
+}
+
 /// What `plan` takes from the command line.
 struct PlanFlags<'a> {
     node: Option<&'a str>,
@@ -171,7 +183,7 @@ fn plan(config: &Config, flags: PlanFlags<'_>, manifests: &[PathBuf]) -> ExitCod
         },
     };
     let (yaml, errors) = nodelet::plan::plan(config, &plan_node, manifests);
-    print!("{yaml}");
+    print_stdout(&yaml);
     for e in &errors {
         eprintln!("nodelet: {e}");
     }
@@ -310,7 +322,7 @@ fn main() -> ExitCode {
         }
         match serde_yaml::to_string(&loaded.file) {
             Ok(y) => {
-                print!("{y}");
+                print_stdout(&y);
                 return ExitCode::SUCCESS;
             }
             Err(e) => {

@@ -198,8 +198,23 @@ pub fn plan(config: &Config, plan_node: &PlanNode, manifests: &[PathBuf]) -> (St
         pods: Vec::new(),
     };
     for path in manifests {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
+        // Read as the agent reads staticPodPath: regular files of at most 4 MiB.
+        let bytes = match crate::source::file::read_manifest(path) {
+            Ok(Some(b)) => b,
+            Ok(None) if path.exists() => {
+                errors.push(format!(
+                    "manifest {}: cannot read: not a regular file (nodelet reads only regular files)",
+                    path.display()
+                ));
+                continue;
+            }
+            Ok(None) => {
+                errors.push(format!(
+                    "manifest {}: cannot read: No such file or directory",
+                    path.display()
+                ));
+                continue;
+            }
             Err(e) => {
                 errors.push(format!("manifest {}: cannot read: {e}", path.display()));
                 continue;

@@ -327,17 +327,19 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         // What a runtime or path error could quote of the pod's Secrets is taken out of every
         // message (a value in the env, a subPathExpr expanded with it).
         let secrets = crate::objects::secret_values(pod, self.objects_for(pod));
+        // kubelet's events: `BackOff` (Normal) while an image pull waits out its back-off,
+        // `Failed` (Warning) for every other failure to pull, create or start
+        // (`FailedToPullImage`, `FailedToCreateContainer`, `FailedToStartContainer`).
         let fail = |reason: &'static str, message: String| {
             let message = crate::objects::redact(&message, &secrets);
-            self.recorder.warning(
-                crate::events::Involved::pod(pod),
-                if reason.starts_with("ErrImage") {
-                    "Failed"
-                } else {
-                    "FailedCreate"
-                },
-                format!("container {}: {reason}: {message}", c.name),
-            );
+            let text = format!("container {}: {reason}: {message}", c.name);
+            if reason == "ImagePullBackOff" {
+                self.recorder
+                    .normal(crate::events::Involved::pod(pod), "BackOff", text);
+            } else {
+                self.recorder
+                    .warning(crate::events::Involved::pod(pod), "Failed", text);
+            }
             warn!(pod = %pod_ref(pod), uid, container = %c.name, reason, error = %message, "container start failed");
             StartFailure { reason, message }
         };

@@ -90,6 +90,9 @@ pub fn decode_manifest(
             reason: reason.into(),
         },
     };
+    // A UTF-8 byte order mark before the YAML (as some Windows editors write it) is not part of
+    // the document, as kubelet's decoder reads it.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let mut out = Manifest::default();
     for (i, doc) in serde_yaml::Deserializer::from_slice(bytes).enumerate() {
         use serde::Deserialize;
@@ -385,6 +388,13 @@ fn apply_file_pod_defaults(
         meta.uid = Some(static_pod_uid(file, node_name, &namespace, &base_name));
     }
     meta.name = Some(name);
+    crate::source::validation::validate_log_dir_name(pod).map_err(|error| {
+        ManifestError::Invalid {
+            file: file.display().to_string(),
+            error,
+        }
+    })?;
+    let meta = &mut pod.metadata;
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), content_hash.into());
@@ -576,6 +586,29 @@ mod tests {
         let long = GOOD.replace("name: web", &format!("name: {}", "a".repeat(250)));
         let e = decode_static_pod(Path::new("/m/f.yaml"), long.as_bytes(), "node1").unwrap_err();
         assert!(matches!(e, ManifestError::InvalidName { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_name_whose_log_directory_would_not_fit_a_file_name_is_refused() {
+        // 200 + "-node1" fits a DNS subdomain (253), but "default_<name>-node1_<uid>" is
+        // 8 + 206 + 1 + 36 = 251 bytes: fits; 210 would make 261.
+        let named = |n: usize| GOOD.replace("name: web", &format!("name: {}", "a".repeat(n)));
+        assert!(decode_static_pod(Path::new("/m/f.yaml"), named(200).as_bytes(), "node1").is_ok());
+        let e = decode_static_pod(Path::new("/m/f.yaml"), named(210).as_bytes(), "node1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("invalid field metadata.name")
+                && e.contains("261-byte file name, more than 255; shorten metadata.name by 6"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_yaml_is_read_past() {
+        let with_bom = format!("\u{feff}{GOOD}");
+        let pod = decode_static_pod(Path::new("/m/f.yaml"), with_bom.as_bytes(), "n").unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-n"));
     }
 
     #[test]

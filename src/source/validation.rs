@@ -22,12 +22,12 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    /// `"<value>" <reason>`, or the reason alone when there is no value.
+    /// `"<value>": <reason>`, or the reason alone when there is no value.
     pub fn describe(&self) -> String {
         if self.value.is_empty() {
             self.reason.clone()
         } else {
-            format!("{:?} {}", self.value, self.reason)
+            format!("{:?}: {}", self.value, self.reason)
         }
     }
 }
@@ -54,7 +54,8 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
     validate_pod_fields(pod, spec)
 }
 
-/// `metadata`: name, UID, annotations' size, namespace.
+/// `metadata`: name, UID, annotations' size, namespace, label keys and values, annotation keys,
+/// and the length of the pod's log directory name.
 fn validate_metadata(pod: &Pod) -> Result<(), FieldError> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     if name.is_empty() {
@@ -99,7 +100,90 @@ fn validate_metadata(pod: &Pod) -> Result<(), FieldError> {
             ));
         }
     }
+    for (k, v) in pod.metadata.labels.iter().flatten() {
+        if let Err(reason) = qualified_name(k) {
+            return Err(err(
+                format!("metadata.labels[{k:?}]"),
+                "",
+                &format!("key {reason}"),
+            ));
+        }
+        if !is_label_value(v) {
+            return Err(err(
+                format!("metadata.labels[{k:?}]"),
+                v,
+                "value must be at most 63 of a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric (or empty)",
+            ));
+        }
+    }
+    for k in pod.metadata.annotations.iter().flatten().map(|(k, _)| k) {
+        if let Err(reason) = qualified_name(k) {
+            return Err(err(
+                format!("metadata.annotations[{k:?}]"),
+                "",
+                &format!("key {reason}"),
+            ));
+        }
+    }
+    validate_log_dir_name(pod)
+}
+
+/// The most bytes a file name may have (Linux `NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// The pod's log directory name, `<namespace>_<name>_<uid>`, fits in a file name (checked once
+/// the pod has its UID and final name; a file pod's are given by
+/// [`super::manifest::decode_manifest`]): a longer one could never be made, and the pod would be
+/// retried forever with `File name too long`. The API server's own limits (253 for the name)
+/// allow more than fits.
+///
+/// Errors: a [`FieldError`] on `metadata.name`.
+pub fn validate_log_dir_name(pod: &Pod) -> Result<(), FieldError> {
+    let m = &pod.metadata;
+    let Some(uid) = m.uid.as_deref().filter(|u| !u.is_empty()) else {
+        return Ok(());
+    };
+    let name = m.name.as_deref().unwrap_or("");
+    let len = m.namespace.as_deref().unwrap_or("default").len() + name.len() + uid.len() + 2;
+    if len > NAME_MAX {
+        return Err(err(
+            "metadata.name",
+            name,
+            &format!("is too long: the pod's log directory <namespace>_<name>_<uid> would be a {len}-byte file name, more than {NAME_MAX}; shorten metadata.name by {}", len - NAME_MAX),
+        ));
+    }
     Ok(())
+}
+
+/// A qualified name as the API server checks label and annotation keys (`IsQualifiedName`): an
+/// optional DNS-1123 subdomain prefix (at most 253) and `/`, then a name of at most 63 of
+/// a-z, A-Z, 0-9, `-`, `_`, `.`, starting and ending alphanumeric. Errors: what is wrong.
+fn qualified_name(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || !is_dns1123_subdomain(p) {
+            return Err(format!("prefix {p:?} must be a DNS-1123 subdomain"));
+        }
+    }
+    if name.is_empty() || !is_label_value(name) {
+        return Err(format!("{key:?} must be a name of at most 63 of a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric, with an optional DNS subdomain prefix and '/'"));
+    }
+    Ok(())
+}
+
+/// A label value (`IsValidLabelValue`): empty, or at most 63 of a-z, A-Z, 0-9, `-`, `_`, `.`,
+/// starting and ending alphanumeric.
+fn is_label_value(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.is_empty()
+        || (b.len() <= 63
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')))
 }
 
 /// `spec.initContainers` and `spec.containers`: each container, its termination message path,
@@ -135,7 +219,7 @@ fn validate_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(),
                     ));
                 }
             }
-            validate_resource_field_refs(list, i, c, spec)?;
+            validate_env(list, i, c, spec)?;
             if let Some(p) = c.restart_policy.as_deref() {
                 let field = format!("{list}[{i}].restartPolicy");
                 if list == "spec.containers" {
@@ -157,15 +241,30 @@ fn validate_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(),
     Ok(())
 }
 
-/// The `valueFrom.resourceFieldRef` of container `i` of `list`: a known resource and divisor,
-/// and a `containerName` that names a container of the pod.
-fn validate_resource_field_refs(
+/// The `env` of container `i` of `list`: each name valid, and each `valueFrom.resourceFieldRef`
+/// a known resource and divisor with a `containerName` that names a container of the pod.
+fn validate_env(
     list: &str,
     i: usize,
     c: &k8s_openapi::api::core::v1::Container,
     spec: &k8s_openapi::api::core::v1::PodSpec,
 ) -> Result<(), FieldError> {
     for (j, e) in c.env.iter().flatten().enumerate() {
+        // The API server's rule since Kubernetes 1.32 (RelaxedEnvironmentVariableValidation):
+        // printable ASCII, no '='. An empty name or one with '=' would reach the runtime as
+        // another variable's text.
+        if e.name.is_empty()
+            || !e
+                .name
+                .bytes()
+                .all(|b| (b' '..=b'~').contains(&b) && b != b'=')
+        {
+            return Err(err(
+                format!("{list}[{i}].env[{j}].name"),
+                &e.name,
+                "must be one or more printable ASCII characters other than '='",
+            ));
+        }
         let Some(r) = e
             .value_from
             .as_ref()
@@ -495,6 +594,12 @@ mod tests {
             ("metadata: {name: ok}\nspec: {hostNetwork: true, containers: [{name: c, image: b, ports: [{containerPort: 80}]}, {name: d, image: b, ports: [{containerPort: 80}]}]}", "spec.containers[1].ports[0].hostPort"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, ports: [{containerPort: 80, hostPort: 9}, {containerPort: 81, hostPort: 9}]}]}", "spec.containers[0].ports[1].hostPort"),
             ("metadata: {name: ok}\nspec: {resourceClaims: [{name: gpu, resourceClaimName: g}], containers: [{name: c, image: b}]}", "spec.resourceClaims"),
+            ("metadata: {name: ok, labels: {'bad key!': x}}\nspec: {containers: [{name: c, image: b}]}", "metadata.labels[\"bad key!\"]"),
+            ("metadata: {name: ok, labels: {app: 'not ok'}}\nspec: {containers: [{name: c, image: b}]}", "metadata.labels[\"app\"]"),
+            ("metadata: {name: ok, labels: {'Bad_Prefix/app': x}}\nspec: {containers: [{name: c, image: b}]}", "metadata.labels[\"Bad_Prefix/app\"]"),
+            ("metadata: {name: ok, annotations: {'/x': y}}\nspec: {containers: [{name: c, image: b}]}", "metadata.annotations[\"/x\"]"),
+            ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, env: [{name: '', value: x}]}]}", "spec.containers[0].env[0].name"),
+            ("metadata: {name: ok}\nspec: {initContainers: [{name: i, image: b, env: [{name: ok}, {name: 'A=B', value: x}]}], containers: [{name: c, image: b}]}", "spec.initContainers[0].env[1].name"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, resources: {claims: [{name: gpu}]}}]}", "spec.containers[0].resources.claims"),
             ("metadata: {name: ok}\nspec: {volumes: [{name: v, emptyDir: {}}], containers: [{name: c, image: b, volumeMounts: [{name: v, mountPath: /v, readOnly: true, recursiveReadOnly: Enabled}]}]}", "spec.containers[0].volumeMounts[0].recursiveReadOnly"),
             ("metadata: {name: ok}\nspec: {volumes: [{name: v, emptyDir: {}}], containers: [{name: c, image: b, volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: IfPossible}]}]}", "spec.containers[0].volumeMounts[0].recursiveReadOnly"),
@@ -519,6 +624,7 @@ mod tests {
             "metadata: {name: ok}\nspec: {securityContext: {runAsUser: 2147483647, runAsGroup: 0, fsGroup: 2147483647, supplementalGroupsPolicy: Merge}, containers: [{name: c, image: b}]}",
             "metadata: {name: ok}\nspec: {volumes: [{name: v, emptyDir: {}}], containers: [{name: c, image: b, volumeMounts: [{name: v, mountPath: /v, readOnly: true, recursiveReadOnly: IfPossible}, {name: v, mountPath: /w, recursiveReadOnly: Disabled}]}]}",
             "metadata: {name: ok}\nspec: {resourceClaims: [], containers: [{name: c, image: b, resources: {claims: []}}]}",
+            "metadata: {name: ok, labels: {app.kubernetes.io/name: web, tier: '', x: A-b_c.9}, annotations: {example.com/note: 'any text: here'}}\nspec: {containers: [{name: c, image: b, env: [{name: my.var-1, value: x}, {name: '1 two', value: y}]}]}",
         ] {
             let full = format!("apiVersion: v1\nkind: Pod\n{yaml}");
             assert_eq!(validate_pod(&pod(&full)).map_err(|e| e.describe()), Ok(()), "{yaml}");
@@ -534,7 +640,7 @@ mod tests {
         assert_eq!(e.field, "spec.containers[0].lifecycle.preStop.sleep");
         assert_eq!(
             e.describe(),
-            "\"40\" must be non-negative and less than terminationGracePeriodSeconds (30)"
+            "\"40\": must be non-negative and less than terminationGracePeriodSeconds (30)"
         );
         let e =
             validate_pod(&with("terminationGracePeriodSeconds: 5, ", "postStart", 6)).unwrap_err();

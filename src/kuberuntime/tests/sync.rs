@@ -206,7 +206,7 @@ async fn a_failed_create_shows_create_container_error_and_is_retried() {
         .recorder
         .list()
         .iter()
-        .any(|e| e.reason == "FailedCreate" && e.message.contains("no space left")));
+        .any(|e| e.reason == "Failed" && e.message.contains("no space left")));
     h.sync(&p).await.unwrap();
     assert_eq!(h.rt.running(), vec!["c"]);
     h.pleg_sees_it().await;

@@ -136,7 +136,7 @@ pub const NOT_A_REGULAR_FILE: &str = "NotARegularFile";
 /// Reads one manifest: `Ok(None)` when it is gone or not a regular file (directories, FIFOs,
 /// devices are skipped, never opened), `Err` with a message when it cannot be read or exceeds
 /// [`MAX_MANIFEST_BYTES`].
-fn read_manifest(path: &Path) -> Result<Option<Vec<u8>>, String> {
+pub(crate) fn read_manifest(path: &Path) -> Result<Option<Vec<u8>>, String> {
     use std::io::Read;
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
