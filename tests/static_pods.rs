@@ -545,7 +545,13 @@ fn a_renamed_manifest_starts_its_pod_only_after_the_old_one_has_terminated() {
     // sandbox; the old container's stop time is kept (the container is removed with its pod).
     let mut old_finished = 0;
     let mut seen_waiting = false;
+    let mut seen_terminating = false;
     wait_until(Duration::from_secs(40), "the new pod running", || {
+        seen_terminating |= n.pods().iter().any(|p| {
+            p["metadata"]["uid"] == old_uid.as_str()
+                && p["metadata"]["deletionTimestamp"].is_string()
+                && p["metadata"]["deletionGracePeriodSeconds"] == 20
+        });
         let new_sandboxes = n.runtime.sandboxes(&new_uid);
         match n.runtime.try_container_status(&old.id) {
             Some(st) if st.state == api::ContainerState::ContainerRunning as i32 => {
@@ -564,6 +570,10 @@ fn a_renamed_manifest_starts_its_pod_only_after_the_old_one_has_terminated() {
         running_by_name(&n.runtime.containers(&new_uid)).contains_key("c")
     });
     assert!(seen_waiting, "the old container was seen stopping");
+    assert!(
+        seen_terminating,
+        "/pods showed the old pod Terminating (deletionTimestamp, grace 20 s)"
+    );
     assert!(old_finished > 0, "the old container's stop was seen");
     let sandbox = &n.runtime.sandboxes(&new_uid)[0];
     assert!(

@@ -154,7 +154,10 @@ pub async fn run(
                 continue;
             }
         };
-        let statics: Vec<Pod> = status.pods_where(is_static_pod);
+        // A static pod being removed (Terminating) has no mirror pod any more, as kubelet
+        // deletes the mirror of a pod its config removed.
+        let statics: Vec<Pod> =
+            status.pods_where(|p| is_static_pod(p) && p.metadata.deletion_timestamp.is_none());
         let p = plan(&statics, &mirrors);
         let by_key: HashMap<String, &Pod> = statics.iter().map(|s| (key(s), s)).collect();
         deleted.retain(|uid| {

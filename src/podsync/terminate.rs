@@ -32,6 +32,11 @@ impl<R: CriRuntime> PodSync<R> {
         let uid = pod_uid(pod).to_owned();
         let grace = grace_seconds(pod, opts.grace);
         let failure = opts.failure.or_else(|| self.failed.failure(pod));
+        if failure.is_none() {
+            // Removed: listed Terminating while its containers stop (a failed pod is listed
+            // Failed instead).
+            self.status.mark_terminating(&uid, grace);
+        }
         let killed = self.runtime.kill_pod(pod, grace, failure.is_some()).await?;
         if let Some(f) = &failure {
             // A failed pod's last status keeps its containers' last states.

@@ -116,6 +116,24 @@ impl StatusManager {
         map.tally.apply(added, 1);
     }
 
+    /// Marks the pod as being deleted with `grace` seconds (its `metadata.deletionTimestamp`,
+    /// now, and `deletionGracePeriodSeconds`), as the API shows a pod whose deletion is under
+    /// way, so that `/pods` and `nodelet get` show it `Terminating` until it is gone. A pod
+    /// without a status, or one already marked, is left as it is.
+    pub fn mark_terminating(&self, uid: &str, grace: i64) {
+        let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let Some((pod, _)) = map.pods.get_mut(uid) else {
+            return;
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        let mut marked = (**pod).clone();
+        marked.metadata.deletion_timestamp = Some(crate::pod::api_time(crate::clock::wall_now()));
+        marked.metadata.deletion_grace_period_seconds = Some(grace);
+        *pod = Arc::new(marked);
+    }
+
     /// True when the pod has a status (its first sync has begun).
     pub fn has(&self, uid: &str) -> bool {
         self.inner
@@ -248,6 +266,34 @@ mod tests {
             .flatten()
             .find(|c| c.type_ == type_)
             .and_then(|c| c.last_transition_time.clone())
+    }
+
+    #[test]
+    fn a_pod_marked_terminating_carries_its_deletion_until_it_is_gone() {
+        let m = StatusManager::default();
+        let mut p = Pod::default();
+        p.metadata.uid = Some("u".into());
+        m.mark_terminating("u", 30);
+        assert!(m.pods().is_empty(), "a pod without a status is not made up");
+        m.set(Arc::new(p), status("Running", true));
+        m.mark_terminating("u", 30);
+        let listed = &m.pods()[0];
+        let first = listed.metadata.deletion_timestamp.clone();
+        assert!(first.is_some());
+        assert_eq!(listed.metadata.deletion_grace_period_seconds, Some(30));
+        assert_eq!(
+            m.phase("u").as_deref(),
+            Some("Running"),
+            "its status stands"
+        );
+        m.mark_terminating("u", 5);
+        assert_eq!(
+            m.pods()[0].metadata.deletion_grace_period_seconds,
+            Some(30),
+            "marked once"
+        );
+        m.remove("u");
+        assert!(m.pods().is_empty());
     }
 
     #[test]
