@@ -336,6 +336,10 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             if reason == "ImagePullBackOff" {
                 self.recorder
                     .normal(crate::events::Involved::pod(pod), "BackOff", text);
+            } else if reason == "InvalidImageName" {
+                // kubelet's `FailedToInspectImage`.
+                self.recorder
+                    .warning(crate::events::Involved::pod(pod), "InspectFailed", text);
             } else {
                 self.recorder
                     .warning(crate::events::Involved::pod(pod), "Failed", text);

@@ -242,6 +242,23 @@ async fn a_missing_image_is_err_image_pull_then_image_pull_back_off() {
     assert_eq!(h.rt.calls_of("PullImage").len(), 2);
 }
 
+#[tokio::test]
+async fn an_invalid_image_name_is_never_pulled_and_says_so() {
+    let h = harness();
+    let p = pod("{containers: [{name: c, image: 'Team/App:1'}]}");
+    let e = h.sync(&p).await.unwrap_err();
+    assert!(e.contains("InvalidImageName"), "{e}");
+    assert_eq!(h.waiting("c").as_deref(), Some("InvalidImageName"));
+    assert!(h.rt.calls_of("PullImage").is_empty());
+    assert!(h.rt.calls_of("ImageStatus").is_empty());
+    let events = h.recorder.list();
+    assert!(
+        events.iter().any(|e| e.reason == "InspectFailed"
+            && e.message.contains("couldn't parse image reference \"Team/App:1\": invalid reference format: repository name must be lowercase")),
+        "{events:?}"
+    );
+}
+
 /// The pod-sync layer's errors are typed: the pod worker tells a pull back-off (logged at
 /// debug, nothing new failed) from the failed pull before it.
 #[tokio::test]
