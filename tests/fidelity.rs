@@ -42,6 +42,14 @@ fn phase_follows_kubelets_get_phase() {
             "  containers:\n  - {name: ok, image: busybox:1.36, command: [sleep, '3600']}\n  - {name: missing, image: 'busybox:no-such-tag'}\n",
         ),
     );
+    // 3. An image that is not a valid reference: InvalidImageName, never pulled.
+    n.write_manifest(
+        "badref.yaml",
+        &manifest(
+            "badref",
+            "  containers:\n  - {name: c, image: 'Team/App:1'}\n",
+        ),
+    );
     // 4. restartPolicy Never, the command does not exist: terminated StartError 128, Failed.
     n.write_manifest(
         "nobin.yaml",
@@ -84,6 +92,22 @@ fn phase_follows_kubelets_get_phase() {
         "Pending",
         "{}",
         status(&n, "nopull")
+    );
+
+    wait_until(Duration::from_secs(20), "InvalidImageName", || {
+        status(&n, "badref")["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "InvalidImageName"
+    });
+    let events = n.get("/events").unwrap();
+    assert!(
+        events.contains("InspectFailed") && events.contains("repository name must be lowercase"),
+        "{events}"
+    );
+    let log = n.log();
+    assert!(
+        log.contains("pulling image image=busybox:no-such-tag")
+            && !log.contains("pulling image image=Team/App:1"),
+        "the missing tag was pulled, the invalid name never"
     );
 
     wait_until(Duration::from_secs(30), "nobin Failed", || {
