@@ -505,22 +505,23 @@ impl ContainerManager {
         let same = {
             let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
             let same = pods.get(&uid).is_some_and(|(p, _)| Arc::ptr_eq(p, pod));
-            let left = pods
-                .get(&uid)
-                .map(|(p, _)| pod_qos_class(p))
-                .filter(|q| *q != qos);
-            if let Some(left) = left {
-                // The pod is made again in its new class's cgroup (its pod spec hash changed);
-                // the old one goes once its containers have stopped.
-                info!(uid, from = ?left, to = ?qos, "pod changed QoS class; its cgroup moves");
-                self.left_qos
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(uid.clone())
-                    .or_default()
-                    .push(l.pod_cgroup_parent(&uid, left));
-            }
             if !same {
+                // A new or edited pod (also the first sync after an agent restart) with a
+                // cgroup under another QoS class: it changed class, and is made again in its
+                // new class's cgroup (its pod spec hash changed); the old one goes once its
+                // containers have stopped.
+                let others: Vec<String> = l
+                    .pod_cgroup_candidates(&uid)
+                    .into_iter()
+                    .filter(|c| *c != parent && self.cgroups.exists(c))
+                    .collect();
+                if !others.is_empty() {
+                    info!(uid, qos = ?qos, left = ?others, "pod changed QoS class; its cgroup moves");
+                    self.left_qos
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(uid.clone(), others);
+                }
                 // The pod's share of the QoS totals, parsed once per pod object.
                 let mut share = QosTotals::default();
                 share.add(pod);
@@ -803,6 +804,24 @@ mod tests {
         assert!(!mem.has("/kubepods/besteffort/podu1"));
         assert!(mem.has("/kubepods/burstable/podu1"));
         assert!(cm.left_qos.lock().unwrap().is_empty());
+        // Edited while the agent was down: the restarted agent finds the old class's cgroup
+        // at the pod's first sync.
+        mem.create("/kubepods/besteffort/podu1", &ResourceConfig::default())
+            .unwrap();
+        let restarted = ContainerManager::new(
+            mem.clone(),
+            crate::testing::cgroups::node_config(NodeResources {
+                cpu_milli: 2000,
+                memory: 4 << 30,
+                pids: 0,
+            }),
+        );
+        restarted
+            .ensure_pod(&pod("requests: {memory: 64Mi}"))
+            .unwrap();
+        restarted.ensure_pod(&burstable).unwrap();
+        assert!(!mem.has("/kubepods/besteffort/podu1"));
+        assert!(mem.has("/kubepods/burstable/podu1"));
     }
 
     #[test]
