@@ -507,6 +507,43 @@ fn a_pod_level_edit_makes_the_pod_again_with_the_new_spec() {
     assert!(events.contains("SandboxChanged"), "{events}");
 }
 
+#[test]
+fn an_edited_finished_pod_runs_its_new_version() {
+    let mut n = Nodelet::new("rerun");
+    n.start();
+    let out = tempfile::tempdir().unwrap();
+    let job = |word: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: job}}\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 1\n  volumes: [{{name: o, hostPath: {{path: {}, type: Directory}}}}]\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sh, -c, 'echo {word} >> /o/ran'], volumeMounts: [{{name: o, mountPath: /o}}]}}\n", out.path().display())
+    };
+    n.write_manifest("job.yaml", &job("first"));
+    let uid = n.uid("job");
+    wait_until(
+        Duration::from_secs(30),
+        "the first version Succeeded",
+        || {
+            n.pod("job")
+                .is_some_and(|p| p["status"]["phase"] == "Succeeded")
+        },
+    );
+    // kubelet runs an edited static pod as a new pod: the new command runs once, even though
+    // the old version finished under restartPolicy Never.
+    n.write_manifest("job.yaml", &job("second"));
+    wait_until(Duration::from_secs(30), "the second version ran", || {
+        std::fs::read_to_string(out.path().join("ran")).is_ok_and(|t| t == "first\nsecond\n")
+    });
+    wait_until(Duration::from_secs(30), "Succeeded again", || {
+        n.pod("job")
+            .is_some_and(|p| p["status"]["phase"] == "Succeeded")
+    });
+    assert_eq!(n.pod("job").unwrap()["metadata"]["uid"], uid.as_str());
+    // Finished again: nothing more runs.
+    n.wait_for_housekeeping(2);
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("ran")).unwrap(),
+        "first\nsecond\n"
+    );
+}
+
 /// A pod whose container takes about 4 s to stop after SIGTERM (its grace period is 20 s).
 const SLOW_TO_STOP: &str = r#"apiVersion: v1
 kind: Pod

@@ -278,21 +278,32 @@ pub fn compute_pod_actions_with(
     // Sandbox.
     let ready: Vec<_> = status.sandboxes.iter().filter(|s| s.ready).collect();
     let newest = status.sandboxes.first();
+    let pod_changed = |s: &crate::container::SandboxStatus| {
+        s.sandbox_hash != sandbox_hash(pod)
+            || s.pod_spec_hash
+                .as_deref()
+                .is_some_and(|h| h != pod_spec_hash(pod))
+    };
     let recreate = match newest {
         None => Some(0),
-        Some(s)
-            if !s.ready
-                || ready.len() > 1
-                || s.sandbox_hash != sandbox_hash(pod)
-                || s.pod_spec_hash
-                    .as_deref()
-                    .is_some_and(|h| h != pod_spec_hash(pod)) =>
-        {
-            Some(s.attempt + 1)
-        }
+        Some(s) if !s.ready || ready.len() > 1 || pod_changed(s) => Some(s.attempt + 1),
         Some(_) => None,
     };
     if let Some(attempt) = recreate {
+        // kubelet gives an edited static pod a new UID: the new version runs from its start,
+        // whatever became of the old one under its restart policy. nodelet keeps the UID, so a
+        // static pod whose pod-level spec, or the spec of a container's last run, differs from
+        // what its newest sandbox ran is run again in full.
+        let edited = crate::pod::is_static_pod(pod)
+            && newest.is_some_and(|s| {
+                pod_changed(s)
+                    || inits.iter().chain(&spec.containers).any(|c| {
+                        status
+                            .latest(&c.name)
+                            .is_some_and(|rc| rc.hash != container_hash(c))
+                    })
+            });
+        let policy = if edited { "Always" } else { policy };
         return actions_in_new_sandbox(spec, status, policy, newest.is_some(), attempt);
     }
     let sandbox = newest.map(|s| s.id.clone()).unwrap_or_default();

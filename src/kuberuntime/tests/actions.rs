@@ -247,6 +247,61 @@ fn dead_sandbox_is_recreated_with_next_attempt_unless_finished() {
 }
 
 #[test]
+fn an_edited_finished_static_pod_runs_again_from_its_start() {
+    let static_pod = |mut p: Pod| {
+        p.metadata.annotations = Some(
+            [(
+                crate::pod::CONFIG_SOURCE_ANNOTATION.to_owned(),
+                "file".to_owned(),
+            )]
+            .into(),
+        );
+        p
+    };
+    for policy in ["Never", "OnFailure"] {
+        let ran = static_pod(pod(policy, &["i1"], &["a"]));
+        // It ran to completion; its sandbox is stopped.
+        let st = RuntimePodStatus {
+            sandboxes: vec![sandbox(&ran, false, 0)],
+            containers: vec![
+                container(&ran, "i1", ContainerState::Exited, 0, 0),
+                container(&ran, "a", ContainerState::Exited, 0, 0),
+            ],
+        };
+        assert_eq!(
+            compute_pod_actions(&ran, &st).create_sandbox,
+            None,
+            "{policy}"
+        );
+        // A container's command is edited: the new version runs, init container first.
+        let mut cmd = ran.clone();
+        cmd.spec.as_mut().unwrap().containers[0].command = Some(vec!["true".into()]);
+        let a = compute_pod_actions(&cmd, &st);
+        assert_eq!(a.create_sandbox, Some(1), "{policy}");
+        assert_eq!(a.next_init.map(|s| s.index), Some(0), "{policy}");
+        // A pod-level edit likewise.
+        let mut vol = ran.clone();
+        vol.spec.as_mut().unwrap().volumes = Some(vec![serde_json::from_str(
+            r#"{"name": "v", "emptyDir": {}}"#,
+        )
+        .unwrap()]);
+        assert_eq!(
+            compute_pod_actions(&vol, &st).create_sandbox,
+            Some(1),
+            "{policy}"
+        );
+        // An API pod is not a new pod when edited: finished stays finished.
+        let mut api = cmd.clone();
+        api.metadata.annotations = None;
+        assert_eq!(
+            compute_pod_actions(&api, &st).create_sandbox,
+            None,
+            "{policy}"
+        );
+    }
+}
+
+#[test]
 fn host_network_change_recreates_the_sandbox() {
     let p = pod("Always", &[], &["a"]);
     let mut st = RuntimePodStatus {
