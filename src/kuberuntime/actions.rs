@@ -4,8 +4,9 @@
 //! - A new sandbox when there is none, the newest is not ready, more than one is ready, or the
 //!   pod-level spec that shapes it ([`sandbox_hash`]) or its containers ([`pod_spec_hash`])
 //!   changed (`podSandboxChanged`); then every container starts again from the first init
-//!   container. A pod whose restart policy says its finished containers
-//!   stay finished gets no new sandbox.
+//!   container. A pod whose restart policy says its finished containers stay finished gets no
+//!   new sandbox, unless it is a static pod whose spec changed since it ran (kubelet runs an
+//!   edited static pod as a new pod).
 //! - Init containers run one at a time, in order, each to a zero exit, before any app container.
 //!   A failed init container (non-zero exit, or OOM-killed whatever its exit code) is restarted
 //!   unless the restart policy is Never (then the pod fails). Once a regular container exists in

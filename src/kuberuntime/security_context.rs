@@ -192,8 +192,9 @@ fn id_ok(field: String, id: Option<i64>) -> Result<(), (String, String)> {
 
 /// Refuses the security settings nodelet does not enforce yet, naming the field: SELinux
 /// options, `procMount: Unmasked`, user namespaces (`hostUsers: false`),
-/// `supplementalGroupsPolicy: Strict` (containerd here cannot leave out the image's
-/// `/etc/group` groups), and a Localhost seccomp profile without its path; and user and group
+/// `supplementalGroupsPolicy: Strict` (nodelet does not pass the policy to the runtime yet, so
+/// the groups of the image's `/etc/group` would be added), and a Localhost seccomp profile
+/// without its path; and user and group
 /// IDs (`runAsUser`, `runAsGroup`, `fsGroup`, `supplementalGroups`) outside 0..=[`MAX_ID`], as
 /// the API server refuses them. (AppArmor: [`crate::admission::apparmor`].)
 ///
