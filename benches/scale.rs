@@ -544,8 +544,8 @@ fn print_resilience(res: &Resilience, hostile: Option<&resilience::Hostile>) {
     }
     if let Some(h) = hostile {
         println!(
-            "1,000 hostile entries beside 10 good manifests: the 10 running in {:.1} s; {} bad regular files, {:.0} reports, {:.0} after five more listings; RSS {:.1} MiB before, {:.1} at peak, {:.1} after; healthz {}",
-            h.good_running, h.regular_bad, h.reported, h.reported_later, h.rss_before, h.rss_peak, h.rss_after, if h.healthy { "ok" } else { "NOT ok" }
+            "1,000 hostile entries beside 10 good manifests: the 10 running in {:.1} s; {} entries to report (bad regular files, device links, FIFOs), {:.0} reports, {:.0} after five more listings; RSS {:.1} MiB before, {:.1} at peak, {:.1} after; healthz {}",
+            h.good_running, h.to_report, h.reported, h.reported_later, h.rss_before, h.rss_peak, h.rss_after, if h.healthy { "ok" } else { "NOT ok" }
         );
     }
 }

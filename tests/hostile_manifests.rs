@@ -228,7 +228,7 @@ fn a_thousand_hostile_files_beside_ten_good_ones() {
     let before = rss_kib(pid);
     let dir = n.manifests();
     let other = tempfile::tempdir().unwrap();
-    let regular_bad = hostile_dir::write_thousand(&dir, other.path(), &good);
+    let to_report = hostile_dir::write_thousand(&dir, other.path(), &good);
     for i in 0..10 {
         n.write_manifest(&format!("good{i}.yaml"), &good(&format!("good{i}")));
     }
@@ -245,16 +245,16 @@ fn a_thousand_hostile_files_beside_ten_good_ones() {
             .sum()
     };
     wait_until(Duration::from_secs(30), "every bad file reported", || {
-        reported(&n) >= regular_bad as f64
+        reported(&n) >= to_report as f64
     });
     // Listed again several times (fileCheckFrequency 2 s): each one reported once.
     let peak = rss_kib(pid);
     n.wait_for_housekeeping(4);
-    assert_eq!(reported(&n), regular_bad as f64, "reported once each");
+    assert_eq!(reported(&n), to_report as f64, "reported once each");
     assert!(n.get("/healthz").is_some_and(|b| b == "ok"));
     let bound_kib = 64 * 1024;
     let after = rss_kib(pid);
-    eprintln!("{regular_bad} bad regular files, 300 special entries: RSS before {before} KiB, peak {peak} KiB, after {after} KiB (bound: +{bound_kib} KiB)");
+    eprintln!("{to_report} entries to report of 1,000 hostile ones: RSS before {before} KiB, peak {peak} KiB, after {after} KiB (bound: +{bound_kib} KiB)");
     assert!(
         peak.max(after) <= before + bound_kib,
         "RSS before {before} KiB, peak {peak}, after {after}"

@@ -227,7 +227,7 @@ pub fn runtime_down_case(
 
 /// A staticPodPath of 1,000 hostile entries and 10 good manifests on a fresh agent.
 pub struct Hostile {
-    pub regular_bad: usize,
+    pub to_report: usize,
     pub good_running: f64,
     pub reported: f64,
     pub reported_later: f64,
@@ -248,7 +248,7 @@ pub fn hostile_case(rt: &tokio::runtime::Runtime, cri: &Cri) -> Hostile {
     let rss_before = rss_mib(pid);
     let other = tempfile::tempdir().unwrap();
     let good = |name: &str| manifest(name);
-    let regular_bad = hostile_dir::write_thousand(&a.manifests, other.path(), &good);
+    let to_report = hostile_dir::write_thousand(&a.manifests, other.path(), &good);
     let t0 = Instant::now();
     for i in 0..10 {
         let stage = a.dir.path().join(format!("good{i}.yaml"));
@@ -270,7 +270,7 @@ pub fn hostile_case(rt: &tokio::runtime::Runtime, cri: &Cri) -> Hostile {
     };
     wait_for(Duration::from_secs(60), "every bad file reported", || {
         peak = peak.max(rss_mib(pid));
-        reported() >= regular_bad as f64
+        reported() >= to_report as f64
     });
     let first = reported();
     // Five more listings of the directory (fileCheckFrequency 2 s).
@@ -283,7 +283,7 @@ pub fn hostile_case(rt: &tokio::runtime::Runtime, cri: &Cri) -> Hostile {
         .and_then(|r| r.text())
         .is_ok_and(|b| b == "ok");
     let out = Hostile {
-        regular_bad,
+        to_report,
         good_running,
         reported: first,
         reported_later: reported(),

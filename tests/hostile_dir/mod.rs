@@ -19,8 +19,9 @@ pub fn nested() -> String {
 /// Writes exactly 1,000 entries into `dir`: regular files that fail to decode or validate, and
 /// 300 entries that are not regular files (symlinks to `/dev/zero` and to `other`, a directory,
 /// and FIFOs). `good(name)` is the manifest of a good pod named `name`: 50 files repeat
-/// `good("good0")`, duplicates of a good pod the caller adds. Returns the number of regular
-/// files written, each of which must be reported once.
+/// `good("good0")`, duplicates of a good pod the caller adds. Returns the number of entries
+/// each of which must be counted once in `nodelet_static_pod_manifest_errors_total`: the
+/// regular files, the symlinks to `/dev/zero` and the FIFOs (`NotARegularFile`).
 pub fn write_thousand(dir: &Path, other: &Path, good: &dyn Fn(&str) -> String) -> usize {
     let mut regular_bad = 0usize;
     let mut write = |name: String, text: String| {
@@ -82,7 +83,8 @@ pub fn write_thousand(dir: &Path, other: &Path, good: &dyn Fn(&str) -> String) -
         // Duplicates of a good pod's name (reported as duplicates once it runs).
         write(format!("zdup{i}.yaml"), good("good0"));
     }
-    // Entries that are not regular files: skipped, never opened.
+    // Entries that are not regular files: never opened; the device links and FIFOs reported
+    // (200, added at the end).
     for i in 0..100 {
         std::os::unix::fs::symlink("/dev/zero", dir.join(format!("zero{i}.yaml"))).unwrap();
         std::os::unix::fs::symlink(other, dir.join(format!("dir{i}.yaml"))).unwrap();
@@ -94,7 +96,7 @@ pub fn write_thousand(dir: &Path, other: &Path, good: &dyn Fn(&str) -> String) -
             .success());
     }
     // The remaining entries up to 1,000: more truncated files.
-    // 595 regular files so far, 300 special entries.
+    // 595 regular files so far, 300 special entries (200 of them counted above).
     for i in 0..(1000 - 595 - 300) {
         write(
             format!("more{i}.yaml"),
@@ -103,5 +105,5 @@ pub fn write_thousand(dir: &Path, other: &Path, good: &dyn Fn(&str) -> String) -
     }
     let entries = std::fs::read_dir(dir).unwrap().count();
     assert_eq!(entries, 1000);
-    regular_bad
+    regular_bad + 200
 }
