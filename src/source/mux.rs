@@ -188,7 +188,16 @@ mod tests {
         let b = batches.recv().unwrap();
         assert_eq!((b.op, b.source), (PodOp::Add, "api"));
         assert!(ready.all_ready());
-        assert!(refs.has_changed().unwrap());
+        // The merger publishes the references right after it has sent the batch: on a busy
+        // machine they may come a moment after the batch is received (polled to a deadline).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !refs.has_changed().unwrap() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "references not published"
+            );
+            std::thread::yield_now();
+        }
         assert_eq!(*refs.borrow_and_update(), BTreeSet::from([cm("cfg")]));
         assert!(api.blocking_send(SourceMsg::ObjectsChanged(BTreeSet::from([cm("cfg")]))));
         let b = batches.recv().unwrap();
