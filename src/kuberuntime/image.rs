@@ -120,9 +120,16 @@ pub fn check_reference(image: &str) -> Result<(), &'static str> {
     // The first part is a domain when it has a '.' or a ':' or is localhost, and more follow.
     if parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost") {
         let domain = parts.remove(0);
-        let (host, port) = match domain.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || domain.starts_with('[') => (h, Some(p)),
-            _ => (domain, None),
+        // `[v6]`, `[v6]:port`, `host`, `host:port`.
+        let (host, port) = match domain.find(']') {
+            Some(i) if domain.starts_with('[') => match &domain[i + 1..] {
+                "" => (&domain[..=i], None),
+                rest => (&domain[..=i], Some(rest.strip_prefix(':').ok_or(INVALID)?)),
+            },
+            _ => match domain.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (domain, None),
+            },
         };
         if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
             return Err(INVALID);
@@ -238,6 +245,7 @@ mod tests {
             "localhost:5000/team/app_x.y__z--w:v1.2-rc_3",
             "Registry.Example.COM/app",
             "[::1]:5000/app",
+            "[fe80::1]/app",
             "busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
             "a/b:tag@sha256:0123456789abcdef0123456789abcdef",
         ] {
@@ -253,6 +261,8 @@ mod tests {
             ("-x", "invalid reference format"),
             ("a//b", "invalid reference format"),
             ("host:port/app", "invalid reference format"),
+            ("[::1]x/app", "invalid reference format"),
+            ("a:1:2/app", "invalid reference format"),
             ("busybox@sha256:abc", "invalid reference format"),
             (
                 "busybox@:0123456789abcdef0123456789abcdef",
