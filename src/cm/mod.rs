@@ -769,16 +769,21 @@ mod tests {
         assert!(matches!(missing.start(), Err(CmError::RootMissing(_))));
     }
 
-    #[test]
-    fn a_pod_that_changes_qos_class_leaves_no_cgroup_in_the_old_class() {
-        let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
+    /// A manager of a 2-core, 4 GiB node over the in-memory cgroups `mem`.
+    fn in_memory(mem: &Arc<crate::testing::cgroups::MemCgroups>) -> ContainerManager {
         let cfg = crate::testing::cgroups::node_config(NodeResources {
             cpu_milli: 2000,
             memory: 4 << 30,
             pids: 0,
         });
-        let cm = ContainerManager::new(mem.clone(), cfg);
+        ContainerManager::new(mem.clone(), cfg)
+    }
+
+    #[test]
+    fn a_pod_that_changes_qos_class_leaves_no_cgroup_in_the_old_class() {
+        let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
         mem.create("/", &ResourceConfig::default()).unwrap();
+        let cm = in_memory(&mem);
         cm.start().unwrap();
         let pod = |resources: &str| -> Arc<Pod> {
             Arc::new(serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec: {{containers: [{{name: a, image: i, resources: {{{resources}}}}}]}}")).unwrap())
@@ -808,14 +813,7 @@ mod tests {
         // at the pod's first sync.
         mem.create("/kubepods/besteffort/podu1", &ResourceConfig::default())
             .unwrap();
-        let restarted = ContainerManager::new(
-            mem.clone(),
-            crate::testing::cgroups::node_config(NodeResources {
-                cpu_milli: 2000,
-                memory: 4 << 30,
-                pids: 0,
-            }),
-        );
+        let restarted = in_memory(&mem);
         restarted
             .ensure_pod(&pod("requests: {memory: 64Mi}"))
             .unwrap();
@@ -827,13 +825,8 @@ mod tests {
     #[test]
     fn qos_cgroups_are_written_when_their_values_change_and_all_once_a_minute() {
         let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
-        let cfg = crate::testing::cgroups::node_config(NodeResources {
-            cpu_milli: 2000,
-            memory: 4 << 30,
-            pids: 0,
-        });
-        let cm = ContainerManager::new(mem.clone(), cfg);
         mem.create("/", &ResourceConfig::default()).unwrap();
+        let cm = in_memory(&mem);
         cm.start().unwrap();
         let qos = |log: Vec<String>| -> Vec<String> {
             log.into_iter()

@@ -140,11 +140,14 @@ const NAME_MAX: usize = 255;
 /// Errors: a [`FieldError`] on `metadata.name`.
 pub fn validate_log_dir_name(pod: &Pod) -> Result<(), FieldError> {
     let m = &pod.metadata;
-    let Some(uid) = m.uid.as_deref().filter(|u| !u.is_empty()) else {
+    if m.uid.as_deref().is_none_or(str::is_empty) {
         return Ok(());
-    };
+    }
     let name = m.name.as_deref().unwrap_or("");
-    let len = m.namespace.as_deref().unwrap_or("default").len() + name.len() + uid.len() + 2;
+    // The name as the log directory is made ([`crate::pod::pod_logs_dir_under`]).
+    let len = crate::pod::pod_logs_dir_under(std::path::Path::new(""), pod)
+        .as_os_str()
+        .len();
     if len > NAME_MAX {
         return Err(err(
             "metadata.name",

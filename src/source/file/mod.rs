@@ -748,12 +748,19 @@ mod tests {
         assert_eq!(count(&s), 2.0, "reported again when it comes back");
     }
 
+    /// The manifest of pod `name` in a directory of its own (kept while the guard lives), for a
+    /// symlink in the manifest directory to point at.
+    fn manifest_elsewhere(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let target = tempfile::tempdir().unwrap();
+        let real = target.path().join(format!("{name}.yaml"));
+        std::fs::write(&real, POD.replace("NAME", name)).unwrap();
+        (target, real)
+    }
+
     #[test]
     fn dangling_symlinks_and_special_files_are_reported_once_each() {
         let dir = tempfile::tempdir().unwrap();
-        let target = tempfile::tempdir().unwrap();
-        let real = target.path().join("web.yaml");
-        std::fs::write(&real, POD.replace("NAME", "web")).unwrap();
+        let (_target, real) = manifest_elsewhere("web");
         std::os::unix::fs::symlink(&real, dir.path().join("web.yaml")).unwrap();
         std::os::unix::fs::symlink("/nonexistent/x.yaml", dir.path().join("gone.yaml")).unwrap();
         nix::unistd::mkfifo(
@@ -801,9 +808,7 @@ mod tests {
     #[test]
     fn a_symlink_made_in_the_directory_is_never_taken_for_a_file_being_written() {
         let dir = tempfile::tempdir().unwrap();
-        let target = tempfile::tempdir().unwrap();
-        let real = target.path().join("web.yaml");
-        std::fs::write(&real, POD.replace("NAME", "web")).unwrap();
+        let (_target, real) = manifest_elsewhere("web");
         let mut s = source(dir.path());
         let link = dir.path().join("web.yaml");
         std::os::unix::fs::symlink(&real, &link).unwrap();
