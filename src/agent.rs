@@ -128,6 +128,9 @@ struct Core {
 /// are logged and retried, never fatal.
 pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let (node_name, node_ip, node_config, local_socket) = prepare_node(&config, &flags)?;
+    // Declared before the runtime, so dropped after it: the socket goes once nothing serves it.
+    let _socket_file =
+        crate::nodeapi::local::SocketFile(crate::nodeapi::local::socket_path(&flags.root_dir));
     let metrics = Metrics::new();
     let recorder = Recorder::default();
     let settings = runtime_settings(&config, &flags, &node_name, node_ip, &node_config);

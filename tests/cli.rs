@@ -113,6 +113,8 @@ fn unknown_fields_are_named_in_a_warning() {
         .text()
         .unwrap()
         .contains("pleg has yet to be successful"));
+    let socket = dir.path().join("root").join("nodelet.sock");
+    assert!(socket.exists(), "the local socket is served while waiting");
     // SIGTERM: the agent stops cleanly while still waiting for the runtime.
     let _ = Command::new("kill")
         .arg("-TERM")
@@ -129,6 +131,10 @@ fn unknown_fields_are_named_in_a_warning() {
         "{stderr}"
     );
     assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        !socket.exists(),
+        "the stopped agent removed its local socket"
+    );
 }
 
 #[test]

@@ -97,6 +97,25 @@ pub fn claim(path: &Path) -> Result<std::os::unix::net::UnixListener, String> {
     Ok(listener)
 }
 
+/// The claimed socket's file, removed when this is dropped (the agent's last step on every way
+/// out after [`claim`]), so that a stopped agent leaves no socket file behind (kubelet removes
+/// its sockets as it stops; a later agent would replace the file anyway). Only a socket is
+/// removed: whatever replaced it is left alone.
+#[derive(Debug)]
+pub struct SocketFile(pub PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        use std::os::unix::fs::FileTypeExt;
+        let is_socket = std::fs::symlink_metadata(&self.0).is_ok_and(|m| m.file_type().is_socket());
+        if is_socket {
+            if let Err(e) = std::fs::remove_file(&self.0) {
+                warn!(socket = %self.0.display(), error = %e, "local socket: cannot remove it");
+            }
+        }
+    }
+}
+
 /// Serves `app` on `listener` (from [`claim`]) on `rt`.
 ///
 /// Errors: the listener cannot join the runtime.
