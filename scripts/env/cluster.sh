@@ -141,23 +141,39 @@ node_kubeconfig() { # NAME
     echo "$file"
 }
 
-build_apiserver() {
-    local want=1.20
-    if [[ -x $APISERVER_BIN ]] && "$APISERVER_BIN" --version 2>/dev/null | grep -q "v$want\."; then
+# Debian's source packages for `apt-get source`: our own deb-src entry, unless another file
+# already has one for bookworm (the kubelet peer's script adds its own; two make apt warn "Target
+# Sources ... is configured multiple times" on every update), in which case ours is removed.
+ensure_deb_src() {
+    local ours=/etc/apt/sources.list.d/nodelet-deb-src.sources others
+    others=$(grep -lsE '^[[:space:]]*(Types:.*deb-src|deb-src[[:space:]].*bookworm)' \
+        /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources |
+        grep -vxF "$ours" | xargs -r grep -lw bookworm || true)
+    if [[ -n $others ]]; then
+        if [[ -f $ours ]]; then
+            rm -f "$ours"
+            apt-get update -q >/dev/null || die "apt-get update failed"
+        fi
         return 0
     fi
-    say "kube-apiserver: building from Debian's kubernetes source package (once per machine, ~8 min)"
-    local src_list=/etc/apt/sources.list.d/nodelet-deb-src.sources
-    if [[ ! -f $src_list ]]; then
-        cat >"$src_list" <<'EOF'
+    [[ -f $ours ]] && return 0
+    cat >"$ours" <<'EOF'
 Types: deb-src
 URIs: http://deb.debian.org/debian
 Suites: bookworm
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
-        apt-get update -q >/dev/null || die "apt-get update failed"
+    apt-get update -q >/dev/null || die "apt-get update failed"
+}
+
+build_apiserver() {
+    local want=1.20
+    if [[ -x $APISERVER_BIN ]] && "$APISERVER_BIN" --version 2>/dev/null | grep -q "v$want\."; then
+        return 0
     fi
+    say "kube-apiserver: building from Debian's kubernetes source package (once per machine, ~8 min)"
+    ensure_deb_src
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
         golang-go rsync jq dpkg-dev >/dev/null || die "cannot install the Go toolchain"
     rm -rf "$BUILD"
