@@ -446,10 +446,11 @@ fn a_pod_level_edit_makes_the_pod_again_with_the_new_spec() {
     );
     let besteffort: Vec<_> = pod_cgroup_dirs(&n.cgroup_root, &uid);
     assert!(
-        besteffort
-            .iter()
-            .all(|d| d.display().to_string().contains("besteffort")),
-        "{besteffort:?}"
+        !besteffort.is_empty()
+            && besteffort
+                .iter()
+                .all(|d| d.display().to_string().contains("besteffort")),
+        "the pod's cgroups, all under besteffort: {besteffort:?}"
     );
     // Three pod-level edits at once, none of them in the container's own spec: the hostPath,
     // the pod's runAsUser, and a memory request (BestEffort → Burstable).
@@ -499,9 +500,11 @@ fn a_pod_level_edit_makes_the_pod_again_with_the_new_spec() {
         "{memory}"
     );
     wait_until(Duration::from_secs(10), "no besteffort pod cgroup", || {
-        pod_cgroup_dirs(&n.cgroup_root, &uid)
-            .iter()
-            .all(|d| !d.display().to_string().contains("besteffort"))
+        let dirs = pod_cgroup_dirs(&n.cgroup_root, &uid);
+        !dirs.is_empty()
+            && dirs
+                .iter()
+                .all(|d| !d.display().to_string().contains("besteffort"))
     });
     let events = n.get("/events").unwrap();
     assert!(events.contains("SandboxChanged"), "{events}");
