@@ -83,6 +83,13 @@ pub trait PodSyncer: Send + Sync + 'static {
     fn sync_panicked(&self, pod: &Pod, message: &str) {
         let _ = (pod, message);
     }
+    /// Called when the sync of static pod `pod` is held until the previous pod of its full name
+    /// has terminated (kubelet's `allowStaticPodStart`): the pod is known to the node but has
+    /// nothing in the runtime yet, and is listed so (the pod-sync layer writes a Pending status
+    /// once, as kubelet's `/pods` lists every pod of its pod manager). Does nothing by default.
+    fn sync_held(&self, pod: &Arc<Pod>) {
+        let _ = pod;
+    }
 }
 
 /// How a pod is killed (kubelet's `KillPodOptions`).
@@ -470,6 +477,7 @@ async fn run_worker<S: PodSyncer>(inner: Arc<Inner<S>>, uid: String, w: Arc<Work
         match work {
             Work::Sync(pod) => {
                 if !inner.static_start_allowed(&pod, &uid, &w) {
+                    inner.syncer.sync_held(&pod);
                     // Held, unless a newer update took its place; woken when the name is free.
                     {
                         let mut st = w.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -744,6 +752,7 @@ mod tests {
         w.update_pod(static_pod("old", "web", "default"), kill(Some(30)));
         assert_eq!(settle(&rec, 1).await, vec!["sync web", "kill web Some(30)"]);
         assert!(!w.is_known("old"));
+        assert!(rec.held().iter().all(|u| u == "new") && !rec.held().is_empty());
         // The old worker has exited: the new pod starts.
         assert_eq!(
             settle(&rec, 1).await,

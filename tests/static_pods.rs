@@ -585,6 +585,7 @@ fn a_renamed_manifest_starts_its_pod_only_after_the_old_one_has_terminated() {
     // sandbox; the old container's stop time is kept (the container is removed with its pod).
     let mut old_finished = 0;
     let mut seen_waiting = false;
+    let mut seen_pending = false;
     let mut seen_terminating = false;
     wait_until(Duration::from_secs(40), "the new pod running", || {
         seen_terminating |= n.pods().iter().any(|p| {
@@ -600,6 +601,10 @@ fn a_renamed_manifest_starts_its_pod_only_after_the_old_one_has_terminated() {
                     "the new pod has a sandbox while the old container runs"
                 );
                 seen_waiting = true;
+                // Listed while it waits, Pending (kubelet lists every pod it knows).
+                seen_pending |= n.pods().iter().any(|p| {
+                    p["metadata"]["uid"] == new_uid.as_str() && p["status"]["phase"] == "Pending"
+                });
             }
             Some(st) if st.finished_at > 0 => {
                 assert_eq!(st.exit_code, 0, "the old container ran its TERM trap");
@@ -610,6 +615,7 @@ fn a_renamed_manifest_starts_its_pod_only_after_the_old_one_has_terminated() {
         running_by_name(&n.runtime.containers(&new_uid)).contains_key("c")
     });
     assert!(seen_waiting, "the old container was seen stopping");
+    assert!(seen_pending, "/pods listed the waiting pod Pending");
     assert!(
         seen_terminating,
         "/pods showed the old pod Terminating (deletionTimestamp, grace 20 s)"

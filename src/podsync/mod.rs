@@ -200,6 +200,14 @@ impl<R: CriRuntime> PodSyncer for PodSync<R> {
 
     /// A `FailedSync` warning event on the pod, as kubelet records for a sync error
     /// (`events.FailedSync`, "error syncing pod").
+    /// A held static pod gets the status of a pod with nothing in the runtime (Pending, each
+    /// container `ContainerCreating`), once: a status already written stands.
+    fn sync_held(&self, pod: &Arc<Pod>) {
+        if !self.status.has(crate::pod::pod_uid(pod)) {
+            self.record_status(pod, &crate::container::RuntimePodStatus::default());
+        }
+    }
+
     fn sync_panicked(&self, pod: &Pod, message: &str) {
         self.recorder.warning(
             crate::events::Involved::pod(pod),

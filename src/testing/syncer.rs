@@ -17,6 +17,7 @@ pub struct RecordingSyncer {
     calls: Mutex<Vec<String>>,
     gate: Option<tokio::sync::Semaphore>,
     panic_next: AtomicBool,
+    held: Mutex<Vec<String>>,
 }
 
 impl RecordingSyncer {
@@ -26,6 +27,7 @@ impl RecordingSyncer {
             calls: Mutex::new(Vec::new()),
             gate: None,
             panic_next: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
         })
     }
 
@@ -35,6 +37,7 @@ impl RecordingSyncer {
             calls: Mutex::new(Vec::new()),
             gate: Some(tokio::sync::Semaphore::new(0)),
             panic_next: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
         })
     }
 
@@ -53,6 +56,11 @@ impl RecordingSyncer {
     /// The calls so far.
     pub fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// The UIDs of the pods whose syncs were held ([`PodSyncer::sync_held`]), in order.
+    pub fn held(&self) -> Vec<String> {
+        self.held.lock().unwrap().clone()
     }
 
     /// Forgets the calls so far.
@@ -87,6 +95,13 @@ impl PodSyncer for RecordingSyncer {
             panic!("injected panic in the sync of {}", name(&pod));
         }
         Ok(Requeue::Normal)
+    }
+
+    fn sync_held(&self, pod: &Arc<Pod>) {
+        self.held
+            .lock()
+            .unwrap()
+            .push(crate::pod::pod_uid(pod).to_owned());
     }
 
     fn sync_panicked(&self, pod: &Pod, message: &str) {
