@@ -103,6 +103,46 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
 }
 
+/// The event reason of a pod field that nodelet accepts but does not act on.
+pub const FIELD_NOT_IMPLEMENTED: &str = "FieldNotImplemented";
+
+/// The fields of `pod` that kubelet acts on and nodelet accepts without acting on them, each as
+/// `(field path, what the pod gets instead)`: named in a Warning event when the pod is first
+/// seen or edited, never dropped silently. Fields whose absence would lose data or weaken
+/// isolation are refused instead (`source::validation`).
+///
+/// - `spec.imagePullSecrets`: kubelet passes the Secrets' registry credentials to `PullImage`
+///   (`kuberuntime_image.go`); nodelet pulls without credentials.
+/// - `spec.ephemeralContainers`: kubelet starts them (`computePodActions`'
+///   `EphemeralContainersToStart`, the containers `kubectl debug` adds); nodelet does not.
+pub fn unimplemented_fields(pod: &Pod) -> Vec<(&'static str, &'static str)> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if spec
+        .image_pull_secrets
+        .as_ref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        out.push((
+            "spec.imagePullSecrets",
+            "images are pulled without registry credentials, so a registry that requires them refuses the pull",
+        ));
+    }
+    if spec
+        .ephemeral_containers
+        .as_ref()
+        .is_some_and(|c| !c.is_empty())
+    {
+        out.push((
+            "spec.ephemeralContainers",
+            "ephemeral containers are not started",
+        ));
+    }
+    out
+}
+
 /// The pod's `kubernetes.io/config.hash` annotation (its manifest version), empty when absent.
 pub fn config_hash(pod: &Pod) -> &str {
     pod.metadata

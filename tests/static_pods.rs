@@ -833,3 +833,32 @@ fn pods_from_a_static_pod_url_run_survive_a_failing_url_and_follow_its_body() {
         n.runtime.sandboxes(&a).is_empty()
     });
 }
+
+#[test]
+fn fields_nodelet_does_not_act_on_are_named_in_a_warning() {
+    let mut n = Nodelet::new("unimpl");
+    n.start();
+    let manifest = LOOP.replace("NAME", "unimpl").replace(
+        "  containers:",
+        "  imagePullSecrets: [{name: regcred}]\n  ephemeralContainers: [{name: debug, image: busybox:1.36, command: [sleep, '3600']}]\n  containers:",
+    );
+    n.write_manifest("p.yaml", &manifest);
+    let uid = n.uid("unimpl");
+    // The pod runs (the pull needs no credentials here), without its ephemeral container, and
+    // both fields are named.
+    n.wait_running(&uid, &["c"], Duration::from_secs(30));
+    let mut events = String::new();
+    wait_until(Duration::from_secs(10), "both fields named", || {
+        events = n.get("/events").unwrap_or_default();
+        events.contains("spec.imagePullSecrets is not implemented by nodelet")
+            && events.contains("spec.ephemeralContainers is not implemented by nodelet")
+    });
+    assert!(events.contains("FieldNotImplemented"), "{events}");
+    let names: Vec<String> = n
+        .runtime
+        .containers(&uid)
+        .iter()
+        .filter_map(|c| c.metadata.as_ref().map(|m| m.name.clone()))
+        .collect();
+    assert_eq!(names, vec!["c".to_owned()], "no ephemeral container made");
+}
