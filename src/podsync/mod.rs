@@ -198,8 +198,6 @@ impl<R: CriRuntime> PodSyncer for PodSync<R> {
         r
     }
 
-    /// A `FailedSync` warning event on the pod, as kubelet records for a sync error
-    /// (`events.FailedSync`, "error syncing pod").
     /// A held static pod gets the status of a pod with nothing in the runtime (Pending, each
     /// container `ContainerCreating`), once: a status already written stands.
     fn sync_held(&self, pod: &Arc<Pod>) {
@@ -208,6 +206,8 @@ impl<R: CriRuntime> PodSyncer for PodSync<R> {
         }
     }
 
+    /// A `FailedSync` warning event on the pod, as kubelet records for a sync error
+    /// (`events.FailedSync`, "error syncing pod").
     fn sync_panicked(&self, pod: &Pod, message: &str) {
         self.recorder.warning(
             crate::events::Involved::pod(pod),
