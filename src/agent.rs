@@ -131,6 +131,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     // Declared before the runtime, so dropped after it: the socket goes once nothing serves it.
     let _socket_file =
         crate::nodeapi::local::SocketFile(crate::nodeapi::local::socket_path(&flags.root_dir));
+    let mut ports = bind_ports(&config)?;
     let metrics = Metrics::new();
     let recorder = Recorder::default();
     let settings = runtime_settings(&config, &flags, &node_name, node_ip, &node_config);
@@ -175,7 +176,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
 
     let pleg_slot: Arc<std::sync::OnceLock<Arc<Pleg>>> = Arc::default();
     let stats_slot = crate::nodeapi::StatsSlot::default();
-    serve_http(&core, &config, &pleg_slot, &stats_slot)?;
+    serve_http(&core, &mut ports, &pleg_slot, &stats_slot)?;
     let Some(runtime_version) = core
         .rt
         .block_on(async { wait_for_runtime(&core.cri).await })
@@ -206,7 +207,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
         &core,
         &config,
         &flags,
-        (&manager, local_socket),
+        (&manager, local_socket, ports.node_api.take()),
         cluster_client.clone(),
         &pleg_slot,
         &stats_slot,
@@ -384,29 +385,74 @@ fn start_container_manager(
     Ok(cm)
 }
 
+/// The agent's TCP ports, bound before anything on the node is changed (the cgroup tree): a
+/// second agent started with this one's configuration stops at the port it cannot have, with
+/// nothing of the first's touched (the values of its `kubepods` cgroup were rewritten before).
+struct Ports {
+    healthz: Option<(SocketAddr, std::net::TcpListener)>,
+    read_only: Option<(SocketAddr, std::net::TcpListener)>,
+    node_api: Option<std::net::TcpListener>,
+}
+
+/// Binds `healthzPort`, `readOnlyPort` and the node API's `port` (each on its address), the
+/// ones configured.
+///
+/// Errors: [`AgentError::Listen`] (healthz, read-only) or [`AgentError::NodeApi`] naming the
+/// address that cannot be bound (in use: another kubelet or nodelet).
+fn bind_ports(config: &Config) -> Result<Ports, AgentError> {
+    let bind = |addr: SocketAddr| {
+        std::net::TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l))
+    };
+    let plain = |addr: Option<SocketAddr>| {
+        addr.map(|a| {
+            bind(a)
+                .map(|l| (a, l))
+                .map_err(|source| AgentError::Listen { addr: a, source })
+        })
+        .transpose()
+    };
+    Ok(Ports {
+        healthz: plain(config.healthz_address)?,
+        read_only: plain(config.read_only_address)?,
+        node_api: config
+            .node_api
+            .as_ref()
+            .map(|api| {
+                bind(api.address).map_err(|e| {
+                    AgentError::NodeApi(format!(
+                        "node API: cannot listen on {} (address, port): {e}",
+                        api.address
+                    ))
+                })
+            })
+            .transpose()?,
+    })
+}
+
 /// The healthz listener, and the read-only port when configured; both serve every endpoint,
 /// from before the runtime answers, so operators can see the agent waiting. The read-only port
 /// also serves the stats paths of `stats` (kubelet's read-only port serves them without
 /// authentication), 503 until the runtime answers.
 fn serve_http(
     core: &Core,
-    config: &Config,
+    ports: &mut Ports,
     pleg: &Arc<std::sync::OnceLock<Arc<Pleg>>>,
     stats: &crate::nodeapi::StatsSlot,
 ) -> Result<(), AgentError> {
     let listeners = [
-        config.healthz_address.map(|a| (a, false)),
-        config.read_only_address.map(|a| (a, true)),
+        ports.healthz.take().map(|l| (l, false)),
+        ports.read_only.take().map(|l| (l, true)),
     ];
-    for (addr, read_only) in listeners.into_iter().flatten() {
+    for ((addr, listener), read_only) in listeners.into_iter().flatten() {
         let mut app = crate::server::router(server_state(core, pleg));
         if read_only {
             app = app.merge(crate::nodeapi::stats_router(stats.clone()));
         }
-        let server = core
-            .rt
-            .block_on(crate::server::serve(addr, app))
-            .map_err(|source| AgentError::Listen { addr, source })?;
+        let server = {
+            let _runtime = core.rt.enter();
+            crate::server::serve(listener, app)
+                .map_err(|source| AgentError::Listen { addr, source })?
+        };
         core.rt.spawn(async move {
             if let Err(e) = server.await {
                 error!(error = %e, "HTTP server stopped");
@@ -577,7 +623,11 @@ fn start_node_api(
     core: &Core,
     config: &Config,
     flags: &Flags,
-    (manager, local_socket): (&PodSync, std::os::unix::net::UnixListener),
+    (manager, local_socket, listener): (
+        &PodSync,
+        std::os::unix::net::UnixListener,
+        Option<std::net::TcpListener>,
+    ),
     client: Option<kube::Client>,
     pleg: &Arc<std::sync::OnceLock<Arc<Pleg>>>,
     stats: &crate::nodeapi::StatsSlot,
@@ -597,7 +647,7 @@ fn start_node_api(
     let local =
         crate::nodeapi::local::router(node_api.clone(), server_state(core, pleg), stats.clone());
     crate::nodeapi::local::start(&core.rt, local_socket, local).map_err(AgentError::NodeApi)?;
-    let Some(api) = &config.node_api else {
+    let (Some(api), Some(listener)) = (&config.node_api, listener) else {
         return Ok(());
     };
     api.check(client.is_some()).map_err(AgentError::NodeApi)?;
@@ -647,7 +697,7 @@ fn start_node_api(
         authorizer,
     });
     let app = crate::nodeapi::router(node_api, server_state(core, pleg), stats.clone(), auth);
-    crate::nodeapi::start(&core.rt, api.address, tls, app).map_err(AgentError::NodeApi)?;
+    crate::nodeapi::start(&core.rt, listener, tls, app).map_err(AgentError::NodeApi)?;
     Ok(())
 }
 

@@ -11,7 +11,6 @@
 //! holding thousands of connections open must not take the agent's descriptors (which its
 //! sources and the runtime need).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -175,11 +174,12 @@ pub const MAX_CONNECTIONS: usize = 512;
 /// bounded by [`HEADER_TIMEOUT`].
 ///
 /// Errors: the bind error (address in use, permission denied).
-pub async fn serve(
-    addr: SocketAddr,
+pub fn serve(
+    listener: std::net::TcpListener,
     app: Router,
 ) -> std::io::Result<impl std::future::Future<Output = std::io::Result<()>>> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let addr = listener.local_addr()?;
     Ok(async move {
         let slots = ConnectionSlots::default();
         loop {

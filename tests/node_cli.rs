@@ -273,6 +273,39 @@ fn get_pods_prints_kubectls_columns_and_statuses() {
         cli(&n, &["get", "pods"]).status.success(),
         "the first agent still answers"
     );
+    // With another --root-dir (what that error suggests) and the first one's ports: it stops at
+    // the port it cannot have, before any cgroup, and leaves no socket in its root dir.
+    let other_root = n.dir.path().join("other-root");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}\nsystemReserved: {{cpu: 1500m}}\n",
+            std::fs::read_to_string(n.config_path()).unwrap()
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--hostname-override", &node, "--root-dir"])
+        .arg(&other_root)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot listen on") && stderr(&o).contains("in use"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        shares(&kubepods),
+        before,
+        "the first agent's kubepods cgroup was changed by an agent that could not start"
+    );
+    assert!(
+        !other_root.join("nodelet.sock").exists(),
+        "the failed agent left its local socket"
+    );
 
     // Another user: refused, whether the socket's mode stops it or the agent's owner check.
     let as_nobody = || {

@@ -244,19 +244,20 @@ async fn serve_connection(
     }
 }
 
-/// Binds `addr` and serves the node API on `rt`; returns the bound address.
+/// Serves the node API on `listener` (bound, non-blocking) on `rt`; returns its address.
 ///
-/// Errors: the address cannot be bound (in use: another kubelet or nodelet), naming it and the
-/// settings.
+/// Errors: the listener cannot join the runtime.
 pub fn start(
     rt: &tokio::runtime::Runtime,
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: Router,
 ) -> Result<SocketAddr, String> {
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind(addr))
-        .map_err(|e| format!("node API: cannot listen on {addr} (address, port): {e}"))?;
+    let listener = {
+        let _runtime = rt.enter();
+        tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("node API: cannot serve its port: {e}"))?
+    };
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     rt.spawn(serve(listener, tls, app));
     info!(address = %bound, "node API: serving HTTPS");
