@@ -50,7 +50,8 @@ pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
         path: path.display().to_string(),
         message,
     };
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(path).map_err(|e| err(redacted(&e.to_string())))?;
     if let Some(field) = x509_v1_client_certificate(&kubeconfig, path) {
         return Err(err(format!(
             "the client certificate ({field}) is an X.509 v1 certificate, which nodelet's TLS \
@@ -66,6 +67,34 @@ pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
     .await
     .map_err(|e| err(e.to_string()))?;
     kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+}
+
+/// A kubeconfig parse error without the file's content: its first line only (the YAML parser
+/// appends the lines around the error, which hold tokens and keys), double-quoted values
+/// replaced by `"…"`. What is left names the line, column and rule (field names stay: serde
+/// quotes them with backticks), as client-go reports `yaml: line N: …`.
+fn redacted(message: &str) -> String {
+    let first = message.lines().next().unwrap_or_default();
+    let mut out = String::with_capacity(first.len());
+    let mut quoted = false;
+    for c in first.chars() {
+        match (c, quoted) {
+            ('"', false) => {
+                out.push_str("\"…");
+                quoted = true;
+            }
+            ('"', true) => {
+                out.push('"');
+                quoted = false;
+            }
+            (_, false) => out.push(c),
+            (_, true) => {}
+        }
+    }
+    if quoted {
+        out.push('"');
+    }
+    out
 }
 
 /// The field of the current context's client certificate when that certificate is X.509 v1
@@ -153,6 +182,34 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kubeconfig that does not parse is named with the place and the rule, never with its
+    /// lines (tokens, keys) or a quoted value.
+    #[tokio::test]
+    async fn a_broken_kubeconfig_is_reported_without_its_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kc.yaml");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\nusers:\n- name: n\n  user:\n    token: SUPERSECRETTOKEN123\n    client-key-data: \"LS0tLS1CRUdJTi\n",
+        )
+        .unwrap();
+        let e = client(&path)
+            .await
+            .err()
+            .expect("does not parse")
+            .to_string();
+        assert!(!e.contains("SUPERSECRET") && !e.contains("LS0t"), "{e}");
+        assert!(
+            e.starts_with(&format!("kubeconfig {}: ", path.display())),
+            "{e}"
+        );
+        assert!(e.contains("line 7"), "{e}");
+        assert_eq!(
+            redacted("invalid type: string \"hunter2\", expected a map at line 3\n 3 | x: hunter2"),
+            "invalid type: string \"…\", expected a map at line 3"
+        );
+    }
 
     // A self-signed client certificate for system:node:n1 made by `openssl x509 -req` without
     // an extension file (X.509 v1), the same with one (v3), and their key.
