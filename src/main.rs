@@ -66,7 +66,8 @@ enum Command {
     /// Validate the configuration and print it as YAML with every default filled in.
     /// Exit 0 when valid, 2 (with the field and value named) when not. The node API's files
     /// (clientCAFile, tlsCertFile/tlsPrivateKeyFile) are loaded as at start; give --kubeconfig
-    /// when the node joins a cluster (Webhook authorization needs one).
+    /// when the node joins a cluster (Webhook authorization needs one): it is read and parsed
+    /// too (not dialled).
     CheckConfig,
     /// Print, as YAML, what nodelet would do with each manifest on this node (QoS class, pod
     /// cgroup path and values, container resources and oom_score_adj, and whether admission
@@ -317,6 +318,12 @@ fn main() -> ExitCode {
         if let Some(api) = &loaded.config.node_api {
             if let Err(e) = api.check(cli.kubeconfig.is_some()) {
                 eprintln!("nodelet: {}: {e}", config_path.display());
+                return ExitCode::from(2);
+            }
+        }
+        if let Some(path) = &cli.kubeconfig {
+            if let Err(e) = nodelet::cluster::read_kubeconfig(path) {
+                eprintln!("nodelet: {e}");
                 return ExitCode::from(2);
             }
         }

@@ -383,3 +383,38 @@ fn check_config_prints_the_file_in_kubelets_spelling() {
     assert_eq!(v["containerLogMaxSize"].as_str(), Some("10Mi"));
     assert_eq!(v["cgroupsPerQOS"].as_bool(), Some(true));
 }
+
+#[test]
+fn check_config_reads_the_kubeconfig_and_never_prints_its_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.kubeconfig");
+    let out = run_command(
+        &["check-config"],
+        "",
+        &["--kubeconfig", missing.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("missing.kubeconfig"), "{stderr}");
+    let broken = dir.path().join("broken.kubeconfig");
+    std::fs::write(
+        &broken,
+        "apiVersion: v1\nkind: Config\nusers:\n- name: n\n  user:\n    token: SUPERSECRETTOKEN123\n    client-key-data: \"LS0tLS1CRUdJTi\n",
+    )
+    .unwrap();
+    let out = run_command(
+        &["check-config"],
+        "",
+        &["--kubeconfig", broken.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("broken.kubeconfig") && stderr.contains("line 7"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("SUPERSECRET") && !stderr.contains("LS0t"),
+        "{stderr}"
+    );
+}

@@ -40,6 +40,18 @@ pub enum ClusterError {
     },
 }
 
+/// The kubeconfig at `path`, read and parsed (nothing is dialled): what `check-config` checks
+/// of `--kubeconfig`, and the start of [`client`].
+///
+/// Errors: [`ClusterError::Kubeconfig`], the file unreadable or not a kubeconfig, its content
+/// left out ([`redacted`]).
+pub fn read_kubeconfig(path: &Path) -> Result<kube::config::Kubeconfig, ClusterError> {
+    kube::config::Kubeconfig::read_from(path).map_err(|e| ClusterError::Kubeconfig {
+        path: path.display().to_string(),
+        message: redacted(&e.to_string()),
+    })
+}
+
 /// A client for the apiserver named by the kubeconfig at `path` (its current context; client
 /// certificate or bearer token), as kubelet's `--kubeconfig`.
 ///
@@ -50,8 +62,7 @@ pub async fn client(path: &Path) -> Result<kube::Client, ClusterError> {
         path: path.display().to_string(),
         message,
     };
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(path).map_err(|e| err(redacted(&e.to_string())))?;
+    let kubeconfig = read_kubeconfig(path)?;
     if let Some(field) = x509_v1_client_certificate(&kubeconfig, path) {
         return Err(err(format!(
             "the client certificate ({field}) is an X.509 v1 certificate, which nodelet's TLS \
