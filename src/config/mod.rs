@@ -117,6 +117,9 @@ impl KubeletConfiguration {
             path: path.to_owned(),
             message,
         };
+        // A UTF-8 byte order mark before the YAML is not part of the document (as for
+        // manifests; kubelet's decoder reads past it too).
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         crate::yaml::check_nesting(text.as_bytes()).map_err(parse_err)?;
         let value: serde_yaml::Value =
             serde_yaml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
@@ -137,14 +140,31 @@ impl KubeletConfiguration {
             .filter(|k| !known.contains(k.as_str()))
             .cloned()
             .collect();
+        // Fields inside known sections that nothing reads (`crashLoopBackOff:
+        // {maxContainerRestartPeriodd: 1m}`) are named as the top-level ones are.
+        let mut nested_unknown = Vec::new();
         let file: KubeletConfiguration = if map.is_empty() {
             KubeletConfiguration::default()
         } else {
-            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
-                .map_err(|e| parse_err(field_error_message(&e)))?
+            let mut note = |p: serde_ignored::Path| nested_unknown.push(p.to_string());
+            serde_path_to_error::deserialize(serde_ignored::Deserializer::new(
+                serde_yaml::Deserializer::from_str(text),
+                &mut note,
+            ))
+            .map_err(|e| parse_err(field_error_message(&e)))?
         };
         let config = file.to_config(path)?;
+        let nested: Vec<String> = nested_unknown
+            .into_iter()
+            .filter(|p| p.contains('.'))
+            .filter(|p| {
+                !unknown_fields
+                    .iter()
+                    .any(|u| p.starts_with(&format!("{u}.")))
+            })
+            .collect();
         let mut unknown_fields = unknown_fields;
+        unknown_fields.extend(nested);
         unknown_fields.extend(
             file.feature_gates
                 .keys()
@@ -216,6 +236,21 @@ mod tests {
         assert_eq!(
             l.unknown_fields,
             vec!["fooBar".to_string(), "registryPullQPS".to_string()]
+        );
+    }
+
+    #[test]
+    fn unknown_fields_inside_known_sections_are_named_too() {
+        let l = parse("\u{feff}apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncrashLoopBackOff: {maxContainerRestartPeriodd: 1m}\nimagePullBackOff: {maxPeriodd: 1m}\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 5, extra: 3}]\nfooBar: {x: 1}\n").unwrap();
+        assert_eq!(
+            l.unknown_fields,
+            vec![
+                "fooBar".to_string(),
+                "crashLoopBackOff.maxContainerRestartPeriodd".to_string(),
+                "imagePullBackOff.maxPeriodd".to_string(),
+                "shutdownGracePeriodByPodPriority.0.extra".to_string(),
+            ],
+            "a byte order mark first is read past"
         );
     }
 
