@@ -418,3 +418,29 @@ fn check_config_reads_the_kubeconfig_and_never_prints_its_content() {
         "{stderr}"
     );
 }
+
+#[test]
+fn logs_refuses_a_tail_below_minus_one_before_asking_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .arg("--root-dir")
+        .arg(dir.path())
+        .args(["logs", "web", "--tail=-5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--tail") && stderr.contains("-5"),
+        "{stderr}"
+    );
+    // -1 (all lines) is accepted: the command goes on to find no agent.
+    let out = Command::new(env!("CARGO_BIN_EXE_nodelet"))
+        .arg("--root-dir")
+        .arg(dir.path())
+        .args(["logs", "web", "--tail", "-1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nodelet is not running"), "{stderr}");
+}

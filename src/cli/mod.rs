@@ -112,8 +112,8 @@ pub struct LogsArgs {
     /// The previous instance's log (before the last restart).
     #[arg(short = 'p', long)]
     pub previous: bool,
-    /// Only the last N lines.
-    #[arg(long, value_name = "N")]
+    /// Only the last N lines (-1: all, as kubectl's default; below -1 is refused).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
     pub tail: Option<i64>,
     /// Only lines newer than this (`5s`, `2m`, `1h`).
     #[arg(long, value_name = "DURATION", value_parser = parse_since)]

@@ -78,7 +78,10 @@ pub fn parse_options(params: &[(String, String)], now_ns: i64) -> Result<LogOpti
                 let t: k8s_openapi::jiff::Timestamp = v
                     .parse()
                     .map_err(|e| format!("sinceTime: {v:?} is not an RFC 3339 time: {e}"))?;
-                since_time = Some(i64::try_from(t.as_nanosecond()).unwrap_or(i64::MAX));
+                // Nanoseconds since the epoch, clamped to i64: a time before 1677 is before
+                // every line (not after all of them), one after 2262 after every line.
+                let ns = t.as_nanosecond();
+                since_time = Some(i64::try_from(ns).unwrap_or(if ns < 0 { i64::MIN } else { i64::MAX }));
             }
             "tailLines" => o.tail_lines = Some(usize::try_from(number(k, v)?).unwrap_or(usize::MAX)),
             "tail" if v == "all" => o.tail_lines = None,
@@ -465,6 +468,11 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("sinceSeconds and sinceTime"), "{e}");
+        // Before 1677 (out of i64 nanoseconds): before every line, not after all of them.
+        let o = parse_options(&params(&[("sinceTime", "1600-01-01T00:00:00Z")]), 0).unwrap();
+        assert_eq!(o.since_ns, Some(i64::MIN));
+        let o = parse_options(&params(&[("sinceTime", "2300-01-01T00:00:00Z")]), 0).unwrap();
+        assert_eq!(o.since_ns, Some(i64::MAX));
     }
 
     #[test]
