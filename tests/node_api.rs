@@ -203,6 +203,24 @@ fn logs_over_https_with_kubelets_authentication_and_parameters() {
     assert!(r.text().unwrap().contains("ghost"));
     let (code, msg) = logs("?previous=true");
     assert_eq!(code, 400, "{msg}");
+    // A time before 1677 (outside i64 nanoseconds) is before every line.
+    let (code, early) = logs("?sinceTime=1600-01-01T00:00:00Z&tailLines=1");
+    assert_eq!((code, early.lines().count()), (200, 1), "{early}");
+    // A WebSocket port-forward names its ports in the query: none is a 400, as kubelet's.
+    let r = good
+        .get(format!("{base}/portForward/default/{pod}"))
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "websocket")
+        .header("Sec-WebSocket-Version", "13")
+        .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        r.text().unwrap().trim(),
+        "query parameter \"port\" is required"
+    );
 
     // follow: new lines keep coming.
     let mut follow = good

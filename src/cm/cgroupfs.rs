@@ -84,7 +84,7 @@ pub enum CgroupError {
         source: io::Error,
     },
     /// A call of systemd's D-Bus API failed (the systemd cgroup driver).
-    #[error("systemd {call} of {unit}: {message}")]
+    #[error("systemd {call}{}: {message}", of_unit(.unit))]
     Systemd {
         /// The slice, e.g. `kubepods-burstable.slice` (empty for the connection).
         unit: String,
@@ -132,6 +132,15 @@ pub struct Cgroupfs {
     h: Hierarchies,
     v1: V1Mounts,
     unified: Option<Unified>,
+}
+
+/// ` of <unit>` for a systemd error about a unit; nothing for the bus connection's own.
+fn of_unit(unit: &str) -> String {
+    if unit.is_empty() {
+        String::new()
+    } else {
+        format!(" of {unit}")
+    }
 }
 
 fn rel(cgroup: &str) -> Option<&str> {
@@ -598,6 +607,23 @@ fn collect_pod_dirs(dir: &Path, depth: u32, out: &mut Vec<String>) {
 pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn a_systemd_error_names_its_unit_only_when_it_has_one() {
+        let e = |unit: &str| {
+            CgroupError::Systemd {
+                unit: unit.into(),
+                call: "StartTransientUnit",
+                message: "denied".into(),
+            }
+            .to_string()
+        };
+        assert_eq!(e(""), "systemd StartTransientUnit: denied");
+        assert_eq!(
+            e("kubepods.slice"),
+            "systemd StartTransientUnit of kubepods.slice: denied"
+        );
+    }
 
     /// v1 knobs with the kernel's defaults, by controller.
     pub(crate) const CPU_V1: &[(&str, &str)] = &[

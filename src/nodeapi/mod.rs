@@ -613,6 +613,14 @@ async fn forward(
         Ok(p) => p,
         Err(m) => return plain(StatusCode::BAD_REQUEST, m),
     };
+    // Over a WebSocket the ports come only from the query (SPDY names one per stream), as
+    // kubelet's websocket port-forward requires them.
+    if ports.is_empty() && streaming::is_websocket(req.headers()) {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "query parameter \"port\" is required".to_owned(),
+        );
+    }
     let pod = match api.pod(&ns, &name, uid.as_deref()) {
         Ok(p) => p,
         Err((code, m)) => return plain(code, m),

@@ -83,6 +83,14 @@ pub fn ports(params: &[(String, String)]) -> Result<Vec<i32>, String> {
     Ok(out)
 }
 
+/// Whether the request asks to be upgraded to a WebSocket (`Upgrade: websocket`).
+pub fn is_websocket(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
+}
+
 /// Whether the request asks for a connection upgrade.
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
     headers
