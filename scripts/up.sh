@@ -2,7 +2,8 @@
 # Command 1 of the README: bring up everything on a fresh Debian 12 machine, as root, and run
 # nodelet with the example manifests of config/manifests.
 #   - scripts/env/up.sh: packages, images, local registry, private containerd (idempotent);
-#   - cargo build --release, installed as /usr/local/bin/nodelet;
+#   - cargo build --release, installed as /usr/local/bin/nodelet once it accepts
+#     /etc/nodelet/nodelet.yaml (check-config; a bad setting leaves the running agent as it is);
 #   - /etc/nodelet/nodelet.yaml (from config/nodelet.yaml) and the example manifests in
 #     /etc/nodelet/manifests, each copied only when absent (your edits are kept);
 #   - nodelet in the background (pid /run/nodelet/nodelet.pid, log /var/log/nodelet/nodelet.log),
@@ -14,11 +15,6 @@ REPO=$(cd "$HERE/.." && pwd)
 [[ $(id -u) -eq 0 ]] || { echo "up.sh: must run as root" >&2; exit 1; }
 
 bash "$HERE/env/up.sh"
-
-echo "nodelet: building (cargo build --release)"
-(cd "$REPO" && cargo build --release --quiet --bin nodelet)
-install -m 0755 "$REPO/target/release/nodelet" /usr/local/bin/nodelet.new
-mv -f /usr/local/bin/nodelet.new /usr/local/bin/nodelet
 
 install -d /etc/nodelet/manifests /run/nodelet /var/log/nodelet
 if [[ ! -f /etc/nodelet/nodelet.yaml ]]; then
@@ -33,11 +29,26 @@ for m in "$REPO"/config/manifests/*.yaml; do
     [[ -e $dest ]] || { install -m 0644 "$m" "$dest"; echo "nodelet: manifest $dest"; }
 done
 
+echo "nodelet: building (cargo build --release)"
+(cd "$REPO" && cargo build --release --quiet --bin nodelet)
+install -m 0755 "$REPO/target/release/nodelet" /usr/local/bin/nodelet.new
+# The new build must accept the configuration before the running agent is stopped: a node is
+# never left without an agent over a bad setting.
+if ! /usr/local/bin/nodelet.new --config /etc/nodelet/nodelet.yaml check-config >/dev/null; then
+    echo "nodelet: /etc/nodelet/nodelet.yaml is refused (above); the running agent, if any, is left as it is" >&2
+    exit 1
+fi
+mv -f /usr/local/bin/nodelet.new /usr/local/bin/nodelet
+
 PIDFILE=/run/nodelet/nodelet.pid
 if [[ -s $PIDFILE ]] && kill -0 "$(<"$PIDFILE")" 2>/dev/null; then
     echo "nodelet: restarting (running pods are adopted, not restarted)"
     kill -TERM "$(<"$PIDFILE")" || true
-    for _ in $(seq 50); do kill -0 "$(<"$PIDFILE")" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 300); do kill -0 "$(<"$PIDFILE")" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$(<"$PIDFILE")" 2>/dev/null; then
+        echo "nodelet: pid $(<"$PIDFILE") still runs 30 s after SIGTERM; not starting a second agent" >&2
+        exit 1
+    fi
 fi
 setsid /usr/local/bin/nodelet --config /etc/nodelet/nodelet.yaml \
     >>/var/log/nodelet/nodelet.log 2>&1 </dev/null &

@@ -209,7 +209,9 @@ async fn fetch(
     }
     let mut resp = match req.send().await {
         Ok(r) => r,
-        Err(e) => return Fetched::Failed(format!("{shown}: {}", e.without_url()), "ReadError"),
+        Err(e) => {
+            return Fetched::Failed(format!("{shown}: {}", cause(e, FETCH_TIMEOUT)), "ReadError")
+        }
     };
     if resp.status() != reqwest::StatusCode::OK {
         return Fetched::Failed(format!("{shown}: {}", resp.status()), "ReadError");
@@ -227,9 +229,37 @@ async fn fetch(
                 body.extend_from_slice(&c);
             }
             Ok(None) => return Fetched::Body(body),
-            Err(e) => return Fetched::Failed(format!("{shown}: {}", e.without_url()), "ReadError"),
+            Err(e) => {
+                return Fetched::Failed(
+                    format!("{shown}: {}", cause(e, FETCH_TIMEOUT)),
+                    "ReadError",
+                )
+            }
         }
     }
+}
+
+/// A failed request as the operator can act on it: the whole chain of causes (reqwest's own
+/// message is only "error sending request" or "error decoding response body"), a timeout named
+/// with the client's `limit` ([`FETCH_TIMEOUT`]), and no URL (a redirect's target could hold
+/// credentials).
+fn cause(e: reqwest::Error, limit: Duration) -> String {
+    let e = e.without_url();
+    let mut out = if e.is_timeout() {
+        format!("no complete answer within {limit:?} ({e})")
+    } else {
+        e.to_string()
+    };
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 /// Warns (log and a Warning event `UnknownField` on `url:<shown>`) of the fields a body has that
@@ -337,6 +367,25 @@ mod tests {
     use super::*;
 
     const URL: &str = "http://127.0.0.1:1/pods";
+
+    /// A fetch's failure says why: the refused connection, or the time limit, not only
+    /// "error sending request".
+    #[tokio::test]
+    async fn a_failed_fetch_names_its_cause() {
+        let refused = reqwest::Client::new().get(URL).send().await.unwrap_err();
+        let m = cause(refused, FETCH_TIMEOUT);
+        assert!(m.contains("Connection refused"), "{m}");
+        assert!(!m.contains("127.0.0.1:1"), "no URL: {m}");
+        // A server that takes the request and never answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/pods", silent.local_addr().unwrap());
+        let limit = Duration::from_millis(200);
+        let client = reqwest::Client::builder().timeout(limit).build().unwrap();
+        let timed_out = client.get(&url).send().await.unwrap_err();
+        let m = cause(timed_out, limit);
+        assert!(m.starts_with("no complete answer within 200ms"), "{m}");
+        drop(silent);
+    }
 
     fn pod(name: &str) -> String {
         format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - {{name: c, image: busybox:1.36}}\n")
