@@ -36,6 +36,7 @@ install -m 0755 "$REPO/target/release/nodelet" /usr/local/bin/nodelet.new
 # never left without an agent over a bad setting.
 if ! /usr/local/bin/nodelet.new --config /etc/nodelet/nodelet.yaml check-config >/dev/null; then
     echo "nodelet: /etc/nodelet/nodelet.yaml is refused (above); the running agent, if any, is left as it is" >&2
+    rm -f /usr/local/bin/nodelet.new
     exit 1
 fi
 mv -f /usr/local/bin/nodelet.new /usr/local/bin/nodelet
