@@ -154,6 +154,24 @@ impl KubeletConfiguration {
             .map_err(|e| parse_err(field_error_message(&e)))?
         };
         let config = file.to_config(path)?;
+        // kubelet refuses an empty file ("kubelet config file … was empty") and a document
+        // without its kind (its decoder's "Object 'Kind' is missing"): a wrong path or a file
+        // half written would otherwise run the node on defaults.
+        if map.is_empty() {
+            return Err(parse_err(
+                "the file is empty; a KubeletConfiguration needs at least apiVersion: kubelet.config.k8s.io/v1beta1 and kind: KubeletConfiguration".into(),
+            ));
+        }
+        for key in ["apiVersion", "kind"] {
+            if !map.contains_key(key) {
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    field: if key == "kind" { "kind" } else { "apiVersion" },
+                    value: String::new(),
+                    reason: "is required (apiVersion: kubelet.config.k8s.io/v1beta1, kind: KubeletConfiguration)".into(),
+                });
+            }
+        }
         let nested: Vec<String> = nested_unknown
             .into_iter()
             .filter(|p| p.contains('.'))
@@ -383,6 +401,28 @@ mod tests {
                     assert_eq!((f, v.as_str()), (field, value), "{line}");
                 }
                 other => panic!("{line}: expected Invalid, got {other:?}"),
+            }
+        }
+    }
+
+    /// kubelet refuses an empty file and a document without its kind: they do not run the node
+    /// on defaults.
+    #[test]
+    fn an_empty_file_or_one_without_its_kind_is_refused() {
+        for text in ["", "\n", "# nothing\n", "{}\n", "null\n"] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains("the file is empty"), "{text:?}: {e}");
+        }
+        for (text, field) in [
+            ("kind: KubeletConfiguration\nmaxPods: 10\n", "apiVersion"),
+            (
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: 10\n",
+                "kind",
+            ),
+        ] {
+            match parse(text) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: expected Invalid, got {other:?}"),
             }
         }
     }
