@@ -44,7 +44,7 @@ pub enum ClusterError {
 /// of `--kubeconfig`, and the start of [`client`].
 ///
 /// Errors: [`ClusterError::Kubeconfig`], the file unreadable or not a kubeconfig, its content
-/// left out ([`redacted`]).
+/// left out (only the parser message's first line, quoted values elided).
 pub fn read_kubeconfig(path: &Path) -> Result<kube::config::Kubeconfig, ClusterError> {
     kube::config::Kubeconfig::read_from(path).map_err(|e| ClusterError::Kubeconfig {
         path: path.display().to_string(),
