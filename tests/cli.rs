@@ -80,7 +80,7 @@ fn unknown_fields_are_named_in_a_warning() {
         .port();
     std::fs::write(
         &path,
-        format!("{HEAD}registryPullQPS: 5\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
+        format!("{HEAD}registryPullQPS: 5\nfancyNewThing: true\ncontainerRuntimeEndpoint: unix://{}/none.sock\nhealthzPort: {port}\nport: 0\npodLogsDir: {}\n", dir.path().display(), dir.path().join("logs").display()),
     )
     .unwrap();
     let log = dir.path().join("stderr.log");
