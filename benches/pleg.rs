@@ -138,6 +138,7 @@ impl Bench {
                 is_init: false,
                 env_sources: nodelet::kuberuntime::container::EnvSources {
                     objects: &Default::default(),
+                    services: &[],
                 },
             },
         )

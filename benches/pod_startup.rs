@@ -118,6 +118,7 @@ async fn baseline_pod(
             is_init: false,
             env_sources: nodelet::kuberuntime::container::EnvSources {
                 objects: &Default::default(),
+                services: &[],
             },
         },
     )

@@ -911,6 +911,11 @@ fn start_sources(
         let sender = mux.register(crate::source::api::SOURCE);
         let references = mux.references(crate::source::api::SOURCE);
         let (held, listed) = (core.status.clone(), inputs.pleg);
+        crate::cluster::services::start(
+            core.rt.handle(),
+            client.clone(),
+            inputs.api_objects.services().clone(),
+        );
         core.rt.spawn(crate::cluster::objects::run(
             client.clone(),
             sender.clone(),

@@ -19,6 +19,7 @@ pub mod container;
 pub mod crash;
 pub mod cri;
 pub mod duration;
+pub mod envvars;
 pub mod events;
 pub mod eviction;
 pub mod fieldpath;

@@ -156,10 +156,12 @@ impl LocalObjects {
 pub const SYNC_WAIT: Duration = Duration::from_secs(1);
 
 /// The API pods' ConfigMaps and Secrets (kept by [`crate::cluster::objects`]): their data (read
-/// as [`LocalObjects`]) and which have been listed by their watch. Cheap to clone.
+/// as [`LocalObjects`]) and which have been listed by their watch; and the cluster's Services
+/// (kept by [`crate::cluster::services`]), which every pod's environment reads. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct ApiObjects {
     store: LocalObjects,
+    services: crate::envvars::Services,
     synced: Arc<RwLock<HashSet<ObjectRef>>>,
     wanted: Arc<tokio::sync::Notify>,
 }
@@ -168,6 +170,12 @@ impl ApiObjects {
     /// The objects' data, for volumes and env.
     pub fn store(&self) -> &LocalObjects {
         &self.store
+    }
+
+    /// The cluster's Services, for the pods' service environment variables (kept by
+    /// [`crate::cluster::services`]).
+    pub fn services(&self) -> &crate::envvars::Services {
+        &self.services
     }
 
     /// Whether `r`'s watch has listed it (present or absent).

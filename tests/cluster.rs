@@ -1261,3 +1261,96 @@ fn an_evicted_api_pod_is_reported_failed_evicted_and_left_for_the_control_plane(
     n.kill9();
     delete_node(&node);
 }
+
+/// Service environment variables (kubelet's `getServiceEnvVarMap` and `envvars.FromServices`):
+/// an API pod's container gets the master service's (`KUBERNETES_SERVICE_HOST` and its kin, by
+/// which in-cluster clients find the API server) and those of every Service of its namespace;
+/// with `enableServiceLinks: false` only the master service's. Values as the API server has
+/// them (cluster IPs read with kubectl).
+#[test]
+fn api_pods_get_the_service_variables_kubelet_gives() {
+    let Some((mut n, node)) = joined("svcenv", "") else {
+        return;
+    };
+    let svc = format!("web-{node}");
+    kubectl_apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {svc}, namespace: default}}\nspec:\n  selector: {{app: none}}\n  ports:\n  - {{name: http-alt, port: 8080, protocol: TCP}}\n"
+    ));
+    let (links, no_links) = (format!("links-{node}"), format!("nolinks-{node}"));
+    for (name, enable) in [(&links, true), (&no_links, false)] {
+        apply_api_pod(
+            name,
+            &node,
+            &format!("  enableServiceLinks: {enable}\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sleep, '3600']\n    env: [{{name: API, value: 'https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)'}}]\n"),
+        );
+    }
+    wait_api_pod_running(&links);
+    wait_api_pod_running(&no_links);
+    let master_ip = jsonpath(
+        "service",
+        "kubernetes",
+        Some("default"),
+        "{.spec.clusterIP}",
+    )
+    .unwrap();
+    let svc_ip = jsonpath("service", &svc, Some("default"), "{.spec.clusterIP}").unwrap();
+    let env_of = |pod: &str| -> std::collections::BTreeMap<String, String> {
+        let uid = jsonpath("pod", pod, Some("default"), "{.metadata.uid}").unwrap();
+        let id = n.runtime.containers(&uid)[0].id.clone();
+        let (code, out) = n.runtime.exec(&id, &["env"]);
+        assert_eq!(code, 0, "{out}");
+        out.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let stem = svc.replace('-', "_").to_uppercase();
+    let with = env_of(&links);
+    let get = |env: &std::collections::BTreeMap<String, String>, k: &str| env.get(k).cloned();
+    assert_eq!(
+        get(&with, "KUBERNETES_SERVICE_HOST"),
+        Some(master_ip.clone())
+    );
+    assert_eq!(
+        get(&with, "KUBERNETES_SERVICE_PORT").as_deref(),
+        Some("443")
+    );
+    assert_eq!(
+        get(&with, "KUBERNETES_SERVICE_PORT_HTTPS").as_deref(),
+        Some("443")
+    );
+    assert_eq!(
+        get(&with, "KUBERNETES_PORT_443_TCP"),
+        Some(format!("tcp://{master_ip}:443"))
+    );
+    assert_eq!(get(&with, "API"), Some(format!("https://{master_ip}:443")));
+    assert_eq!(
+        get(&with, &format!("{stem}_SERVICE_HOST")),
+        Some(svc_ip.clone())
+    );
+    assert_eq!(
+        get(&with, &format!("{stem}_SERVICE_PORT_HTTP_ALT")).as_deref(),
+        Some("8080")
+    );
+    assert_eq!(
+        get(&with, &format!("{stem}_PORT")),
+        Some(format!("tcp://{svc_ip}:8080"))
+    );
+    let without = env_of(&no_links);
+    assert_eq!(get(&without, "KUBERNETES_SERVICE_HOST"), Some(master_ip));
+    assert_eq!(
+        get(&without, &format!("{stem}_SERVICE_HOST")),
+        None,
+        "{without:?}"
+    );
+    for pod in [&links, &no_links] {
+        let _ = kubectl(&["-n", "default", "delete", "pod", pod, "--wait=false"]);
+    }
+    let _ = kubectl(&["-n", "default", "delete", "service", &svc]);
+    wait_until(Duration::from_secs(20), "the pods deleted", || {
+        jsonpath("pod", &links, Some("default"), "{.status.phase}").is_none()
+            && jsonpath("pod", &no_links, Some("default"), "{.status.phase}").is_none()
+    });
+    n.kill9();
+    delete_node(&node);
+}

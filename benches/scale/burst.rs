@@ -377,6 +377,7 @@ pub fn raw_rep(
                     is_init: false,
                     env_sources: nodelet::kuberuntime::container::EnvSources {
                         objects: &Default::default(),
+                        services: &[],
                     },
                 },
             )

@@ -24,6 +24,7 @@ pub mod node_lease;
 pub mod node_status;
 pub mod objects;
 pub mod pod_status;
+pub mod services;
 
 use std::path::Path;
 

@@ -121,13 +121,18 @@ fn is_env_var_name(k: &str) -> bool {
 pub struct EnvSources<'a> {
     /// Local ConfigMaps and Secrets.
     pub objects: &'a crate::objects::LocalObjects,
+    /// The pod's service variables ([`crate::envvars::Services::env`]), sorted by name; empty
+    /// on a standalone node.
+    pub services: &'a [(String, String)],
 }
 
 /// The container's environment (kubelet's `makeEnvironmentVariables`): first each `envFrom`
 /// source (a ConfigMap's or Secret's keys, with `prefix`), then `env` in spec order, each value
 /// with `$(VAR)` expanded against what came before, `valueFrom` resolved: `fieldRef` (the
 /// downward API), `resourceFieldRef`, `configMapKeyRef` and `secretKeyRef` (local objects of the
-/// pod's namespace). A missing optional object or key leaves the variable out.
+/// pod's namespace). A missing optional object or key leaves the variable out. Then the
+/// service variables ([`crate::envvars`]) of names the container did not set, by name; a
+/// `$(VAR)` may name one of them.
 ///
 /// Errors: [`ConfigError`] with kubelet's message for a missing object
 /// (`configmap "x" not found`) or key (`couldn't find key k in ConfigMap ns/x`), naming the
@@ -141,7 +146,8 @@ pub fn make_env(
 ) -> Result<Env, ConfigError> {
     use crate::objects::{not_found, ObjectKind};
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let mut vars: HashMap<String, String> = HashMap::new();
+    // What `$(VAR)` reads: the service variables, under what the container sets.
+    let mut vars: HashMap<String, String> = sources.services.iter().cloned().collect();
     let mut env = Env::default();
     let err = |message: String| ConfigError {
         container: c.name.clone(),
@@ -242,6 +248,15 @@ pub fn make_env(
         };
         set(&mut env, &mut vars, e.name.clone(), value);
     }
+    let set_by_container: std::collections::HashSet<&str> =
+        env.vars.iter().map(|(n, _)| n.as_str()).collect();
+    let services: Vec<(String, String)> = sources
+        .services
+        .iter()
+        .filter(|(n, _)| !set_by_container.contains(n.as_str()))
+        .cloned()
+        .collect();
+    env.vars.extend(services);
     Ok(env)
 }
 
@@ -439,12 +454,53 @@ mod tests {
     }
 
     #[test]
+    fn service_variables_follow_the_containers_own_and_expand() {
+        let p: Pod = serde_yaml::from_str(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec:\n  containers:\n  - name: c\n    image: busybox\n    env:\n    - {name: API, value: 'https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)'}\n    - {name: DB_SERVICE_HOST, value: mine}\n",
+        )
+        .unwrap();
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let objects = crate::objects::LocalObjects::default();
+        let services: Vec<(String, String)> = [
+            ("DB_SERVICE_HOST", "10.96.0.3"),
+            ("DB_SERVICE_PORT", "5432"),
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let sources = EnvSources {
+            objects: &objects,
+            services: &services,
+        };
+        let env = make_env(&p, c, &Settings::example(), &[], &sources).unwrap();
+        let names: Vec<&str> = env.vars.iter().map(|(n, _)| n.as_str()).collect();
+        // The container's own first, then the service variables it did not set, by name.
+        assert_eq!(
+            names,
+            [
+                "API",
+                "DB_SERVICE_HOST",
+                "DB_SERVICE_PORT",
+                "KUBERNETES_SERVICE_HOST",
+                "KUBERNETES_SERVICE_PORT"
+            ]
+        );
+        assert_eq!(env.vars[0].1, "https://10.96.0.1:443");
+        assert_eq!(env.vars[1].1, "mine", "the container's value wins");
+    }
+
+    #[test]
     fn env_resolves_field_refs_and_expands() {
         let p = pod();
         let c = &p.spec.as_ref().unwrap().containers[0];
         let s = Settings::example();
         let objects = crate::objects::LocalObjects::default();
-        let sources = EnvSources { objects: &objects };
+        let sources = EnvSources {
+            objects: &objects,
+            services: &[],
+        };
         let env = make_env(&p, c, &s, &["10.88.0.5".into()], &sources).unwrap();
         let get = |k: &str| {
             env.vars
@@ -467,7 +523,10 @@ mod tests {
                 image_ref: "sha256:abc",
                 pod_ips: &[],
                 is_init: false,
-                env_sources: EnvSources { objects: &objects },
+                env_sources: EnvSources {
+                    objects: &objects,
+                    services: &[],
+                },
             },
         )
         .unwrap();
@@ -629,7 +688,10 @@ spec:
             c,
             &Settings::example(),
             &[],
-            &EnvSources { objects: &objects },
+            &EnvSources {
+                objects: &objects,
+                services: &[],
+            },
         )
         .unwrap();
         let names: Vec<(&str, &str)> = env
@@ -684,7 +746,10 @@ spec:
                 c,
                 &Settings::example(),
                 &[],
-                &EnvSources { objects: &objects },
+                &EnvSources {
+                    objects: &objects,
+                    services: &[],
+                },
             )
             .unwrap_err();
             assert_eq!(e.message, want);
@@ -697,7 +762,10 @@ spec:
             c,
             &Settings::example(),
             &[],
-            &EnvSources { objects: &objects },
+            &EnvSources {
+                objects: &objects,
+                services: &[],
+            },
         )
         .unwrap_err();
         assert_eq!(

@@ -220,6 +220,12 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
     }
 
+    /// The service variables of `pod`'s containers ([`crate::envvars::pod_env`]). Errors:
+    /// [`crate::envvars::NOT_SYNCED`].
+    fn service_env(&self, pod: &Pod) -> Result<Vec<(String, String)>, String> {
+        crate::envvars::pod_env(self.api_objects.services(), pod).map_err(str::to_owned)
+    }
+
     /// Node facts and paths.
     pub fn settings(&self) -> &Settings {
         &self.settings

@@ -452,6 +452,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         volumes: &BTreeMap<String, PathBuf>,
     ) -> Result<api::ContainerConfig, String> {
         let uid = pod_uid(pod);
+        let services = self.service_env(pod)?;
         let inputs = container::ContainerInputs {
             restart_count: start.restart_count,
             image_ref,
@@ -459,6 +460,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             is_init,
             env_sources: container::EnvSources {
                 objects: self.objects_for(pod),
+                services: &services,
             },
         };
         let mut config =
