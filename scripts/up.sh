@@ -22,7 +22,7 @@ if [[ ! -f /etc/nodelet/nodelet.yaml ]]; then
     echo "nodelet: wrote /etc/nodelet/nodelet.yaml"
 elif ! cmp -s "$REPO/config/nodelet.yaml" /etc/nodelet/nodelet.yaml; then
     echo "nodelet: keeping your /etc/nodelet/nodelet.yaml; it differs from config/nodelet.yaml" \
-        "(diff them to see new fields; 'nodelet check-config' shows the effective values)"
+        "(diff them to see new fields; 'nodelet check-config --config /etc/nodelet/nodelet.yaml' shows the effective values)"
 fi
 for m in "$REPO"/config/manifests/*.yaml; do
     dest=/etc/nodelet/manifests/$(basename "$m")

@@ -299,7 +299,7 @@ fn main() -> ExitCode {
         );
     }
     let Some(config_path) = cli.config.clone() else {
-        eprintln!("nodelet: --config FILE is required");
+        eprintln!("nodelet: --config FILE is required (a KubeletConfiguration; scripts/up.sh installs /etc/nodelet/nodelet.yaml)");
         return ExitCode::from(2);
     };
     let loaded = match KubeletConfiguration::load(&config_path) {

@@ -82,7 +82,7 @@ pub enum ManifestError {
     },
     /// Another file already defines a pod with this namespace and name, or this UID; the first
     /// one wins.
-    #[error("manifest {file}: field metadata.name: pod {namespace}/{name} (uid {uid}) is already defined by {first}; this file is ignored")]
+    #[error("manifest {file}: field metadata.name: pod {namespace}/{name} (uid {uid} in this file) is already defined by {first}; this file is ignored")]
     Duplicate {
         /// Path of the ignored manifest.
         file: String,
@@ -90,7 +90,8 @@ pub enum ManifestError {
         namespace: String,
         /// Full pod name.
         name: String,
-        /// The pod's UID.
+        /// The UID of the pod this file defines (the same as the first file's when the duplicate
+        /// is an explicit `metadata.uid`).
         uid: String,
         /// The manifest that defines it first.
         first: String,
