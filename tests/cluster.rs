@@ -133,6 +133,26 @@ fn timed_wait(timeout: Duration, what: &str, since: Instant, f: impl FnMut() -> 
     eprintln!("{what}: {:?}", since.elapsed());
 }
 
+/// The end of a test whose agent runs API pod `name`: the pod's object removed at once
+/// (`--grace-period=0 --force`; the runtime's side goes with the agent's [`Nodelet`]) and the
+/// Node deleted, so that the shared control plane keeps no pod stuck Terminating on a node
+/// nobody serves, nor the node.
+fn leave(n: Nodelet, name: &str) {
+    let _ = kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        name,
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ]);
+    let node = n.node.clone();
+    drop(n);
+    delete_node(&node);
+}
+
 fn delete_node(name: &str) {
     let _ = kubectl(&["delete", "node", name, "--ignore-not-found"]);
     let _ = kubectl(&[
@@ -546,7 +566,7 @@ fn kubectl_logs_and_exec_reach_the_pod_through_the_node_api() {
         )
     );
     assert_eq!(with("not-a-token"), (401, "Unauthorized".to_string()));
-    kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
+    leave(n, &name);
 }
 
 /// Usage through the API server's node proxy, as `kubectl top` and metrics-server read it: a
@@ -705,7 +725,7 @@ fn usage_and_logs_through_the_api_servers_node_proxy() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "12");
-    kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
+    leave(n, &name);
 }
 
 /// `kubectl logs -f` goes on across log rotation (forced every 2 KiB, checked every 300 ms):
@@ -771,7 +791,7 @@ fn kubectl_logs_follow_goes_on_across_rotation() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("0.log."))
         .count();
     assert!(rotated >= 1, "no rotation in {}", dir.display());
-    kubectl(&["-n", "default", "delete", "pod", &name, "--wait=false"]).unwrap();
+    leave(n, &name);
 }
 
 #[test]
