@@ -195,6 +195,9 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let _ = stats_slot.set(node_stats(&core, &config, &flags, imagefs.clone()));
     let objects = crate::objects::LocalObjects::default();
     let api_objects = crate::objects::ApiObjects::default();
+    if let Some(client) = &cluster_client {
+        api_objects.tokens().set_client(client.clone());
+    }
     let (manager, probe_rx, to_gc) = start_runtime_manager(
         &core,
         settings,

@@ -48,5 +48,6 @@ pub mod status;
 pub mod syncloop;
 #[cfg(test)]
 pub mod testing;
+pub mod token;
 pub mod volume;
 pub mod yaml;

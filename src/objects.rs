@@ -162,6 +162,7 @@ pub const SYNC_WAIT: Duration = Duration::from_secs(1);
 pub struct ApiObjects {
     store: LocalObjects,
     services: crate::envvars::Services,
+    tokens: crate::token::TokenManager,
     synced: Arc<RwLock<HashSet<ObjectRef>>>,
     wanted: Arc<tokio::sync::Notify>,
 }
@@ -176,6 +177,11 @@ impl ApiObjects {
     /// [`crate::cluster::services`]).
     pub fn services(&self) -> &crate::envvars::Services {
         &self.services
+    }
+
+    /// The service account tokens of API pods' projected volumes ([`crate::token`]).
+    pub fn tokens(&self) -> &crate::token::TokenManager {
+        &self.tokens
     }
 
     /// Whether `r`'s watch has listed it (present or absent).

@@ -1374,3 +1374,80 @@ fn api_pods_get_the_service_variables_kubelet_gives() {
     n.kill9();
     delete_node(&node);
 }
+
+/// Projected service account tokens (kubelet's token manager and projected volume): an API pod's
+/// `serviceAccountToken` source is a token the API server issued for the pod's ServiceAccount,
+/// bound to the pod (its name and UID), with the source's audience and lifetime, and the API
+/// server's TokenReview accepts it; the volume's other sources are written beside it.
+#[test]
+fn an_api_pod_gets_a_service_account_token_bound_to_it() {
+    use base64::Engine;
+    let Some((n, node)) = joined("satoken", "") else {
+        return;
+    };
+    let name = format!("tok-{node}");
+    apply_api_pod(
+        &name,
+        &node,
+        "  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sleep, '3600']\n    volumeMounts: [{name: api, mountPath: /var/run/secrets/tokens}]\n  volumes:\n  - name: api\n    projected:\n      sources:\n      - serviceAccountToken: {path: token, audience: nodelet-test, expirationSeconds: 600}\n      - downwardAPI: {items: [{path: namespace, fieldRef: {fieldPath: metadata.namespace}}]}\n",
+    );
+    wait_api_pod_running(&name);
+    let uid = jsonpath("pod", &name, Some("default"), "{.metadata.uid}").unwrap();
+    let id = n.runtime.containers(&uid)[0].id.clone();
+    let cat = |f: &str| {
+        let (code, out) = n.runtime.exec(&id, &["cat", f]);
+        assert_eq!(code, 0, "{f}: {out}");
+        out.trim().to_owned()
+    };
+    assert_eq!(cat("/var/run/secrets/tokens/namespace"), "default");
+    let token = cat("/var/run/secrets/tokens/token");
+    let payload = token.split('.').nth(1).expect("a JWT");
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        claims["aud"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "nodelet-test")),
+        "{claims}"
+    );
+    let k8s = &claims["kubernetes.io"];
+    assert_eq!(k8s["pod"]["name"], name.as_str(), "{claims}");
+    assert_eq!(k8s["pod"]["uid"], uid.as_str(), "{claims}");
+    assert_eq!(k8s["serviceaccount"]["name"], "default", "{claims}");
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        600,
+        "{claims}"
+    );
+    // The API server takes it back as the pod's ServiceAccount.
+    use std::io::Write;
+    let mut review = Command::new("kubectl")
+        .args(["--kubeconfig", ADMIN, "create", "-f", "-", "-o", "json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    review
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            format!(
+                "{{\"apiVersion\": \"authentication.k8s.io/v1\", \"kind\": \"TokenReview\", \"spec\": {{\"token\": \"{token}\", \"audiences\": [\"nodelet-test\"]}}}}"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let out = review.wait_with_output().unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["status"]["authenticated"], true, "{answer}");
+    assert_eq!(
+        answer["status"]["user"]["username"], "system:serviceaccount:default:default",
+        "{answer}"
+    );
+    leave(n, &name);
+}

@@ -66,7 +66,7 @@ impl<R: CriRuntime> PodSync<R> {
             BTreeMap::new()
         } else {
             self.wait_for_api_objects(pod).await;
-            match self.set_up_volumes(pod, &uid) {
+            match self.set_up_volumes(pod, &uid).await {
                 Ok(v) => v,
                 Err(e) => {
                     self.update_reasons(&uid, &result);
@@ -138,20 +138,36 @@ impl<R: CriRuntime> PodSync<R> {
 
     /// The pod's volumes, before any container (kubelet's `WaitForAttachAndMount`): a failure
     /// holds the pod in ContainerCreating with a `FailedMount` event, and the next sync tries
-    /// again. Returns each volume's directory by name.
-    fn set_up_volumes(
+    /// again. The service account tokens of its projected volumes are had first
+    /// ([`crate::token`]); a token that cannot be had fails the first volume that asks for
+    /// one. Returns each volume's directory by name.
+    async fn set_up_volumes(
         &self,
         pod: &Arc<Pod>,
         uid: &str,
     ) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
         let settings = self.runtime.settings();
-        crate::volume::set_up_pod(
-            pod,
-            &crate::kuberuntime::hosts_file::pod_dir(&settings.root_dir, uid),
-            self.objects_for(pod),
-            &settings.allocatable,
-        )
-        .inspect_err(|e| {
+        let now = self.clock.epoch_ns() / 1_000_000_000;
+        let tokens = self
+            .api_objects
+            .tokens()
+            .pod_tokens(pod, now)
+            .await
+            .map_err(|message| VolumeError {
+                volume: crate::token::first_token_volume(pod).unwrap_or_default(),
+                cause: crate::volume::SetUpError::Token(message),
+            });
+        tokens
+            .and_then(|tokens| {
+                crate::volume::set_up_pod(
+                    pod,
+                    &crate::kuberuntime::hosts_file::pod_dir(&settings.root_dir, uid),
+                    self.objects_for(pod),
+                    &settings.allocatable,
+                    &tokens,
+                )
+            })
+            .inspect_err(|e| {
             warn!(pod = %pod_ref(pod), uid, error = %e, missing_object = e.cause.is_missing_object(), "volume set-up failed");
             self.recorder.warning(
                 crate::events::Involved::pod(pod),

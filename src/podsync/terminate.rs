@@ -109,7 +109,8 @@ impl<R: CriRuntime> PodSync<R> {
 
     /// Forgets what was kept about a pod that is gone: its waiting reasons, last sync and start
     /// observation here, its back-offs in the runtime manager, its images' registration for
-    /// image garbage collection, its pod cache entry (handed to the PLEG).
+    /// image garbage collection, its pod cache entry (handed to the PLEG), its service account
+    /// tokens.
     async fn forget_pod(&self, uid: &str) {
         self.reasons
             .lock()
@@ -124,6 +125,7 @@ impl<R: CriRuntime> PodSync<R> {
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
         self.runtime.forget_pod(uid);
+        self.api_objects.tokens().forget_pod(uid);
         self.pod_images.forget(uid).await;
         self.cache_feed.forget(uid).await;
         self.refresh_status_metrics();

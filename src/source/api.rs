@@ -193,7 +193,7 @@ pub async fn run(
         refused.retain(|uid| store.contains_key(uid));
         let mut pods: Vec<&Pod> = Vec::new();
         for p in store.values().filter(|p| runnable(p)) {
-            match super::validation::validate_pod(p) {
+            match super::validation::validate_api_pod(p) {
                 Ok(()) => pods.push(p),
                 Err(e) => {
                     let uid = crate::pod::pod_uid(p).to_owned();

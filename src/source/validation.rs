@@ -46,12 +46,24 @@ pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
 
 /// Validates a decoded manifest before defaults are applied. Returns the first failure.
 pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
+    validate_pod_from(pod, false)
+}
+
+/// [`validate_pod`] for a pod the API server bound to this node: it may also have projected
+/// `serviceAccountToken` sources ([`crate::token`]).
+///
+/// Errors: the first [`FieldError`].
+pub fn validate_api_pod(pod: &Pod) -> Result<(), FieldError> {
+    validate_pod_from(pod, true)
+}
+
+fn validate_pod_from(pod: &Pod, from_api: bool) -> Result<(), FieldError> {
     validate_metadata(pod)?;
     let Some(spec) = pod.spec.as_ref() else {
         return Err(err("spec", "", "is required"));
     };
     validate_containers(spec)?;
-    validate_pod_fields(pod, spec)
+    validate_pod_fields(pod, spec, from_api)
 }
 
 /// `metadata`: name, UID, annotations' size, namespace, label keys and values, annotation keys,
@@ -305,8 +317,9 @@ fn validate_env(
 fn validate_pod_fields(
     pod: &Pod,
     spec: &k8s_openapi::api::core::v1::PodSpec,
+    from_api: bool,
 ) -> Result<(), FieldError> {
-    crate::volume::validate(spec).map_err(|(field, reason)| err(field, "", &reason))?;
+    crate::volume::validate(spec, from_api).map_err(|(field, reason)| err(field, "", &reason))?;
     crate::admission::apparmor::validate(pod).map_err(|(field, reason)| err(field, "", &reason))?;
     crate::kuberuntime::security_context::validate(spec)
         .map_err(|(field, reason)| err(field, "", &reason))?;
@@ -632,6 +645,35 @@ mod tests {
             let full = format!("apiVersion: v1\nkind: Pod\n{yaml}");
             assert_eq!(validate_pod(&pod(&full)).map_err(|e| e.describe()), Ok(()), "{yaml}");
         }
+    }
+
+    #[test]
+    fn a_service_account_token_is_taken_only_from_the_api_server() {
+        let with = |src: &str| {
+            pod(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: ok}}\nspec: {{volumes: [{{name: v, projected: {{sources: [{src}, {{downwardAPI: {{items: [{{path: token, fieldRef: {{fieldPath: metadata.name}}}}]}}}}]}}}}], containers: [{{name: c, image: b}}]}}"))
+        };
+        let token =
+            with("{serviceAccountToken: {path: tok, audience: vault, expirationSeconds: 600}}");
+        assert_eq!(validate_api_pod(&token), Ok(()));
+        let e = validate_pod(&token).unwrap_err();
+        assert_eq!(
+            e.field,
+            "spec.volumes[0].projected.sources[0].serviceAccountToken"
+        );
+        assert!(e.describe().contains("static pod"), "{}", e.describe());
+        // The API server's checks: a lifetime of at least 10 minutes, a path of its own.
+        let short = with("{serviceAccountToken: {path: tok, expirationSeconds: 599}}");
+        assert_eq!(
+            validate_api_pod(&short).unwrap_err().field,
+            "spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds"
+        );
+        let clash = with("{serviceAccountToken: {path: token}}");
+        assert!(validate_api_pod(&clash).is_err());
+        let other = with("{clusterTrustBundle: {path: ca, name: x}}");
+        assert!(validate_api_pod(&other)
+            .unwrap_err()
+            .describe()
+            .contains("not implemented"));
     }
 
     #[test]

@@ -106,6 +106,8 @@ mod tests {
     use crate::objects::{LocalObjects, ObjectRef};
     use k8s_openapi::api::core::v1::Pod;
 
+    static EMPTY: crate::token::PodTokens = crate::token::PodTokens::new();
+
     fn set_up<'a>(pod: &'a Pod, objects: &'a LocalObjects) -> SetUp<'a> {
         const A: crate::fieldpath::Allocatable = crate::fieldpath::Allocatable {
             cpu_milli: 1000,
@@ -116,6 +118,7 @@ mod tests {
             pod,
             objects,
             allocatable: &A,
+            tokens: &EMPTY,
         }
     }
 

@@ -68,6 +68,10 @@ pub enum SetUpError {
     /// Mounting the volume's tmpfs failed.
     #[error("{0}")]
     Mount(String),
+    /// A service account token could not be had from the API server (kubelet's
+    /// `failed to fetch token: …`).
+    #[error("{0}")]
+    Token(String),
 }
 
 impl SetUpError {
@@ -85,6 +89,9 @@ pub struct SetUp<'a> {
     pub objects: &'a LocalObjects,
     /// The node's allocatable (downward API resource limits default to it).
     pub allocatable: &'a Allocatable,
+    /// The pod's service account tokens, for projected `serviceAccountToken` sources
+    /// ([`crate::token::TokenManager::pod_tokens`]).
+    pub tokens: &'a crate::token::PodTokens,
 }
 
 impl SetUp<'_> {
@@ -206,12 +213,14 @@ pub fn set_up_pod(
     pod_dir: &Path,
     objects: &LocalObjects,
     allocatable: &Allocatable,
+    tokens: &crate::token::PodTokens,
 ) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
     let spec = pod.spec.as_ref();
     let s = SetUp {
         pod,
         objects,
         allocatable,
+        tokens,
     };
     let mut out = BTreeMap::new();
     for v in spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
@@ -288,10 +297,15 @@ pub fn tear_down_pod(pod_dir: &Path) {
 /// unique DNS-1123 names, exactly one source, emptyDir `medium` "" or `Memory`, hostPath an
 /// absolute path with a known `type`; mounts naming a volume, absolute unique mount paths, safe
 /// subPaths, `subPath` and `subPathExpr` not both, a known `mountPropagation` (Bidirectional only
-/// in a privileged container); `volumeDevices` refused.
+/// in a privileged container); `volumeDevices` refused. Projected `serviceAccountToken` sources
+/// are taken only `from_api` (a pod the API server bound to the node, which a token can be
+/// asked for).
 ///
 /// Errors: `(field, reason)`.
-pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (String, String)> {
+pub fn validate(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    from_api: bool,
+) -> Result<(), (String, String)> {
     let mut names = std::collections::BTreeSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let at = format!("spec.volumes[{i}]");
@@ -338,7 +352,7 @@ pub fn validate(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), (Strin
                 }
             }
         }
-        validate_projections(spec, v, &at)?;
+        validate_projections(spec, v, &at, from_api)?;
         if let Some(hp) = &v.host_path {
             if !Path::new(&hp.path).is_absolute() {
                 return Err((
@@ -567,13 +581,16 @@ fn downward(
     Ok(())
 }
 
-/// The sources of a projected volume: each exactly one of configMap, secret and downwardAPI
-/// (the other kinds need an API server), with its items.
+/// The sources of a projected volume: each exactly one of configMap, secret, downwardAPI and,
+/// `from_api`, serviceAccountToken (the other kinds need an API server nodelet does not ask),
+/// with its items; a token's `path` and `expirationSeconds` (at least 10 minutes, at most 2^32
+/// seconds) as the API server checks them.
 fn projected_sources(
     spec: &k8s_openapi::api::core::v1::PodSpec,
     paths: &mut Paths,
     at: &str,
     p: &k8s_openapi::api::core::v1::ProjectedVolumeSource,
+    from_api: bool,
 ) -> Result<(), (String, String)> {
     for (i, src) in p.sources.iter().flatten().enumerate() {
         let f = format!("{at}.projected.sources[{i}]");
@@ -586,10 +603,17 @@ fn projected_sources(
             .collect();
         match kinds.as_slice() {
             [k] if k == "configMap" || k == "secret" || k == "downwardAPI" => {}
+            [k] if k == "serviceAccountToken" && from_api => {}
+            [k] if k == "serviceAccountToken" => {
+                return Err((
+                    format!("{f}.{k}"),
+                    "a service account token is had only for a pod the API server bound to this node; a static pod cannot have one".into(),
+                ))
+            }
             [k] => {
                 return Err((
                     format!("{f}.{k}"),
-                    "projected sources of this kind need an API server; nodelet supports configMap, secret and downwardAPI".into(),
+                    "projected sources of this kind are not implemented; nodelet supports configMap, secret, downwardAPI and, for pods from the API server, serviceAccountToken".into(),
                 ))
             }
             _ => return Err((f, "must have exactly one source".into())),
@@ -609,6 +633,18 @@ fn projected_sources(
         if let Some(d) = &src.downward_api {
             downward(spec, paths, &format!("{f}.downwardAPI"), &d.items)?;
         }
+        if let Some(t) = &src.service_account_token {
+            let tf = format!("{f}.serviceAccountToken");
+            check_path(paths, format!("{tf}.path"), &t.path)?;
+            if t.expiration_seconds
+                .is_some_and(|e| !(600..=1 << 32).contains(&e))
+            {
+                return Err((
+                    format!("{tf}.expirationSeconds"),
+                    "must be at least 10 minutes (600) and at most 2^32 seconds".into(),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -616,14 +652,15 @@ fn projected_sources(
 /// Validates the files a configMap, secret, downwardAPI or projected volume writes, as the API
 /// server does: a name for the object, modes within 0–0777, item paths that stay inside the
 /// volume (see [`atomic_writer::validate_path`]) and are unique, keys valid, downward API field
-/// paths and resources that exist; projected sources other than configMap, secret and
-/// downwardAPI are refused (they need an API server).
+/// paths and resources that exist; projected sources other than configMap, secret, downwardAPI
+/// and (from the API server) serviceAccountToken are refused.
 ///
 /// Errors: `(field, reason)`.
 fn validate_projections(
     spec: &k8s_openapi::api::core::v1::PodSpec,
     v: &Volume,
     at: &str,
+    from_api: bool,
 ) -> Result<(), (String, String)> {
     let paths = &mut Paths::new();
     if let Some(cm) = &v.config_map {
@@ -666,7 +703,7 @@ fn validate_projections(
                 "must be between 0 and 0777".into(),
             ));
         }
-        projected_sources(spec, paths, at, p)?;
+        projected_sources(spec, paths, at, p, from_api)?;
     }
     Ok(())
 }
