@@ -132,19 +132,31 @@ impl TokenManager {
                 spec: ts.clone(),
                 pod_uid: pod_uid.clone(),
             };
-            let kept = self
-                .lock()
-                .get(&key)
-                .filter(|i| !requires_refresh(i.expires, ts.1, now))
-                .map(|i| i.token.clone());
+            let kept = self.lock().get(&key).map(|i| (i.token.clone(), i.expires));
             let token = match kept {
-                Some(t) => t,
-                None => {
-                    let issued = self.request(pod, &key).await?;
-                    let token = issued.token.clone();
-                    self.lock().insert(key, issued);
-                    token
-                }
+                Some((t, expires)) if !requires_refresh(expires, ts.1, now) => t,
+                _ => match self.request(pod, &key).await {
+                    Ok(issued) => {
+                        let token = issued.token.clone();
+                        self.lock().insert(key, issued);
+                        token
+                    }
+                    // Renewal failed (the API server away): the token in hand serves until it
+                    // expires, as kubelet's.
+                    Err(e) => match kept {
+                        Some((t, expires)) if now < expires => {
+                            tracing::warn!(pod = ?pod.metadata.name, uid = %pod_uid, error = %e, "cannot renew a service account token; the current one serves until it expires");
+                            t
+                        }
+                        Some(_) => {
+                            return Err(format!(
+                                "token for service account {}/{} expired and refresh failed: {e}",
+                                key.namespace, key.service_account
+                            ))
+                        }
+                        None => return Err(e),
+                    },
+                },
             };
             out.insert(ts, token);
         }
@@ -225,6 +237,40 @@ mod tests {
             token_specs(&pod),
             vec![(String::new(), 3600), ("vault".to_string(), 600)]
         );
+    }
+
+    #[test]
+    fn a_token_due_but_not_renewable_serves_until_it_expires() {
+        let pod: Pod = serde_yaml::from_str(
+            "metadata: {name: p, namespace: ns, uid: u1}\nspec:\n  containers: []\n  volumes:\n  - name: a\n    projected: {sources: [{serviceAccountToken: {path: t, expirationSeconds: 600}}]}\n",
+        )
+        .unwrap();
+        // No client: every renewal fails.
+        let m = TokenManager::default();
+        m.lock().insert(
+            Key {
+                namespace: "ns".into(),
+                service_account: "default".into(),
+                spec: (String::new(), 600),
+                pod_uid: "u1".into(),
+            },
+            Issued {
+                token: "old".into(),
+                expires: 1600,
+            },
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let at = |now| rt.block_on(m.pod_tokens(&pod, now));
+        // Not due yet, then due (past 80 %) but unexpired: the token in hand.
+        assert_eq!(at(1000).unwrap()[&(String::new(), 600)], "old");
+        assert_eq!(at(1500).unwrap()[&(String::new(), 600)], "old");
+        // Expired.
+        let e = at(1600).unwrap_err();
+        assert!(e.contains("expired and refresh failed"), "{e}");
+        m.forget_pod("u1");
+        assert!(at(1000).unwrap_err().starts_with("failed to fetch token"));
     }
 
     #[test]
