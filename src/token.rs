@@ -5,10 +5,13 @@
 //! `token` subresource of the pod's ServiceAccount) bound to the pod (its name and UID), with the
 //! source's `audience` (none: the API server's own audiences) and `expirationSeconds` (3600 when
 //! absent, the API server's default). A token is kept per ServiceAccount, audience, lifetime and
-//! pod, and asked for again at a pod sync once 80 % of its lifetime has passed or it is more than
-//! 24 hours old (kubelet's `requiresRefresh`, without its random jitter of up to 10 s); pod
-//! syncs come at least every `syncFrequency` (1m), and the API server refuses lifetimes under
-//! 10 minutes, so a token is renewed well before it expires. The node's credentials may ask only
+//! pod, and asked for again at a pod sync once 80 % of its lifetime (the one the API server
+//! gave, which may be less than asked) has passed or it is more than 24 hours old (kubelet's
+//! `requiresRefresh`, without its random jitter of up to 10 s); pod syncs come at least every
+//! `syncFrequency` (1m), and the API server refuses lifetimes under 10 minutes, so a token is
+//! renewed well before it expires. While renewal fails (the API server away) the token in hand
+//! serves until it expires; an API server's refusal is reported with its own message (kubelet's
+//! `failed to fetch token: serviceaccounts "x" not found`). The node's credentials may ask only
 //! for pods bound to the node (the Node authorizer); a static pod has no such binding, and its
 //! `serviceAccountToken` sources are refused by validation.
 //!
@@ -90,6 +93,9 @@ struct Issued {
     token: String,
     /// Seconds since the epoch.
     expires: i64,
+    /// The lifetime the API server gave, seconds (its answer's `expirationSeconds`: less than
+    /// asked where it caps lifetimes, `--service-account-max-token-expiration`).
+    lifetime: i64,
 }
 
 /// The tokens asked for and not yet due for renewal, and the client to ask with. Cheap to clone;
@@ -132,9 +138,12 @@ impl TokenManager {
                 spec: ts.clone(),
                 pod_uid: pod_uid.clone(),
             };
-            let kept = self.lock().get(&key).map(|i| (i.token.clone(), i.expires));
+            let kept = self
+                .lock()
+                .get(&key)
+                .map(|i| (i.token.clone(), i.expires, i.lifetime));
             let token = match kept {
-                Some((t, expires)) if !requires_refresh(expires, ts.1, now) => t,
+                Some((t, expires, lifetime)) if !requires_refresh(expires, lifetime, now) => t,
                 _ => match self.request(pod, &key).await {
                     Ok(issued) => {
                         let token = issued.token.clone();
@@ -144,7 +153,7 @@ impl TokenManager {
                     // Renewal failed (the API server away): the token in hand serves until it
                     // expires, as kubelet's.
                     Err(e) => match kept {
-                        Some((t, expires)) if now < expires => {
+                        Some((t, expires, _)) if now < expires => {
                             tracing::warn!(pod = ?pod.metadata.name, uid = %pod_uid, error = %e, "cannot renew a service account token; the current one serves until it expires");
                             t
                         }
@@ -200,13 +209,19 @@ impl TokenManager {
         let answer = api
             .create_token_request(&key.service_account, &Default::default(), &tr)
             .await
-            .map_err(|e| format!("failed to fetch token: {e}"))?;
+            .map_err(|e| match e {
+                // The API server's own message, as kubelet reports it
+                // (`serviceaccounts "x" not found`).
+                kube::Error::Api(status) => format!("failed to fetch token: {}", status.message),
+                e => format!("failed to fetch token: {e}"),
+            })?;
         let status = answer
             .status
             .ok_or("failed to fetch token: the API server's answer has no status")?;
         Ok(Issued {
             token: status.token,
             expires: status.expiration_timestamp.0.as_second(),
+            lifetime: answer.spec.expiration_seconds.unwrap_or(*lifetime),
         })
     }
 }
@@ -257,6 +272,7 @@ mod tests {
             Issued {
                 token: "old".into(),
                 expires: 1600,
+                lifetime: 600,
             },
         );
         let rt = tokio::runtime::Builder::new_current_thread()
