@@ -374,20 +374,27 @@ fn apply_api_pod(name: &str, node: &str, rest: &str) {
 }
 
 fn kubectl_apply(yaml: &str) {
+    let out = kubectl_with_input(&["apply", "-f", "-"], yaml);
+    assert!(out.status.success(), "kubectl apply failed");
+}
+
+/// kubectl (admin) with `args`, `input` on its standard input; its output.
+fn kubectl_with_input(args: &[&str], input: &str) -> std::process::Output {
     use std::io::Write;
     let mut child = Command::new("kubectl")
-        .args(["--kubeconfig", ADMIN, "apply", "-f", "-"])
+        .args(["--kubeconfig", ADMIN])
+        .args(args)
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     child
         .stdin
         .take()
         .unwrap()
-        .write_all(yaml.as_bytes())
+        .write_all(input.as_bytes())
         .unwrap();
-    assert!(child.wait().unwrap().success(), "kubectl apply failed");
+    child.wait_with_output().unwrap()
 }
 
 /// kubectl's commands that go through the node API (the API server proxies them to the node's
@@ -1424,25 +1431,12 @@ fn an_api_pod_gets_a_service_account_token_bound_to_it() {
         "{claims}"
     );
     // The API server takes it back as the pod's ServiceAccount.
-    use std::io::Write;
-    let mut review = Command::new("kubectl")
-        .args(["--kubeconfig", ADMIN, "create", "-f", "-", "-o", "json"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    review
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            format!(
-                "{{\"apiVersion\": \"authentication.k8s.io/v1\", \"kind\": \"TokenReview\", \"spec\": {{\"token\": \"{token}\", \"audiences\": [\"nodelet-test\"]}}}}"
-            )
-            .as_bytes(),
-        )
-        .unwrap();
-    let out = review.wait_with_output().unwrap();
+    let out = kubectl_with_input(
+        &["create", "-f", "-", "-o", "json"],
+        &format!(
+            "{{\"apiVersion\": \"authentication.k8s.io/v1\", \"kind\": \"TokenReview\", \"spec\": {{\"token\": \"{token}\", \"audiences\": [\"nodelet-test\"]}}}}"
+        ),
+    );
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["status"]["authenticated"], true, "{answer}");
     assert_eq!(
