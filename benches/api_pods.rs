@@ -297,7 +297,8 @@ fn main() {
         );
         (kube::Client::try_from(config).unwrap(), cri)
     });
-    rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
+    rt.block_on(cri.pull_image("busybox:1.36", None, None))
+        .unwrap();
     let agent = agent::start_with_args(
         Path::new(env!("CARGO_BIN_EXE_nodelet")),
         &node,

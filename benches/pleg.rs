@@ -179,7 +179,8 @@ fn main() {
     let metrics = nodelet::metrics::Metrics::new();
     let cri =
         rt.block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), metrics.clone()) });
-    rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
+    rt.block_on(cri.pull_image("busybox:1.36", None, None))
+        .unwrap();
     let image = rt
         .block_on(cri.image_status("busybox:1.36"))
         .unwrap()

@@ -140,7 +140,8 @@ fn main() {
     let metrics = nodelet::metrics::Metrics::new();
     let cri = rt
         .block_on(async { Cri::new(&sock, &sock, Duration::from_secs(120), Arc::clone(&metrics)) });
-    rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
+    rt.block_on(cri.pull_image("busybox:1.36", None, None))
+        .unwrap();
 
     let agents: Vec<(&str, agent::Agent)> = std::iter::once((
         "nodelet",

@@ -636,7 +636,8 @@ fn main() {
             nodelet::metrics::Metrics::new(),
         )
     });
-    rt.block_on(cri.pull_image("busybox:1.36", None)).unwrap();
+    rt.block_on(cri.pull_image("busybox:1.36", None, None))
+        .unwrap();
     // kubelet removes every pod on its runtime that it did not start: its side runs only on a
     // runtime holding none but the benchmark's own.
     let kubelet = peer::side("scale", &rt, &cri);

@@ -237,8 +237,8 @@ impl ApiObjects {
     }
 }
 
-/// Every ConfigMap and Secret `pod` references: configMap, secret and projected volumes, and
-/// each container's `envFrom` and `configMapKeyRef`/`secretKeyRef` env (kubelet's
+/// Every ConfigMap and Secret `pod` references: `imagePullSecrets`, configMap, secret and
+/// projected volumes, and each container's `envFrom` and `configMapKeyRef`/`secretKeyRef` env (kubelet's
 /// `podutil.VisitPodConfigmapNames` / `VisitPodSecretNames`), in the pod's namespace.
 pub fn pod_references(pod: &Pod) -> BTreeSet<ObjectRef> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
@@ -255,6 +255,9 @@ pub fn pod_references(pod: &Pod) -> BTreeSet<ObjectRef> {
     let Some(spec) = pod.spec.as_ref() else {
         return BTreeSet::new();
     };
+    for r in spec.image_pull_secrets.iter().flatten() {
+        add(ObjectKind::Secret, &r.name);
+    }
     for v in spec.volumes.iter().flatten() {
         if let Some(cm) = &v.config_map {
             add(ObjectKind::ConfigMap, &cm.name);

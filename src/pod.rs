@@ -111,8 +111,6 @@ pub const FIELD_NOT_IMPLEMENTED: &str = "FieldNotImplemented";
 /// seen or edited, never dropped silently. Fields whose absence would lose data or weaken
 /// isolation are refused instead (`source::validation`).
 ///
-/// - `spec.imagePullSecrets`: kubelet passes the Secrets' registry credentials to `PullImage`
-///   (`kuberuntime_image.go`); nodelet pulls without credentials.
 /// - `spec.ephemeralContainers`: kubelet starts them (`computePodActions`'
 ///   `EphemeralContainersToStart`, the containers `kubectl debug` adds); nodelet does not.
 pub fn unimplemented_fields(pod: &Pod) -> Vec<(&'static str, &'static str)> {
@@ -120,16 +118,6 @@ pub fn unimplemented_fields(pod: &Pod) -> Vec<(&'static str, &'static str)> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    if spec
-        .image_pull_secrets
-        .as_ref()
-        .is_some_and(|s| !s.is_empty())
-    {
-        out.push((
-            "spec.imagePullSecrets",
-            "images are pulled without registry credentials, so a registry that requires them refuses the pull",
-        ));
-    }
     if spec
         .ephemeral_containers
         .as_ref()

@@ -364,7 +364,6 @@ fn a_static_pod_has_a_mirror_pod_that_follows_its_manifest() {
     delete_node(&node);
 }
 
-/// kubectl as the admin with `stdin` as input.
 /// Creates pod `name` in `default` bound to `node`, without a service account token (no
 /// controller manager mints one), its spec's other lines `rest`.
 fn apply_api_pod(name: &str, node: &str, rest: &str) {
@@ -1443,5 +1442,69 @@ fn an_api_pod_gets_a_service_account_token_bound_to_it() {
         answer["status"]["user"]["username"], "system:serviceaccount:default:default",
         "{answer}"
     );
+    leave(n, &name);
+}
+
+/// An API pod's `imagePullSecrets`: the Secret `kubectl create secret docker-registry` makes,
+/// read from the API server (the Node authorizer lets a node read the Secrets its pods name),
+/// opens the environment's password-protected registry (`private.registry.test`,
+/// scripts/env/up.sh), where the same pod without it is refused.
+#[test]
+fn an_api_pods_pull_secret_is_read_from_the_apiserver_and_pulls() {
+    let Some((n, node)) = joined(
+        "pullsecret",
+        "imagePullBackOff: {initialPeriod: 1s, maxPeriod: 2s}\n",
+    ) else {
+        return;
+    };
+    let (secret, name, anonymous) = (
+        format!("regcred-{node}"),
+        format!("private-{node}"),
+        format!("anonymous-{node}"),
+    );
+    kubectl(&[
+        "-n",
+        "default",
+        "create",
+        "secret",
+        "docker-registry",
+        &secret,
+        "--docker-server=private.registry.test",
+        "--docker-username=nodelet",
+        "--docker-password=registry-pass",
+    ])
+    .unwrap();
+    let spec = |secrets: &str| {
+        format!("  terminationGracePeriodSeconds: 1\n  imagePullSecrets: [{secrets}]\n  containers:\n  - {{name: c, image: 'private.registry.test/library/busybox:1.36', imagePullPolicy: Always, command: [sleep, '3600']}}\n")
+    };
+    apply_api_pod(&name, &node, &spec(&format!("{{name: {secret}}}")));
+    apply_api_pod(&anonymous, &node, &spec(""));
+    wait_api_pod_running(&name);
+    let uid = jsonpath("pod", &name, Some("default"), "{.metadata.uid}").unwrap();
+    assert_eq!(n.runtime.containers(&uid).len(), 1);
+    wait_until(
+        Duration::from_secs(30),
+        "the anonymous pull refused",
+        || {
+            jsonpath(
+                "pod",
+                &anonymous,
+                Some("default"),
+                "{.status.containerStatuses[0].state.waiting.message}",
+            )
+            .is_some_and(|m| m.contains("401 Unauthorized"))
+        },
+    );
+    let _ = kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        &anonymous,
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ]);
+    let _ = kubectl(&["-n", "default", "delete", "secret", &secret]);
     leave(n, &name);
 }

@@ -513,3 +513,80 @@ fn subdirectories_are_reported_once_and_long_hook_sleeps_are_refused() {
         .pod("sleepy")
         .is_none_or(|p| p["status"]["phase"] != "Running"));
 }
+
+/// `imagePullSecrets` (kubelet's `PullImage` with the pod's docker keyring) against the
+/// environment's password-protected registry (`private.registry.test`, served by
+/// docker-registry with htpasswd auth on 127.0.0.1:5001, scripts/env/up.sh): without
+/// credentials the runtime's pull is refused (401); with Secrets from the manifest directory the
+/// wrong password is tried first (its key is more specific), then the right one pulls and the
+/// container runs; a Secret that is not there is named in kubelet's Warning event.
+#[test]
+fn a_password_protected_registry_is_pulled_with_the_pods_pull_secrets() {
+    use base64::Engine as _;
+    let mut n = Nodelet::with_config(
+        "pullsecret",
+        "imagePullBackOff: {initialPeriod: 1s, maxPeriod: 2s}\n",
+    );
+    n.start();
+    let image = "private.registry.test/library/busybox:1.36";
+    let secret = |name: &str, registry: &str, entry: &str| {
+        let json = format!(r#"{{"auths": {{"{registry}": {entry}}}}}"#);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(json);
+        format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}}}\ntype: kubernetes.io/dockerconfigjson\ndata: {{.dockerconfigjson: {b64}}}\n")
+    };
+    let auth = base64::engine::general_purpose::STANDARD.encode("nodelet:registry-pass");
+    n.write_manifest(
+        "secrets.yaml",
+        &format!(
+            "{}---\n{}",
+            secret(
+                "wrong",
+                "private.registry.test/library",
+                r#"{"username": "nodelet", "password": "not-the-password"}"#
+            ),
+            secret(
+                "regcred",
+                "https://private.registry.test/v2/",
+                &format!(r#"{{"auth": "{auth}"}}"#)
+            ),
+        ),
+    );
+    let pod = |name: &str, secrets: &str| {
+        manifest(
+            name,
+            &format!("  imagePullSecrets: [{secrets}]\n  containers:\n  - {{name: c, image: {image}, imagePullPolicy: Always, command: [sleep, '3600']}}\n"),
+        )
+    };
+    n.write_manifest("anonymous.yaml", &pod("anonymous", ""));
+    n.write_manifest(
+        "private.yaml",
+        &pod("private", "{name: wrong}, {name: missing}, {name: regcred}"),
+    );
+    let uid = n.uid("private");
+    let running = n.wait_running(&uid, &["c"], Duration::from_secs(60));
+    // The runtime runs it from the private registry's image.
+    let st = n.runtime.container_status(&running["c"].id);
+    assert!(st.image_ref.contains("sha256:"), "{st:?}");
+    wait_until(
+        Duration::from_secs(30),
+        "the anonymous pull refused",
+        || {
+            let w = &status(&n, "anonymous")["containerStatuses"][0]["state"]["waiting"];
+            (w["reason"] == "ErrImagePull" || w["reason"] == "ImagePullBackOff")
+                && w["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("401 Unauthorized"))
+        },
+    );
+    let events = n.get("/events").unwrap();
+    assert!(
+        events.contains("Unable to retrieve some image pull secrets (missing); attempting to pull the image may not succeed."),
+        "{events}"
+    );
+    // Both Secrets' credentials matched the image (the wrong one's more specific key first,
+    // as the unit tests show), and the pull went on past the refused one.
+    assert!(n.log().contains("credentials=2"), "{}", n.log());
+    // No password reaches the agent's log or its events.
+    assert!(!n.log().contains("registry-pass") && !n.log().contains(&auth));
+    assert!(!events.contains("registry-pass") && !events.contains("not-the-password"));
+}

@@ -41,7 +41,7 @@ fn has_image(rt: &Runtime, reference: &str) -> bool {
 
 fn pull(rt: &Runtime, reference: &str) {
     rt.rt
-        .block_on(rt.cri.pull_image(reference, None))
+        .block_on(rt.cri.pull_image(reference, None, None))
         .unwrap_or_else(|e| panic!("pull {reference}: {e}"));
 }
 

@@ -119,7 +119,7 @@ pub fn cri_with_busybox(rt: &tokio::runtime::Runtime) -> nodelet::cri::Cri {
             nodelet::metrics::Metrics::new(),
         )
     });
-    rt.block_on(cri.pull_image("busybox:1.36", None))
+    rt.block_on(cri.pull_image("busybox:1.36", None, None))
         .unwrap_or_else(|e| panic!("pull busybox:1.36 on {}: {e}", sock.display()));
     cri
 }

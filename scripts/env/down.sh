@@ -127,6 +127,7 @@ if [[ -n $shims ]]; then
 fi
 
 nodelet_stop_pidfile "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" registry
+nodelet_stop_pidfile "$PRIVATE_REGISTRY_PIDFILE" "$PRIVATE_REGISTRY_CONFIG" "private registry"
 
 # ---------------------------------------------------------------------------------------------
 # 3. Mounts (pod netns, sandbox shm, container rootfs) and containerd's runtime state

@@ -249,29 +249,65 @@ mkdir -p "$REGISTRY_DIR/data"
 registry_config_changed=
 write_if_changed "$REGISTRY_CONFIG" "$REGISTRY_CONFIG_TEXT" && registry_config_changed=1
 
-registry_answers() { curl -sf -o /dev/null --max-time 2 "http://$REGISTRY/v2/"; }
-
-if nodelet_pid_alive "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" && [[ -z $registry_config_changed ]] &&
-    registry_answers; then
-    say "registry: already running on $REGISTRY"
-else
-    if nodelet_pid_alive "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG"; then
-        say "registry: restarting (config changed or not answering)"
-        nodelet_stop_pidfile "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" registry
+# serve_registry LABEL CHANGED PIDFILE CONFIG LOG ADDR [CURL_ARGS...]: docker-registry serving
+# CONFIG on ADDR, (re)started unless it runs with an unchanged config (CHANGED empty) and answers.
+serve_registry() {
+    local label=$1 changed=$2 pidfile=$3 config=$4 log=$5 addr=$6 i
+    shift 6
+    answers() { curl -sf -o /dev/null --max-time 2 "$@" "http://$addr/v2/"; }
+    if nodelet_pid_alive "$pidfile" "$config" && [[ -z $changed ]] && answers "$@"; then
+        say "$label: already running on $addr"
+        return 0
     fi
-    if registry_answers; then
-        die "something else answers on http://$REGISTRY/v2/ (not our registry); stop it first"
+    if nodelet_pid_alive "$pidfile" "$config"; then
+        say "$label: restarting (config changed or not answering)"
+        nodelet_stop_pidfile "$pidfile" "$config" "$label"
     fi
-    start_daemon "$REGISTRY_PIDFILE" "$REGISTRY_LOG" /usr/bin/docker-registry serve "$REGISTRY_CONFIG"
+    if curl -s -o /dev/null --max-time 2 "http://$addr/v2/"; then
+        die "something else answers on http://$addr/v2/ (not our $label); stop it first"
+    fi
+    start_daemon "$pidfile" "$log" /usr/bin/docker-registry serve "$config"
     for ((i = 0; i < 100; i++)); do
-        registry_answers && break
-        nodelet_pid_alive "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" ||
-            { tail -n 20 "$REGISTRY_LOG" >&2; die "registry exited (log: $REGISTRY_LOG)"; }
+        answers "$@" && break
+        nodelet_pid_alive "$pidfile" "$config" ||
+            { tail -n 20 "$log" >&2; die "$label exited (log: $log)"; }
         sleep 0.1
     done
-    registry_answers || { tail -n 20 "$REGISTRY_LOG" >&2; die "registry does not answer"; }
-    say "registry: started on $REGISTRY (pid $(<"$REGISTRY_PIDFILE"))"
-fi
+    answers "$@" || { tail -n 20 "$log" >&2; die "$label does not answer"; }
+    say "$label: started on $addr (pid $(<"$pidfile"))"
+}
+
+serve_registry registry "$registry_config_changed" "$REGISTRY_PIDFILE" "$REGISTRY_CONFIG" \
+    "$REGISTRY_LOG" "$REGISTRY"
+
+# The same storage behind a password. The bcrypt hash (docker-registry reads no other) is of
+# $PRIVATE_REGISTRY_PASSWORD, a test credential that guards nothing.
+PRIVATE_HTPASSWD=$REGISTRY_DIR/private.htpasswd
+private_changed=
+write_if_changed "$PRIVATE_HTPASSWD" \
+    "$PRIVATE_REGISTRY_USER:\$2b\$05\$nodeletnodeletnodeletuUnn5fqqTlv66BkfycqEXkmWSEyi4iBa" &&
+    private_changed=1
+write_if_changed "$PRIVATE_REGISTRY_CONFIG" "# nodelet-env: the local registry's images behind a password (written by scripts/env/up.sh)
+version: 0.1
+log:
+  level: info
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $REGISTRY_DIR/data
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: $PRIVATE_REGISTRY
+auth:
+  htpasswd:
+    realm: nodelet-env
+    path: $PRIVATE_HTPASSWD" && private_changed=1
+serve_registry "private registry" "$private_changed" "$PRIVATE_REGISTRY_PIDFILE" \
+    "$PRIVATE_REGISTRY_CONFIG" "$PRIVATE_REGISTRY_LOG" "$PRIVATE_REGISTRY" \
+    -u "$PRIVATE_REGISTRY_USER:$PRIVATE_REGISTRY_PASSWORD"
 
 # ---------------------------------------------------------------------------------------------
 # 4. Push the images (skipped when the registry already has the same manifest digest)
@@ -319,6 +355,12 @@ server = \"http://$REGISTRY\"
 [host.\"http://$REGISTRY\"]
   capabilities = [\"pull\", \"resolve\"]" && say "containerd: wrote $CONTAINERD_CERTS_D/$upstream/hosts.toml"
 done
+# The password-protected registry under its own name, so that only credentials open it.
+write_if_changed "$CONTAINERD_CERTS_D/$PRIVATE_REGISTRY_NAME/hosts.toml" "# nodelet-env: the local registry's images behind a password.
+server = \"http://$PRIVATE_REGISTRY\"
+
+[host.\"http://$PRIVATE_REGISTRY\"]
+  capabilities = [\"pull\", \"resolve\"]" && say "containerd: wrote $CONTAINERD_CERTS_D/$PRIVATE_REGISTRY_NAME/hosts.toml"
 
 # No default route in pods and no masquerading: pod traffic stays on the bridge (the host is
 # reachable at the gateway address).

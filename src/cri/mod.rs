@@ -209,10 +209,12 @@ pub trait ImageService: Send + Sync + 'static {
         image: &str,
     ) -> impl Future<Output = CriResult<Option<cri::Image>>> + Send;
 
-    /// `PullImage`: returns the image reference. No deadline (kubelet pulls without one).
+    /// `PullImage` with the registry credentials `auth` (none: anonymous): returns the image
+    /// reference. No deadline (kubelet pulls without one).
     fn pull_image(
         &self,
         image: &str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> impl Future<Output = CriResult<String>> + Send;
 
@@ -685,6 +687,7 @@ impl ImageService for Cri {
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> CriResult<String> {
         let req = cri::PullImageRequest {
@@ -692,7 +695,7 @@ impl ImageService for Cri {
                 image: image.into(),
                 ..Default::default()
             }),
-            auth: None,
+            auth,
             sandbox_config,
         };
         cri_call!(self, image.pull_image, "pull_image", req, None).map(|r| r.image_ref)

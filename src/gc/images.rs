@@ -198,51 +198,6 @@ impl ImageRecords {
     }
 }
 
-/// A reference as the runtime records it (Docker's normalisation, containerd's
-/// `reference/docker.ParseNormalizedNamed`, then `TagNameOnly`): a name without a registry is on
-/// `docker.io` (`index.docker.io` is the same), an official image there is under `library/`, a
-/// name with neither tag nor digest is `:latest`, and a name with both keeps the digest alone.
-/// `busybox` → `docker.io/library/busybox:latest`; `docker.io/busybox:1.35` →
-/// `docker.io/library/busybox:1.35`; `x:1@sha256:…` → `docker.io/library/x@sha256:…`.
-pub fn normalize_reference(reference: &str) -> String {
-    let (named, digest) = match reference.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
-        None => (reference, None),
-    };
-    // A tag is a `:` after the last `/` (a `:` before it is a registry's port).
-    let last = named.rsplit('/').next().unwrap_or(named);
-    let (name, tag) = match last.rfind(':') {
-        Some(colon) => {
-            let cut = named.len() - last.len() + colon;
-            (&named[..cut], Some(&named[cut + 1..]))
-        }
-        None => (named, None),
-    };
-    let (domain, path) = match name.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            (first, rest.to_owned())
-        }
-        _ => ("docker.io", name.to_owned()),
-    };
-    let domain = if domain == "index.docker.io" {
-        "docker.io"
-    } else {
-        domain
-    };
-    let path = if domain == "docker.io" && !path.contains('/') {
-        format!("library/{path}")
-    } else {
-        path
-    };
-    match (digest, tag) {
-        (Some(d), _) => format!("{domain}/{path}@{d}"),
-        (None, Some(t)) => format!("{domain}/{path}:{t}"),
-        (None, None) => format!("{domain}/{path}:latest"),
-    }
-}
-
 /// The IDs of `images` that `references` (as written in pod specs, or image IDs) name: by
 /// normalised tag or digest, or by ID (`sha256:…`, or its hex alone).
 pub fn resolve<'a>(
@@ -263,7 +218,7 @@ pub fn resolve<'a>(
     for r in references {
         let id = by_name
             .get(r)
-            .or_else(|| by_name.get(normalize_reference(r).as_str()));
+            .or_else(|| by_name.get(crate::parsers::normalize_reference(r).as_str()));
         if let Some(id) = id {
             out.insert((*id).to_owned());
         }
@@ -344,46 +299,6 @@ mod tests {
     }
 
     #[test]
-    fn references_are_normalised_as_the_runtime_records_them() {
-        for (given, want) in [
-            ("busybox", "docker.io/library/busybox:latest"),
-            ("busybox:1.36", "docker.io/library/busybox:1.36"),
-            ("library/busybox:1.36", "docker.io/library/busybox:1.36"),
-            ("me/app", "docker.io/me/app:latest"),
-            ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"),
-            ("127.0.0.1:5000/x:1", "127.0.0.1:5000/x:1"),
-            ("127.0.0.1:5000/x", "127.0.0.1:5000/x:latest"),
-            ("localhost/x", "localhost/x:latest"),
-            ("busybox@sha256:ab", "docker.io/library/busybox@sha256:ab"),
-            ("docker.io/busybox:1.35", "docker.io/library/busybox:1.35"),
-            (
-                "index.docker.io/library/busybox",
-                "docker.io/library/busybox:latest",
-            ),
-            ("docker.io/me/app:2", "docker.io/me/app:2"),
-            (
-                "registry.k8s.io/etcd:3.4.23-0@sha256:0b10",
-                "registry.k8s.io/etcd@sha256:0b10",
-            ),
-            (
-                "busybox:1.36@sha256:ab",
-                "docker.io/library/busybox@sha256:ab",
-            ),
-            ("127.0.0.1:5000/x@sha256:ab", "127.0.0.1:5000/x@sha256:ab"),
-        ] {
-            assert_eq!(normalize_reference(given), want, "{given}");
-        }
-        let images = [
-            image("sha256:aa", 1, &["docker.io/library/busybox:1.36"]),
-            image("sha256:bb", 1, &["registry.k8s.io/pause:3.9"]),
-        ];
-        assert_eq!(
-            resolve(["busybox:1.36", "bb", "nothing:1"], &images),
-            ["sha256:aa".to_string(), "sha256:bb".to_string()].into()
-        );
-    }
-
-    #[test]
     fn thresholds_give_kubelets_amount_to_free() {
         let p = ImageGcPolicy::KUBELET;
         assert_eq!(p.bytes_to_free(1000, 200), None, "80% used: below 85%");
@@ -400,6 +315,18 @@ mod tests {
         };
         assert_eq!(off.bytes_to_free(1000, 0), None);
         assert_eq!(p.bytes_to_free(0, 0), None);
+    }
+
+    #[test]
+    fn references_resolve_to_image_ids_by_normalised_tag_or_id() {
+        let images = [
+            image("sha256:aa", 1, &["docker.io/library/busybox:1.36"]),
+            image("sha256:bb", 1, &["registry.k8s.io/pause:3.9"]),
+        ];
+        assert_eq!(
+            resolve(["busybox:1.36", "bb", "nothing:1"], &images),
+            ["sha256:aa".to_string(), "sha256:bb".to_string()].into()
+        );
     }
 
     #[test]

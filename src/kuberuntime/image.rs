@@ -187,10 +187,18 @@ fn path_component_ok(part: &str) -> bool {
 
 /// Makes sure the container's image is present and returns its references: `Always` pulls
 /// every time, `IfNotPresent` pulls when ImageStatus finds nothing, `Never` only looks.
+///
+/// A pull asks `credentials` for the registry credentials of the image's repository
+/// ([`crate::parsers::repository`]) and tries each in turn until one pulls; none:
+/// an anonymous pull (kubelet's `PullImage` in `kuberuntime_image.go`). Errors: as
+/// [`ImageError`]; a failed pull gives the runtime's message, or every attempt's as
+/// `[first, second]` (kubelet's aggregate error), and a `credentials` error (a pull secret
+/// that does not parse) fails the pull with its message.
 pub async fn ensure_image(
     cri: &impl ImageService,
     c: &Container,
     sandbox: &api::PodSandboxConfig,
+    credentials: impl FnOnce(&str) -> Result<Vec<api::AuthConfig>, String>,
 ) -> Result<EnsuredImage, ImageError> {
     let image = c.image.clone().unwrap_or_default();
     check_reference(&image).map_err(|message| ImageError::InvalidName {
@@ -217,17 +225,34 @@ pub async fn ensure_image(
             return Err(ImageError::NeverPull { image });
         }
     }
-    tracing::info!(image = %image, "pulling image");
-    cri.pull_image(&image, Some(sandbox.clone()))
-        .await
-        .map(|id| EnsuredImage {
-            id,
-            status_ref: None,
-        })
-        .map_err(|e| ImageError::Pull {
-            image,
-            message: e.message,
-        })
+    let pull_error = |message| ImageError::Pull {
+        image: image.clone(),
+        message,
+    };
+    let creds = credentials(&crate::parsers::repository(&image)).map_err(pull_error)?;
+    tracing::info!(image = %image, credentials = creds.len(), "pulling image");
+    let attempts: Vec<Option<api::AuthConfig>> = if creds.is_empty() {
+        vec![None]
+    } else {
+        creds.into_iter().map(Some).collect()
+    };
+    let mut errors = Vec::new();
+    for auth in attempts {
+        match cri.pull_image(&image, auth, Some(sandbox.clone())).await {
+            Ok(id) => {
+                return Ok(EnsuredImage {
+                    id,
+                    status_ref: None,
+                })
+            }
+            Err(e) => errors.push(e.message),
+        }
+    }
+    Err(pull_error(if errors.len() == 1 {
+        errors.remove(0)
+    } else {
+        format!("[{}]", errors.join(", "))
+    }))
 }
 
 #[cfg(test)]

@@ -220,6 +220,44 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
     }
 
+    /// The registry credentials for pulling `repository` for `pod` (kubelet's
+    /// `getPullSecretsForPod` and `MakeDockerKeyring`, [`crate::credentialprovider`]): those of
+    /// the Secrets its `spec.imagePullSecrets` names, read from its objects, then the node's
+    /// `<root-dir>/config.json`. A named Secret that is absent is named in a Warning event
+    /// `FailedToRetrieveImagePullSecret` with kubelet's message, and the pull goes on without
+    /// it. Errors: a pull secret that does not parse, naming it.
+    fn pull_credentials(
+        &self,
+        pod: &Pod,
+        repository: &str,
+    ) -> Result<Vec<crate::cri::api::AuthConfig>, String> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let objects = self.objects_for(pod);
+        let names = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.image_pull_secrets.iter().flatten())
+            .map(|r| r.name.as_str());
+        let secrets = crate::credentialprovider::pull_secrets(names, |name| {
+            objects.get(crate::objects::ObjectKind::Secret, namespace, name)
+        })?;
+        if !secrets.missing.is_empty() {
+            self.recorder.warning(
+                crate::events::Involved::pod(pod),
+                "FailedToRetrieveImagePullSecret",
+                format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    secrets.missing.join(", ")
+                ),
+            );
+        }
+        let mut creds = secrets.keyring.lookup(repository);
+        creds.extend(
+            crate::credentialprovider::node_keyring(&self.settings.root_dir).lookup(repository),
+        );
+        Ok(creds)
+    }
+
     /// The service variables of `pod`'s containers ([`crate::envvars::pod_env`]). Errors:
     /// [`crate::envvars::NOT_SYNCED`].
     fn service_env(&self, pod: &Pod) -> Result<Vec<(String, String)>, String> {

@@ -359,7 +359,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 ),
             ));
         }
-        let image = match image::ensure_image(&self.cri, c, &sb.config).await {
+        let credentials = |repository: &str| self.pull_credentials(pod, repository);
+        let image = match image::ensure_image(&self.cri, c, &sb.config, credentials).await {
             Ok(r) => r,
             Err(e) => {
                 if matches!(e, image::ImageError::Pull { .. }) {

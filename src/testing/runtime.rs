@@ -581,15 +581,29 @@ impl ImageService for FakeRuntime {
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<api::AuthConfig>,
         _sandbox_config: Option<api::PodSandboxConfig>,
     ) -> CriResult<String> {
-        self.enter("pull_image", format!("PullImage {image}"))?;
+        let user = auth.as_ref().map(|a| a.username.as_str());
+        let call = match user {
+            Some(u) => format!("PullImage {image} as {u}"),
+            None => format!("PullImage {image}"),
+        };
+        self.enter("pull_image", call)?;
         let mut st = self.lock();
         if image.contains("missing") {
             return Err(CriError {
                 operation: "pull_image",
                 code: tonic::Code::NotFound,
                 message: format!("failed to resolve reference {image:?}: not found"),
+            });
+        }
+        // A private registry: only the user `right` may pull from it.
+        if image.contains("private") && user != Some("right") {
+            return Err(CriError {
+                operation: "pull_image",
+                code: tonic::Code::Unknown,
+                message: format!("failed to pull {image:?}: 401 Unauthorized"),
             });
         }
         st.images.insert(image.into());

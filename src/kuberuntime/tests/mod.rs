@@ -38,6 +38,10 @@ pub(super) struct Harness {
     pub(super) cgroups: Arc<MemCgroups>,
     pub(super) probes: crate::prober::ProbeManager,
     pub(super) probe_updates: crossbeam_channel::Receiver<crate::prober::ProbeResult>,
+    /// The static pods' ConfigMaps and Secrets.
+    pub(super) objects: crate::objects::LocalObjects,
+    /// `--root-dir`.
+    pub(super) root_dir: std::path::PathBuf,
     _tmp: tempfile::TempDir,
 }
 
@@ -48,6 +52,7 @@ pub(super) fn harness() -> Harness {
     let mut settings = Settings::example();
     settings.pod_logs_dir = tmp.path().join("logs");
     settings.root_dir = tmp.path().join("root");
+    let root_dir = settings.root_dir.clone();
     let cgroups = Arc::new(MemCgroups::default());
     let cm = ContainerManager::new(
         cgroups.clone(),
@@ -104,7 +109,7 @@ pub(super) fn harness() -> Harness {
             failed: failed.clone(),
             clock: clock.shared(),
             probes: probes.clone(),
-            objects,
+            objects: objects.clone(),
             pod_images: Default::default(),
             dead_containers: Default::default(),
             api_objects: Default::default(),
@@ -121,6 +126,8 @@ pub(super) fn harness() -> Harness {
         cgroups,
         probes,
         probe_updates: probe_rx,
+        objects,
+        root_dir,
         _tmp: tmp,
     }
 }

@@ -304,6 +304,106 @@ async fn a_missing_config_map_holds_the_pod_before_its_sandbox() {
     );
 }
 
+/// A Secret `name` of the pod's namespace holding `.dockerconfigjson` with one user for
+/// `registry`.
+fn pull_secret(h: &Harness, name: &str, registry: &str, user: &str) {
+    let json =
+        format!(r#"{{"auths": {{"{registry}": {{"username": "{user}", "password": "pw"}}}}}}"#);
+    h.objects.set(
+        crate::objects::ObjectRef {
+            kind: crate::objects::ObjectKind::Secret,
+            namespace: "default".into(),
+            name: name.into(),
+        },
+        Some([(".dockerconfigjson".to_owned(), json.into_bytes())].into()),
+    );
+}
+
+/// kubelet's `PullImage` with `imagePullSecrets`: the matching credentials, the most specific
+/// registry key first, then the node's `<root-dir>/config.json`, tried until one pulls; a
+/// Secret that is not there is named in a Warning event and the pull goes on.
+#[tokio::test]
+async fn pull_secrets_are_tried_most_specific_first_and_a_missing_one_is_named() {
+    let h = harness();
+    pull_secret(&h, "team", "private.example/team", "wrong");
+    pull_secret(&h, "host", "https://private.example/v2/", "right");
+    pull_secret(&h, "other", "elsewhere.example", "unused");
+    std::fs::create_dir_all(&h.root_dir).unwrap();
+    std::fs::write(
+        h.root_dir.join("config.json"),
+        r#"{"auths": {"private.example": {"username": "node", "password": "pw"}}}"#,
+    )
+    .unwrap();
+    let p = pod(
+        "{imagePullSecrets: [{name: other}, {name: gone}, {name: team}, {name: host}], containers: [{name: c, image: 'private.example/team/app:1'}]}",
+    );
+    h.sync(&p).await.unwrap();
+    assert_eq!(
+        h.rt.calls_of("PullImage"),
+        [
+            "PullImage private.example/team/app:1 as wrong",
+            "PullImage private.example/team/app:1 as right",
+        ]
+    );
+    assert_eq!(h.rt.running(), vec!["c"]);
+    let events = h.recorder.list();
+    assert!(
+        events.iter().any(|e| e.reason == "FailedToRetrieveImagePullSecret"
+            && e.message == "Unable to retrieve some image pull secrets (gone); attempting to pull the image may not succeed."),
+        "{events:?}"
+    );
+    // An image no key matches is pulled without credentials.
+    let p =
+        pod("{imagePullSecrets: [{name: team}], containers: [{name: c, image: 'busybox:1.35'}]}");
+    let h = harness();
+    pull_secret(&h, "team", "private.example/team", "wrong");
+    h.sync(&p).await.unwrap();
+    assert_eq!(h.rt.calls_of("PullImage"), ["PullImage busybox:1.35"]);
+}
+
+/// Every credential refused: ErrImagePull with each attempt's message (kubelet's aggregate
+/// error); a pull secret that does not parse fails the pull naming it, before any pull.
+#[tokio::test]
+async fn refused_credentials_and_broken_pull_secrets_are_err_image_pull() {
+    let h = harness();
+    pull_secret(&h, "a", "private.example", "ann");
+    pull_secret(&h, "b", "private.example", "bob");
+    let p = pod(
+        "{imagePullSecrets: [{name: a}, {name: b}], containers: [{name: c, image: 'private.example/app:1'}]}",
+    );
+    let e = h.sync(&p).await.unwrap_err();
+    assert!(e.contains("ErrImagePull"), "{e}");
+    let status = h.status();
+    let message = status.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap();
+    assert_eq!(
+        message,
+        r#"failed to pull image "private.example/app:1": [failed to pull "private.example/app:1": 401 Unauthorized, failed to pull "private.example/app:1": 401 Unauthorized]"#
+    );
+    assert_eq!(h.rt.calls_of("PullImage").len(), 2);
+
+    let h = harness();
+    h.objects.set(
+        crate::objects::ObjectRef {
+            kind: crate::objects::ObjectKind::Secret,
+            namespace: "default".into(),
+            name: "broken".into(),
+        },
+        Some([(".dockerconfigjson".to_owned(), b"{not json".to_vec())].into()),
+    );
+    let p = pod("{imagePullSecrets: [{name: broken}], containers: [{name: c, image: 'private.example/app:1'}]}");
+    let e = h.sync(&p).await.unwrap_err();
+    assert!(e.contains("ErrImagePull"), "{e}");
+    assert!(e.contains("image pull secret \"broken\": "), "{e}");
+    assert!(h.rt.calls_of("PullImage").is_empty());
+}
+
 #[tokio::test]
 async fn image_pull_policies_follow_kubelet() {
     let h = harness();
