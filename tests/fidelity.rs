@@ -519,7 +519,8 @@ fn subdirectories_are_reported_once_and_long_hook_sleeps_are_refused() {
 /// docker-registry with htpasswd auth on 127.0.0.1:5001, scripts/env/up.sh): without
 /// credentials the runtime's pull is refused (401); with Secrets from the manifest directory the
 /// wrong password is tried first (its key is more specific), then the right one pulls and the
-/// container runs; a Secret that is not there is named in kubelet's Warning event.
+/// container runs; a Secret that is not there is named in kubelet's Warning event; the node's
+/// `<root-dir>/config.json` serves a pod without pull secrets.
 #[test]
 fn a_password_protected_registry_is_pulled_with_the_pods_pull_secrets() {
     use base64::Engine as _;
@@ -586,6 +587,15 @@ fn a_password_protected_registry_is_pulled_with_the_pods_pull_secrets() {
     // Both Secrets' credentials matched the image (the wrong one's more specific key first,
     // as the unit tests show), and the pull went on past the refused one.
     assert!(n.log().contains("credentials=2"), "{}", n.log());
+    // The node's own credentials (`<root-dir>/config.json`, read at each pull) open it for
+    // the pod without pull secrets at its next attempt.
+    std::fs::write(
+        n.root().join("config.json"),
+        format!(r#"{{"auths": {{"private.registry.test": {{"auth": "{auth}"}}}}}}"#),
+    )
+    .unwrap();
+    let anonymous = n.uid("anonymous");
+    n.wait_running(&anonymous, &["c"], Duration::from_secs(30));
     // No password reaches the agent's log or its events.
     assert!(!n.log().contains("registry-pass") && !n.log().contains(&auth));
     assert!(!events.contains("registry-pass") && !events.contains("not-the-password"));
