@@ -103,32 +103,28 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
 }
 
-/// The event reason of a pod field that nodelet accepts but does not act on.
-pub const FIELD_NOT_IMPLEMENTED: &str = "FieldNotImplemented";
-
-/// The fields of `pod` that kubelet acts on and nodelet accepts without acting on them, each as
-/// `(field path, what the pod gets instead)`: named in a Warning event when the pod is first
-/// seen or edited, never dropped silently. Fields whose absence would lose data or weaken
-/// isolation are refused instead (`source::validation`).
+/// A pod spec's ephemeral containers (`spec.ephemeralContainers`, the debugging containers
+/// `kubectl debug` adds to a running API pod), each as the [`Container`] it is made from, with
+/// its `targetContainerName` beside it: kubelet runs an ephemeral container as a container of
+/// the pod (`EphemeralContainerCommon` converted to `v1.Container`), never restarted.
 ///
-/// - `spec.ephemeralContainers`: kubelet starts them (`computePodActions`'
-///   `EphemeralContainersToStart`, the containers `kubectl debug` adds); nodelet does not.
-pub fn unimplemented_fields(pod: &Pod) -> Vec<(&'static str, &'static str)> {
-    let Some(spec) = pod.spec.as_ref() else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    if spec
-        .ephemeral_containers
-        .as_ref()
-        .is_some_and(|c| !c.is_empty())
-    {
-        out.push((
-            "spec.ephemeralContainers",
-            "ephemeral containers are not started",
-        ));
-    }
-    out
+/// [`Container`]: k8s_openapi::api::core::v1::Container
+pub fn ephemeral_containers(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Vec<(k8s_openapi::api::core::v1::Container, Option<String>)> {
+    spec.ephemeral_containers
+        .iter()
+        .flatten()
+        .filter_map(|e| {
+            // The two types share every field but the target; the conversion is the API's own.
+            let mut v = serde_json::to_value(e).ok()?;
+            if let Some(m) = v.as_object_mut() {
+                m.remove("targetContainerName");
+            }
+            let c = serde_json::from_value(v).ok()?;
+            Some((c, e.target_container_name.clone()))
+        })
+        .collect()
 }
 
 /// The pod's `kubernetes.io/config.hash` annotation (its manifest version), empty when absent.

@@ -253,10 +253,6 @@ impl<S: PodSyncer> SyncLoop<S> {
             } else {
                 None
             };
-            // Named once per content this agent sees (after a restart too: events are its own).
-            if edited || !self.pods.contains_key(&uid) {
-                self.warn_unimplemented(&pod);
-            }
             self.pods.insert(uid, pod.clone());
             match rejection {
                 Some(r) => self.reject(pod, &r),
@@ -265,22 +261,6 @@ impl<S: PodSyncer> SyncLoop<S> {
         }
         if !self.housekept {
             self.handle_housekeeping();
-        }
-    }
-
-    /// A Warning event (and a log line) for each field of `pod` that nodelet accepts without
-    /// acting on ([`crate::pod::unimplemented_fields`]).
-    fn warn_unimplemented(&self, pod: &Pod) {
-        for (field, instead) in crate::pod::unimplemented_fields(pod) {
-            warn!(
-                uid = pod_uid(pod),
-                field, "pod field not implemented by nodelet: {instead}"
-            );
-            self.recorder.warning(
-                crate::events::Involved::pod(pod),
-                crate::pod::FIELD_NOT_IMPLEMENTED,
-                format!("{field} is not implemented by nodelet: {instead}"),
-            );
         }
     }
 
@@ -396,65 +376,6 @@ mod tests {
             .into_iter()
             .filter(|c| c.split(' ').nth(1) == Some(uid))
             .collect()
-    }
-
-    /// ephemeralContainers are accepted and named in a Warning event when the pod is first seen
-    /// and when it is edited, not at each resync or reconcile; imagePullSecrets, acted on, are
-    /// not named.
-    #[tokio::test(start_paused = true)]
-    async fn fields_not_implemented_are_named_once_per_content() {
-        let (_rec, queue, workers) = recording_workers();
-        let (tx, _rx) = crossbeam_channel::unbounded();
-        let cfg = crate::source::PodConfig::new(tx);
-        let mut l = SyncLoop::new(
-            workers,
-            queue,
-            cfg.readiness(),
-            Box::new(|_| {}),
-            Recorder::default(),
-            10,
-        );
-        let with = |hash: &str| {
-            let mut p: Pod = serde_yaml::from_str(
-                "metadata: {uid: a, name: web, namespace: default}\nspec:\n  imagePullSecrets: [{name: regcred}]\n  ephemeralContainers: [{name: debug, image: busybox}]\n  containers: [{name: c, image: busybox}]\n",
-            )
-            .unwrap();
-            p.metadata.annotations = Some(
-                [(
-                    crate::pod::CONFIG_HASH_ANNOTATION.to_owned(),
-                    hash.to_owned(),
-                )]
-                .into(),
-            );
-            Arc::new(p)
-        };
-        let update = |op, p| PodUpdate {
-            op,
-            source: "file",
-            pods: vec![p],
-        };
-        let warnings = |l: &SyncLoop<_>| {
-            l.recorder
-                .list()
-                .into_iter()
-                .filter(|e| e.reason == crate::pod::FIELD_NOT_IMPLEMENTED)
-                .map(|e| e.message)
-                .collect::<Vec<_>>()
-        };
-        l.handle_config(update(PodOp::Add, with("1")));
-        let first = warnings(&l);
-        assert_eq!(first.len(), 1, "{first:?}");
-        assert!(
-            first
-                .iter()
-                .any(|m| m.starts_with("spec.ephemeralContainers")),
-            "{first:?}"
-        );
-        l.handle_config(update(PodOp::Update, with("1")));
-        l.handle_config(update(PodOp::Reconcile, with("1")));
-        assert_eq!(warnings(&l).len(), 1, "the same content: no new warning");
-        l.handle_config(update(PodOp::Update, with("2")));
-        assert_eq!(warnings(&l).len(), 2, "an edit is named again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -834,31 +834,27 @@ fn pods_from_a_static_pod_url_run_survive_a_failing_url_and_follow_its_body() {
     });
 }
 
+/// A manifest with `ephemeralContainers` is refused, as kubelet refuses it (the API server's
+/// `ValidatePodCreate`: they are added to a running pod, never created with it); the refusal
+/// names the field and the file, and the pod beside it runs.
 #[test]
-fn fields_nodelet_does_not_act_on_are_named_in_a_warning() {
-    let mut n = Nodelet::new("unimpl");
+fn a_manifest_with_ephemeral_containers_is_refused_naming_the_field() {
+    let mut n = Nodelet::new("ephemeral");
     n.start();
-    let manifest = LOOP.replace("NAME", "unimpl").replace(
+    let manifest = LOOP.replace("NAME", "debugged").replace(
         "  containers:",
-        "  imagePullSecrets: [{name: regcred}]\n  ephemeralContainers: [{name: debug, image: busybox:1.36, command: [sleep, '3600']}]\n  containers:",
+        "  ephemeralContainers: [{name: debug, image: busybox:1.36, command: [sleep, '3600']}]\n  containers:",
     );
-    n.write_manifest("p.yaml", &manifest);
-    let uid = n.uid("unimpl");
-    // The pod runs (the pull needs no credentials here), without its ephemeral container, and
-    // both fields are named.
+    n.write_manifest("debugged.yaml", &manifest);
+    n.write_manifest("plain.yaml", &LOOP.replace("NAME", "plain"));
+    let uid = n.uid("plain");
     n.wait_running(&uid, &["c"], Duration::from_secs(30));
     let mut events = String::new();
-    wait_until(Duration::from_secs(10), "both fields named", || {
+    wait_until(Duration::from_secs(10), "the refusal reported", || {
         events = n.get("/events").unwrap_or_default();
-        events.contains("spec.imagePullSecrets is not implemented by nodelet")
-            && events.contains("spec.ephemeralContainers is not implemented by nodelet")
+        events.contains("spec.ephemeralContainers") && events.contains("cannot be set on create")
     });
-    assert!(events.contains("FieldNotImplemented"), "{events}");
-    let names: Vec<String> = n
-        .runtime
-        .containers(&uid)
-        .iter()
-        .filter_map(|c| c.metadata.as_ref().map(|m| m.name.clone()))
-        .collect();
-    assert_eq!(names, vec!["c".to_owned()], "no ephemeral container made");
+    assert!(events.contains("debugged.yaml"), "{events}");
+    assert!(n.pod("debugged").is_none(), "not admitted");
+    assert_eq!(n.pods().len(), 1);
 }

@@ -200,9 +200,18 @@ admin_curl() { # PATH
     curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$SERVER$1"
 }
 
+# Ephemeral containers (`kubectl debug`) are alpha in 1.20: the ephemeralcontainers subresource
+# exists only with the gate.
+APISERVER_GATES=--feature-gates=EphemeralContainers=true
+
 # kube-apiserver on PORT against the etcd, if not running; waits until it is ready.
 start_apiserver() { # PORT PIDFILE LOG
     local port=$1 pidfile=$2 log=$3 start
+    # One started before its flags changed (the feature gates below) is started again.
+    if running "$pidfile" && ! tr '\0' ' ' <"/proc/$(cat "$pidfile")/cmdline" | grep -q -- "$APISERVER_GATES"; then
+        say "kube-apiserver: restarting on :$port (its flags changed)"
+        stop "$pidfile"
+    fi
     if ! running "$pidfile"; then
         "$APISERVER_BIN" --etcd-servers=http://127.0.0.1:22379 \
             --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" --insecure-port=0 \
@@ -216,6 +225,7 @@ start_apiserver() { # PORT PIDFILE LOG
             --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
             --service-account-issuer=https://kubernetes.default.svc.cluster.local \
             --service-cluster-ip-range=10.96.0.0/12 --allow-privileged=true \
+            "$APISERVER_GATES" \
             >"$log" 2>&1 &
         echo $! >"$pidfile"
         say "kube-apiserver: started on https://127.0.0.1:$port"

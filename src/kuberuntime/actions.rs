@@ -68,6 +68,11 @@ pub struct PodActions {
     pub sidecars_to_start: Vec<ToStart>,
     /// Running containers to kill: (container ID, name, reason).
     pub containers_to_kill: Vec<(String, String, KillReason)>,
+    /// Ephemeral containers to start (indices into `spec.ephemeralContainers`): those the
+    /// runtime has never held for this pod (kubelet's `EphemeralContainersToStart`). Started
+    /// before any init or app container, so that a pod stuck initializing can be debugged;
+    /// never restarted; none in a new sandbox or a pod being killed.
+    pub ephemeral_to_start: Vec<usize>,
 }
 
 /// The pod's restart policy (`Always` when absent).
@@ -269,6 +274,20 @@ pub fn compute_pod_actions_with(
     status: &RuntimePodStatus,
     probes: &dyn crate::prober::ProbeView,
 ) -> PodActions {
+    let mut a = container_actions(pod, status, probes);
+    if a.kill_pod || a.create_sandbox.is_some() {
+        a.ephemeral_to_start.clear();
+    }
+    a
+}
+
+/// [`compute_pod_actions_with`] before ephemeral containers are held back from a pod that is
+/// killed or made again.
+fn container_actions(
+    pod: &Pod,
+    status: &RuntimePodStatus,
+    probes: &dyn crate::prober::ProbeView,
+) -> PodActions {
     let mut a = PodActions::default();
     let Some(spec) = pod.spec.as_ref() else {
         return a;
@@ -315,6 +334,13 @@ pub fn compute_pod_actions_with(
             .find(|c| c.sandbox_id == sandbox)
             .cloned()
     };
+    let ephemeral = spec.ephemeral_containers.as_deref().unwrap_or(&[]);
+    a.ephemeral_to_start = ephemeral
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| status.latest(&e.name).is_none())
+        .map(|(i, _)| i)
+        .collect();
 
     // Init containers, one at a time, unless a regular container already exists in this
     // sandbox: then they all ran (they may have been removed since), as kubelet's
@@ -414,7 +440,8 @@ pub fn compute_pod_actions_with(
         .filter(|rc| rc.sandbox_id == sandbox && rc.state() == ContainerState::Running)
     {
         let known = spec.containers.iter().any(|c| c.name == rc.name)
-            || (rc.is_init && inits.iter().any(|c| c.name == rc.name));
+            || (rc.is_init && inits.iter().any(|c| c.name == rc.name))
+            || ephemeral.iter().any(|e| e.name == rc.name);
         if !known {
             a.containers_to_kill
                 .push((rc.id.clone(), rc.name.clone(), KillReason::NotInSpec));

@@ -363,6 +363,22 @@ pub struct ContainerInputs<'a> {
     pub env_sources: EnvSources<'a>,
 }
 
+/// An ephemeral container's process namespace: that of its target container `target_id` (CRI
+/// `NamespaceMode::TARGET`), where the pod gives each container its own; in a pod that shares one
+/// process namespace, or the host's, it keeps that (kubelet's `generateLinuxContainerConfig`
+/// with a namespace target).
+pub fn join_target_pid_namespace(config: &mut api::ContainerConfig, target_id: &str) {
+    let ns = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut());
+    if let Some(ns) = ns.filter(|ns| ns.pid == api::NamespaceMode::Container as i32) {
+        ns.pid = api::NamespaceMode::Target as i32;
+        ns.target_id = target_id.to_owned();
+    }
+}
+
 /// Builds the ContainerConfig: metadata, image, command/args with `$(VAR)` expanded, env,
 /// working dir, kubelet's labels and annotations, log path `<name>/<restart>.log` (relative to the
 /// sandbox log directory) and namespace options.

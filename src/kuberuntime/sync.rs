@@ -43,6 +43,15 @@ impl PodActions {
     }
 }
 
+/// One container to start: its spec, its restart count, whether it is an init container, and
+/// for an ephemeral container with a target, the target's container ID (or why there is none).
+struct Starting<'a> {
+    c: &'a k8s_openapi::api::core::v1::Container,
+    start: &'a ToStart,
+    is_init: bool,
+    target: Option<Result<String, String>>,
+}
+
 impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// The actions a sync of `pod` takes from its runtime state `rt` (kubelet's
     /// `computePodActions`, with the containers failed probes kill), with the containers in
@@ -139,7 +148,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         // Stopped before anything starts: a replacement may need the same host port.
         self.stop_containers(pod, &self.hook_ips(pod, rt), to_kill)
             .await?;
-        self.start_containers(pod, actions, &sb, &ips, inputs.volumes, result)
+        self.start_containers(pod, rt, actions, &sb, &ips, inputs.volumes, result)
             .await;
         Ok(())
     }
@@ -191,9 +200,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// Starts what `actions` says: the next init container, or the sidecars that exited and
     /// then the app containers, one at a time in spec order, each one's outcome in `result`. A
     /// failure does not hold back the containers after it.
+    #[allow(clippy::too_many_arguments)]
     async fn start_containers(
         &self,
         pod: &Pod,
+        rt: &RuntimePodStatus,
         actions: &PodActions,
         sb: &SandboxInfo,
         ips: &[String],
@@ -213,10 +224,51 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 .chain(actions.containers_to_start.iter().map(|s| (s, false)))
                 .collect(),
         };
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
+        // Ephemeral containers first (kubelet's SyncPod step 5), so that a pod whose init
+        // containers do not finish can be debugged. One with a target joins the process
+        // namespace of the target's latest container.
+        let ephemeral = crate::pod::ephemeral_containers(spec);
+        for &index in &actions.ephemeral_to_start {
+            let Some((c, target)) = ephemeral.get(index) else {
+                continue;
+            };
+            let target = target.as_deref().map(|t| {
+                rt.latest(t)
+                    .map(|rc| rc.id.clone())
+                    .ok_or_else(|| format!("unable to find target container {t}"))
+            });
+            let one = Starting {
+                c,
+                start: &ToStart {
+                    index,
+                    restart_count: 0,
+                },
+                is_init: false,
+                target,
+            };
+            let outcome = self.start_one(pod, one, sb, ips, volumes).await;
+            result.add(SyncAction::StartContainer, &c.name, outcome.err());
+        }
         for (s, is_init) in starts {
-            let outcome = self.start_one(pod, s, is_init, sb, ips, volumes).await;
-            let name = container_name(pod, s, is_init);
-            result.add(SyncAction::StartContainer, &name, outcome.err());
+            let list = if is_init {
+                spec.init_containers.as_deref().unwrap_or(&[])
+            } else {
+                &spec.containers[..]
+            };
+            let Some(c) = list.get(s.index) else {
+                continue;
+            };
+            let one = Starting {
+                c,
+                start: s,
+                is_init,
+                target: None,
+            };
+            let outcome = self.start_one(pod, one, sb, ips, volumes).await;
+            result.add(SyncAction::StartContainer, &c.name, outcome.err());
         }
     }
 
@@ -307,22 +359,21 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     async fn start_one(
         &self,
         pod: &Pod,
-        start: &ToStart,
-        is_init: bool,
+        one: Starting<'_>,
         sb: &SandboxInfo,
         pod_ips: &[String],
         volumes: &BTreeMap<String, PathBuf>,
     ) -> Result<(), StartFailure> {
+        let Starting {
+            c,
+            start,
+            is_init,
+            target,
+        } = one;
         let spec = pod.spec.as_ref().ok_or_else(|| StartFailure {
             reason: "CreateContainerConfigError",
             message: "pod has no spec".into(),
         })?;
-        let list = if is_init {
-            spec.init_containers.as_deref().unwrap_or(&[])
-        } else {
-            &spec.containers[..]
-        };
-        let c = &list[start.index];
         let uid = pod_uid(pod);
         // What a runtime or path error could quote of the pod's Secrets is taken out of every
         // message (a value in the env, a subPathExpr expanded with it).
@@ -385,9 +436,13 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             )
             .map_err(|e| fail("CreateContainerConfigError", e))?;
         }
-        let config = self
+        let mut config = self
             .container_config_with_mounts(pod, c, start, is_init, &image.id, pod_ips, volumes)
             .map_err(|e| fail("CreateContainerConfigError", e))?;
+        if let Some(target) = target {
+            let target = target.map_err(|e| fail("CreateContainerConfigError", e))?;
+            container::join_target_pid_namespace(&mut config, &target);
+        }
         let log_dir = PathBuf::from(&sb.config.log_directory).join(&c.name);
         std::fs::create_dir_all(&log_dir).map_err(|e| {
             fail(
@@ -566,19 +621,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .retain(|s| !held(&inits[s.index].name));
         wait
     }
-}
-
-/// The name of the container `s` stands for (an init container when `is_init`).
-fn container_name(pod: &Pod, s: &ToStart, is_init: bool) -> String {
-    let spec = pod.spec.as_ref();
-    let list = if is_init {
-        spec.and_then(|s| s.init_containers.as_deref())
-    } else {
-        spec.map(|s| &s.containers[..])
-    };
-    list.and_then(|l| l.get(s.index))
-        .map(|c| c.name.clone())
-        .unwrap_or_default()
 }
 
 /// The CRI runtime handler a pod's sandbox runs under: its `runtimeClassName` taken as the

@@ -63,6 +63,7 @@ fn validate_pod_from(pod: &Pod, from_api: bool) -> Result<(), FieldError> {
         return Err(err("spec", "", "is required"));
     };
     validate_containers(spec)?;
+    validate_ephemeral(spec, from_api)?;
     validate_pod_fields(pod, spec, from_api)
 }
 
@@ -213,9 +214,12 @@ fn validate_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(),
     }
     let mut seen = std::collections::BTreeSet::new();
     let init = spec.init_containers.as_deref().unwrap_or(&[]);
+    let ephemeral = crate::pod::ephemeral_containers(spec);
+    let ephemeral: Vec<Container> = ephemeral.into_iter().map(|(c, _)| c).collect();
     for (list, containers) in [
         ("spec.initContainers", init),
         ("spec.containers", &spec.containers[..]),
+        ("spec.ephemeralContainers", &ephemeral[..]),
     ] {
         // The API server defaults terminationGracePeriodSeconds to 30, and a negative one to
         // 1, before it validates.
@@ -237,7 +241,7 @@ fn validate_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(),
             validate_env(list, i, c, spec)?;
             if let Some(p) = c.restart_policy.as_deref() {
                 let field = format!("{list}[{i}].restartPolicy");
-                if list == "spec.containers" {
+                if list != "spec.initContainers" {
                     return Err(err(field, p, "may only be set on init containers"));
                 }
                 if p != "Always" {
@@ -251,6 +255,46 @@ fn validate_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(),
                     "duplicates another container's name",
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// `spec.ephemeralContainers`: only in a pod from the API server, which adds them to a running
+/// pod through its `ephemeralcontainers` subresource (`kubectl debug`); a manifest may not set
+/// them (the API server's `ValidatePodCreate`, which kubelet applies to static pods too). Each
+/// `targetContainerName` names an init or app container.
+fn validate_ephemeral(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    from_api: bool,
+) -> Result<(), FieldError> {
+    let ephemeral = spec.ephemeral_containers.as_deref().unwrap_or(&[]);
+    if ephemeral.is_empty() {
+        return Ok(());
+    }
+    if !from_api {
+        return Err(err(
+            "spec.ephemeralContainers",
+            "",
+            "Forbidden: cannot be set on create (the API server adds ephemeral containers to a running pod, as kubectl debug does; kubelet refuses them in a static pod too)",
+        ));
+    }
+    for (i, e) in ephemeral.iter().enumerate() {
+        let Some(target) = e.target_container_name.as_deref() else {
+            continue;
+        };
+        let known = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .any(|c| c.name == target);
+        if !known {
+            return Err(err(
+                format!("spec.ephemeralContainers[{i}].targetContainerName"),
+                target,
+                "must name an init or app container of the pod",
+            ));
         }
     }
     Ok(())
@@ -581,6 +625,33 @@ mod tests {
 
     fn pod(yaml: &str) -> Pod {
         serde_yaml::from_str(yaml).unwrap()
+    }
+
+    /// Ephemeral containers: refused in a manifest (kubelet's `ValidatePodCreate`), accepted in
+    /// a pod from the API server with their names checked as any container's and a target
+    /// that names a container of the pod.
+    #[test]
+    fn ephemeral_containers_only_in_api_pods_with_a_known_target() {
+        let with = |eph: &str| {
+            pod(&format!(
+                "metadata: {{name: ok}}\nspec: {{containers: [{{name: c, image: b}}], ephemeralContainers: [{eph}]}}"
+            ))
+        };
+        let p = with("{name: debug, image: b, targetContainerName: c}");
+        let e = validate_pod(&p).unwrap_err();
+        assert_eq!(e.field, "spec.ephemeralContainers");
+        assert!(
+            e.reason.starts_with("Forbidden: cannot be set on create"),
+            "{e:?}"
+        );
+        assert_eq!(validate_api_pod(&p), Ok(()));
+        let e = validate_api_pod(&with("{name: debug, image: b, targetContainerName: nope}"))
+            .unwrap_err();
+        assert_eq!(e.field, "spec.ephemeralContainers[0].targetContainerName");
+        let e = validate_api_pod(&with("{name: c, image: b}")).unwrap_err();
+        assert_eq!(e.field, "spec.ephemeralContainers[0].name");
+        let e = validate_api_pod(&with("{name: Bad, image: b}")).unwrap_err();
+        assert_eq!(e.field, "spec.ephemeralContainers[0].name");
     }
 
     #[test]

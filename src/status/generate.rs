@@ -559,6 +559,26 @@ pub fn generate_pod_status(
         },
         policy,
     );
+    // Ephemeral containers are never restarted; the default waiting reason is the one kubelet
+    // gives them (its init containers', by whether the pod has any); never ready.
+    let ephemeral: Vec<Container> = crate::pod::ephemeral_containers(spec)
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    let mut ephemeral_st = container_statuses(
+        false,
+        &ephemeral,
+        &inputs,
+        if inits.is_empty() {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
+        },
+        "Never",
+    );
+    for st in &mut ephemeral_st {
+        st.ready = false;
+    }
     let phase = pod_phase(pod, &init_st, &app_st);
     let sandbox = rt.sandboxes.first().filter(|s| s.ready);
     let host_network = spec.host_network.unwrap_or(false);
@@ -588,6 +608,7 @@ pub fn generate_pod_status(
         qos_class: Some(pod_qos_class(pod).as_str().into()),
         init_container_statuses: (!init_st.is_empty()).then_some(init_st),
         container_statuses: Some(app_st),
+        ephemeral_container_statuses: (!ephemeral_st.is_empty()).then_some(ephemeral_st),
         ..Default::default()
     }
 }

@@ -189,6 +189,18 @@ impl FakeRuntime {
             .collect()
     }
 
+    /// The IDs of the containers named `name`, newest first.
+    pub fn containers_named(&self, name: &str) -> Vec<String> {
+        let st = self.lock();
+        let mut v: Vec<_> = st
+            .containers
+            .iter()
+            .filter(|(_, c)| c.name() == name)
+            .collect();
+        v.sort_by_key(|(_, c)| std::cmp::Reverse(c.created_at));
+        v.into_iter().map(|(id, _)| id.clone()).collect()
+    }
+
     /// The config a container was created with (its latest instance of that name).
     pub fn container_config(&self, name: &str) -> Option<api::ContainerConfig> {
         let st = self.lock();

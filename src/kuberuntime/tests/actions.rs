@@ -443,3 +443,42 @@ fn a_container_in_unknown_state_is_killed_before_it_starts_again() {
     );
     assert!(!a.kill_pod);
 }
+
+/// kubelet's `EphemeralContainersToStart`: an ephemeral container the runtime never held is
+/// started, even while an init container runs; once it exists it is never started again, nor
+/// killed as unknown; none in a new sandbox.
+#[test]
+fn ephemeral_containers_start_once_and_are_not_killed_as_unknown() {
+    let mut p = pod("Always", &["i1"], &["a"]);
+    p.spec.as_mut().unwrap().ephemeral_containers = Some(
+        serde_yaml::from_str("[{name: debug, image: busybox, targetContainerName: a}]").unwrap(),
+    );
+    assert!(
+        compute_pod_actions(&p, &RuntimePodStatus::default())
+            .ephemeral_to_start
+            .is_empty(),
+        "not in a new sandbox"
+    );
+    let mut st = RuntimePodStatus {
+        sandboxes: vec![sandbox(&p, true, 0)],
+        containers: vec![container(&p, "i1", ContainerState::Running, 0, 0)],
+    };
+    assert_eq!(compute_pod_actions(&p, &st).ephemeral_to_start, [0]);
+    st.containers = vec![
+        container(&p, "i1", ContainerState::Exited, 0, 0),
+        container(&p, "a", ContainerState::Running, 0, 0),
+        container(&p, "debug", ContainerState::Running, 0, 0),
+    ];
+    let a = compute_pod_actions(&p, &st);
+    assert!(a.ephemeral_to_start.is_empty());
+    assert!(
+        a.containers_to_kill.is_empty(),
+        "{:?}",
+        a.containers_to_kill
+    );
+    st.containers[2].state = Some(ContainerState::Exited);
+    st.containers[2].exit_code = 1;
+    let a = compute_pod_actions(&p, &st);
+    assert!(a.ephemeral_to_start.is_empty(), "never restarted");
+    assert!(!a.kill_pod);
+}

@@ -979,3 +979,77 @@ async fn a_burst_has_at_most_sixteen_sandbox_starts_in_flight() {
     assert_eq!(in_flight().len(), n + 1);
     assert_eq!(h.rt.sandboxes().len(), n + 1, "every pod has its sandbox");
 }
+
+/// Ephemeral containers (kubelet's SyncPod step 5): started before the init containers, in
+/// their target's process namespace (CRI `TARGET` with the target's ID); a target that has no
+/// container yet is a `CreateContainerConfigError` with kubelet's message, tried again at the
+/// next sync.
+#[tokio::test]
+async fn ephemeral_containers_start_first_in_their_targets_process_namespace() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
+    h.sync(&p).await.unwrap();
+    h.pleg_sees_it().await;
+    let mut debug = (*p).clone();
+    debug.spec.as_mut().unwrap().ephemeral_containers = Some(
+        serde_yaml::from_str(
+            "[{name: debug, image: 'busybox:1.36', targetContainerName: a}, {name: plain, image: 'busybox:1.36'}]",
+        )
+        .unwrap(),
+    );
+    let debug = Arc::new(debug);
+    h.sync(&debug).await.unwrap();
+    let target = h.rt.containers_named("a").first().cloned().expect("a runs");
+    let ns = |name: &str| {
+        h.rt.container_config(name)
+            .unwrap()
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap()
+    };
+    assert_eq!(
+        ns("debug").pid,
+        crate::cri::api::NamespaceMode::Target as i32
+    );
+    assert_eq!(ns("debug").target_id, target);
+    assert_eq!(
+        ns("plain").pid,
+        crate::cri::api::NamespaceMode::Container as i32
+    );
+    assert_eq!(h.rt.running(), vec!["a", "debug", "plain"]);
+    h.pleg_sees_it().await;
+    h.sync(&debug).await.unwrap();
+    assert_eq!(h.rt.calls_of("CreateContainer").len(), 3, "started once");
+    let st = h.status();
+    let eph = st.ephemeral_container_statuses.unwrap();
+    assert_eq!(eph.len(), 2);
+    assert!(eph[0].state.as_ref().unwrap().running.is_some(), "{eph:?}");
+    assert!(!eph[0].ready);
+
+    // A pod still in its init container: the ephemeral container comes first; its target has
+    // no container yet.
+    let h = harness();
+    let mut p = (*pod(&format!(
+        "{{initContainers: [{}], containers: [{}]}}",
+        apps(&["i1"]),
+        apps(&["app"])
+    )))
+    .clone();
+    h.sync(&Arc::new(p.clone())).await.unwrap();
+    h.pleg_sees_it().await;
+    p.spec.as_mut().unwrap().ephemeral_containers = Some(
+        serde_yaml::from_str(
+            "[{name: early, image: 'busybox:1.36'}, {name: late, image: 'busybox:1.36', targetContainerName: app}]",
+        )
+        .unwrap(),
+    );
+    let p = Arc::new(p);
+    let e = h.sync(&p).await.unwrap_err();
+    assert!(e.contains("unable to find target container app"), "{e}");
+    assert_eq!(h.rt.running(), vec!["early", "i1"]);
+    let creates = h.rt.calls_of("CreateContainer");
+    assert_eq!(creates.len(), 2, "{creates:?}");
+}
