@@ -1510,13 +1510,12 @@ fn an_api_pods_pull_secret_is_read_from_the_apiserver_and_pulls() {
 }
 
 /// `kubectl debug --target` (as 1.20's kubectl makes it): the API server adds an ephemeral
-/// container to the running pod;
-/// nodelet starts it in the target container's process namespace (it sees the target's
-/// processes), reports it in `ephemeralContainerStatuses`, never restarts it, and the pod's
-/// own container is not restarted.
+/// container to the running pod; nodelet starts it in the target container's process namespace
+/// (it sees the target's processes), reports it in `ephemeralContainerStatuses` and serves its
+/// log (`kubectl logs -c`); the pod's own container is not restarted.
 #[test]
 fn kubectl_debug_adds_an_ephemeral_container_in_the_targets_process_namespace() {
-    let Some((n, node)) = joined("debug", "") else {
+    let Some((n, node)) = joined_with_node_api("debug", "") else {
         return;
     };
     let name = format!("debugged-{node}");
@@ -1533,7 +1532,7 @@ fn kubectl_debug_adds_an_ephemeral_container_in_the_targets_process_namespace() 
     // take a Pod; kubectl 1.32 speaks only that, so the request is made here as 1.20's kubectl
     // makes it).
     let body = format!(
-        r#"{{"apiVersion": "v1", "kind": "EphemeralContainers", "metadata": {{"name": "{name}", "namespace": "default"}}, "ephemeralContainers": [{{"name": "debugger", "image": "busybox:1.36", "targetContainerName": "app", "command": ["sh", "-c", "ps -o pid,args > /tmp/ps; exec sleep 3602"], "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}}]}}"#
+        r#"{{"apiVersion": "v1", "kind": "EphemeralContainers", "metadata": {{"name": "{name}", "namespace": "default"}}, "ephemeralContainers": [{{"name": "debugger", "image": "busybox:1.36", "targetContainerName": "app", "command": ["sh", "-c", "ps -o pid,args | tee /tmp/ps; exec sleep 3602"], "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}}]}}"#
     );
     let out = kubectl_with_input(
         &[
@@ -1572,6 +1571,11 @@ fn kubectl_debug_adds_an_ephemeral_container_in_the_targets_process_namespace() 
         containers["app"].id, app,
         "the app container was not restarted"
     );
+    // Its log, through the API server and the node API, as any container's.
+    wait_until(Duration::from_secs(20), "kubectl logs -c debugger", || {
+        kubectl(&["-n", "default", "logs", &name, "-c", "debugger"])
+            .is_some_and(|l| l.contains("sleep 3601"))
+    });
     assert_eq!(
         jsonpath(
             "pod",

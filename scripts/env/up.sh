@@ -2,7 +2,8 @@
 # Bring the nodelet test environment up on a Debian 12 machine, as root:
 #   - install the Debian packages it needs (only what is missing),
 #   - build our pause and busybox OCI images (only when their sources changed),
-#   - run a local registry on 127.0.0.1:5000 and push the images to it,
+#   - run a local registry on 127.0.0.1:5000 and push the images to it, and serve the same
+#     images behind a password on 127.0.0.1:5001 (private.registry.test, for pull credentials),
 #   - run a private containerd (CRI plugin, runc, cgroupfs, CNI bridge) whose registry hosts for
 #     docker.io, registry.k8s.io and any other registry (_default) are that registry only,
 #   - check the whole chain (ctr pulls with the hosts dir, CRI Version and PullImage over gRPC).
@@ -224,9 +225,12 @@ build_image etcd "$(sha256sum "$ETCD_BUILD/usr/bin/etcd" "$LIBC" "$LDSO")" -- --
     --dir /tmp:1777 --dir /var --dir /var/lib --dir /proc --dir /sys --dir /dev --dir /etc
 
 # ---------------------------------------------------------------------------------------------
-# 3. Local registry on 127.0.0.1:5000
+# 3. Local registry on 127.0.0.1:5000 (and on 127.0.0.1:5001 behind a password)
 # ---------------------------------------------------------------------------------------------
-REGISTRY_CONFIG_TEXT="# nodelet-env: local registry (written by scripts/env/up.sh)
+# registry_config ADDR [EXTRA]: a docker-registry configuration serving the registry's storage
+# on ADDR, EXTRA (YAML) appended.
+registry_config() {
+    printf '%s%s' "# nodelet-env: local registry (written by scripts/env/up.sh)
 version: 0.1
 log:
   level: info
@@ -241,9 +245,11 @@ storage:
     uploadpurging:
       enabled: false
 http:
-  addr: $REGISTRY
+  addr: $1
   headers:
-    X-Content-Type-Options: [nosniff]"
+    X-Content-Type-Options: [nosniff]" "${2:-}"
+}
+REGISTRY_CONFIG_TEXT=$(registry_config "$REGISTRY")
 
 mkdir -p "$REGISTRY_DIR/data"
 registry_config_changed=
@@ -287,24 +293,11 @@ private_changed=
 write_if_changed "$PRIVATE_HTPASSWD" \
     "$PRIVATE_REGISTRY_USER:\$2b\$05\$nodeletnodeletnodeletuUnn5fqqTlv66BkfycqEXkmWSEyi4iBa" &&
     private_changed=1
-write_if_changed "$PRIVATE_REGISTRY_CONFIG" "# nodelet-env: the local registry's images behind a password (written by scripts/env/up.sh)
-version: 0.1
-log:
-  level: info
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $REGISTRY_DIR/data
-  maintenance:
-    uploadpurging:
-      enabled: false
-http:
-  addr: $PRIVATE_REGISTRY
+write_if_changed "$PRIVATE_REGISTRY_CONFIG" "$(registry_config "$PRIVATE_REGISTRY" "
 auth:
   htpasswd:
     realm: nodelet-env
-    path: $PRIVATE_HTPASSWD" && private_changed=1
+    path: $PRIVATE_HTPASSWD")" && private_changed=1
 serve_registry "private registry" "$private_changed" "$PRIVATE_REGISTRY_PIDFILE" \
     "$PRIVATE_REGISTRY_CONFIG" "$PRIVATE_REGISTRY_LOG" "$PRIVATE_REGISTRY" \
     -u "$PRIVATE_REGISTRY_USER:$PRIVATE_REGISTRY_PASSWORD"

@@ -197,9 +197,10 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .collect()
     }
 
-    /// Starts what `actions` says: the next init container, or the sidecars that exited and
-    /// then the app containers, one at a time in spec order, each one's outcome in `result`. A
-    /// failure does not hold back the containers after it.
+    /// Starts what `actions` says: the ephemeral containers never started (each joining its
+    /// target's process namespace, found in `rt`), then the next init container, or the sidecars
+    /// that exited and then the app containers, one at a time in spec order, each one's outcome
+    /// in `result`. A failure does not hold back the containers after it.
     #[allow(clippy::too_many_arguments)]
     async fn start_containers(
         &self,

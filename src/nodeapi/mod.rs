@@ -286,8 +286,9 @@ impl NodeApi {
     }
 }
 
-/// The container `name` of `pod`: what its status says of its instances, and its runtime ID
-/// (empty before it ran).
+/// The container `name` of `pod` (an app, init or ephemeral container, as kubelet's
+/// `validateContainerLogStatus` looks for it): what its status says of its instances, and its
+/// runtime ID (empty before it ran).
 ///
 /// Errors: 404 naming the container and the pod.
 fn container_of(pod: &Pod, name: &str) -> Result<(logs::Instances, String), Refusal> {
@@ -297,6 +298,10 @@ fn container_of(pod: &Pod, name: &str) -> Result<(logs::Instances, String), Refu
             .iter()
             .chain(s.init_containers.iter().flatten())
             .any(|c| c.name == name)
+            || s.ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == name)
     });
     if !in_spec {
         return Err((
@@ -309,6 +314,7 @@ fn container_of(pod: &Pod, name: &str) -> Result<(logs::Instances, String), Refu
             .iter()
             .flatten()
             .chain(s.init_container_statuses.iter().flatten())
+            .chain(s.ephemeral_container_statuses.iter().flatten())
             .find(|c| c.name == name)
             .cloned()
     });
