@@ -238,8 +238,9 @@ impl ApiObjects {
 }
 
 /// Every ConfigMap and Secret `pod` references: `imagePullSecrets`, configMap, secret and
-/// projected volumes, and each container's `envFrom` and `configMapKeyRef`/`secretKeyRef` env (kubelet's
-/// `podutil.VisitPodConfigmapNames` / `VisitPodSecretNames`), in the pod's namespace.
+/// projected volumes, and each container's (ephemeral ones' too) `envFrom` and
+/// `configMapKeyRef`/`secretKeyRef` env (kubelet's `podutil.VisitPodConfigmapNames` / `VisitPodSecretNames`), in the pod's
+/// namespace.
 pub fn pod_references(pod: &Pod) -> BTreeSet<ObjectRef> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let mut out = BTreeSet::new();
@@ -277,13 +278,21 @@ pub fn pod_references(pod: &Pod) -> BTreeSet<ObjectRef> {
             }
         }
     }
-    let containers = spec
+    // Each container's env sources, ephemeral containers' too.
+    let envs = spec
         .init_containers
         .iter()
         .flatten()
-        .chain(spec.containers.iter());
-    for c in containers {
-        for e in c.env_from.iter().flatten() {
+        .chain(spec.containers.iter())
+        .map(|c| (&c.env_from, &c.env))
+        .chain(
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .map(|c| (&c.env_from, &c.env)),
+        );
+    for (env_from, env) in envs {
+        for e in env_from.iter().flatten() {
             if let Some(r) = &e.config_map_ref {
                 add(ObjectKind::ConfigMap, &r.name);
             }
@@ -291,7 +300,7 @@ pub fn pod_references(pod: &Pod) -> BTreeSet<ObjectRef> {
                 add(ObjectKind::Secret, &r.name);
             }
         }
-        for e in c.env.iter().flatten() {
+        for e in env.iter().flatten() {
             let Some(src) = &e.value_from else { continue };
             if let Some(r) = &src.config_map_key_ref {
                 add(ObjectKind::ConfigMap, &r.name);
@@ -401,7 +410,7 @@ mod tests {
     }
 
     #[test]
-    fn references_cover_volumes_projections_and_env() {
+    fn references_cover_volumes_projections_env_and_pull_secrets() {
         let pod: Pod = serde_yaml::from_str(
             "metadata: {name: p, namespace: ns}
 spec:
@@ -417,6 +426,9 @@ spec:
     image: x
     envFrom: [{configMapRef: {name: cm3}}]
     env: [{name: A, valueFrom: {secretKeyRef: {name: s4, key: k}}}, {name: B, valueFrom: {configMapKeyRef: {name: cm4, key: k}}}]
+  ephemeralContainers:
+  - {name: e, image: x, envFrom: [{configMapRef: {name: cm5}}], env: [{name: C, valueFrom: {secretKeyRef: {name: s5, key: k}}}]}
+  imagePullSecrets: [{name: s6}]
 ",
         )
         .unwrap();
@@ -434,10 +446,13 @@ spec:
                 "ConfigMap/cm2",
                 "ConfigMap/cm3",
                 "ConfigMap/cm4",
+                "ConfigMap/cm5",
                 "Secret/s1",
                 "Secret/s2",
                 "Secret/s3",
-                "Secret/s4"
+                "Secret/s4",
+                "Secret/s5",
+                "Secret/s6"
             ]
         );
     }
