@@ -69,7 +69,7 @@ impl DockerKeyring {
     /// Errors: the JSON is not such a document, or an `auth` is not base64 of
     /// `username:password` (kubelet fails the pull with its decoding error too).
     pub fn add_config_json(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let doc: ConfigJson = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let doc: ConfigJson = serde_json::from_slice(bytes).map_err(|e| parse_error(&e))?;
         self.add(doc.auths)
     }
 
@@ -78,7 +78,7 @@ impl DockerKeyring {
     /// Errors: as [`DockerKeyring::add_config_json`].
     pub fn add_dockercfg(&mut self, bytes: &[u8]) -> Result<(), String> {
         let doc: BTreeMap<String, Entry> =
-            serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+            serde_json::from_slice(bytes).map_err(|e| parse_error(&e))?;
         self.add(doc)
     }
 
@@ -132,6 +132,25 @@ impl DockerKeyring {
     }
 }
 
+/// Why a docker config does not parse, by the kind of fault and where it is, never with the
+/// text at fault: serde_json's own messages quote the value (`invalid type: string "…"`), which
+/// in a docker config is a password or its base64 (Go's decoder, kubelet's, names the type
+/// only).
+fn parse_error(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Syntax => "is not valid JSON",
+        Category::Eof => "ends too soon",
+        Category::Data => "has a value of the wrong type",
+        Category::Io => "cannot be read",
+    };
+    format!(
+        "the docker config {what} at line {} column {}",
+        e.line(),
+        e.column()
+    )
+}
+
 /// `auth`: base64 (padded or not) of `username:password`.
 fn decode_auth(field: &str) -> Result<(String, String), String> {
     let engine = if field.trim().ends_with('=') {
@@ -141,7 +160,7 @@ fn decode_auth(field: &str) -> Result<(String, String), String> {
     };
     let decoded = engine
         .decode(field)
-        .map_err(|e| format!("auth is not base64: {e}"))?;
+        .map_err(|_| "auth is not base64".to_owned())?;
     let text = String::from_utf8_lossy(&decoded);
     text.split_once(':')
         .map(|(u, p)| (u.to_owned(), p.to_owned()))
@@ -496,6 +515,37 @@ mod tests {
         );
         let got = pull_secrets(["s"], |_| Some(unpadded.clone())).unwrap();
         assert_eq!(users(&got.keyring.lookup("a.example/x")), ["u"]);
+    }
+
+    /// A docker config of the wrong shape is refused without quoting it: the values there are
+    /// passwords (from a bad-input pass: serde_json's messages quoted them into statuses,
+    /// events and logs).
+    #[test]
+    fn parse_errors_never_quote_the_config() {
+        const SECRET: &str = "bm9kZWxldDpyZWdpc3RyeS1wYXNz";
+        for doc in [
+            format!(r#"{{"auths": {{"r.example": "{SECRET}"}}}}"#),
+            format!(r#"{{"auths": "{SECRET}"}}"#),
+            format!(r#"["{SECRET}"]"#),
+            format!(
+                r#"{{"auths": {{"r.example": {{"username": "u", "password": 12345678, "x": "{SECRET}"}}}}}}"#
+            ),
+            format!(r#"{{"auths": {{"r.example": {{"auth": "{SECRET}!"}}}}}}"#),
+            format!("{{\"auths\": {{\"{SECRET}"),
+        ] {
+            let err = DockerKeyring::default()
+                .add_config_json(doc.as_bytes())
+                .unwrap_err();
+            assert!(!err.contains(SECRET) && !err.contains("12345678"), "{err}");
+            assert!(err.len() < 120, "{err}");
+        }
+        let err = DockerKeyring::default()
+            .add_config_json(br#"{"auths": {"r.example": "x"}}"#)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "the docker config has a value of the wrong type at line 1 column 27"
+        );
     }
 
     #[test]

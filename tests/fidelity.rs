@@ -539,7 +539,10 @@ fn a_password_protected_registry_is_pulled_with_the_pods_pull_secrets() {
     n.write_manifest(
         "secrets.yaml",
         &format!(
-            "{}---\n{}",
+            "{}---\n{}---\n{}",
+            // An entry of the wrong shape: its value (here the real credentials) is never
+            // quoted in the error.
+            secret("broken", "private.registry.test", &format!(r#""{auth}""#)),
             secret(
                 "wrong",
                 "private.registry.test/library",
@@ -559,6 +562,7 @@ fn a_password_protected_registry_is_pulled_with_the_pods_pull_secrets() {
         )
     };
     n.write_manifest("anonymous.yaml", &pod("anonymous", ""));
+    n.write_manifest("broken.yaml", &pod("brokencfg", "{name: broken}"));
     n.write_manifest(
         "private.yaml",
         &pod("private", "{name: wrong}, {name: missing}, {name: regcred}"),
@@ -579,6 +583,11 @@ fn a_password_protected_registry_is_pulled_with_the_pods_pull_secrets() {
                     .is_some_and(|m| m.contains("401 Unauthorized"))
         },
     );
+    wait_until(Duration::from_secs(30), "the broken Secret named", || {
+        status(&n, "brokencfg")["containerStatuses"][0]["state"]["waiting"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(r#"image pull secret "broken": the docker config has a value of the wrong type"#))
+    });
     let events = n.get("/events").unwrap();
     assert!(
         events.contains("Unable to retrieve some image pull secrets (missing); attempting to pull the image may not succeed."),
@@ -596,7 +605,9 @@ fn a_password_protected_registry_is_pulled_with_the_pods_pull_secrets() {
     .unwrap();
     let anonymous = n.uid("anonymous");
     n.wait_running(&anonymous, &["c"], Duration::from_secs(30));
-    // No password reaches the agent's log or its events.
+    // No password reaches the agent's log, its events or its pods' statuses.
     assert!(!n.log().contains("registry-pass") && !n.log().contains(&auth));
+    let pods = n.get("/pods").unwrap();
+    assert!(!pods.contains(&auth) && !n.get("/events").unwrap().contains(&auth));
     assert!(!events.contains("registry-pass") && !events.contains("not-the-password"));
 }

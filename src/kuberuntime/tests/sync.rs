@@ -1053,3 +1053,40 @@ async fn ephemeral_containers_start_first_in_their_targets_process_namespace() {
     let creates = h.rt.calls_of("CreateContainer");
     assert_eq!(creates.len(), 2, "{creates:?}");
 }
+
+/// An ephemeral container whose image cannot be pulled waits out kubelet's image pull
+/// back-off like any container (`ErrImagePull`, then `ImagePullBackOff` without a pull), and
+/// is shown so in its status.
+#[tokio::test]
+async fn an_ephemeral_containers_failed_pull_backs_off() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
+    h.sync(&p).await.unwrap();
+    h.pleg_sees_it().await;
+    let mut debug = (*p).clone();
+    debug.spec.as_mut().unwrap().ephemeral_containers =
+        Some(serde_yaml::from_str("[{name: debug, image: 'busybox:missing'}]").unwrap());
+    let debug = Arc::new(debug);
+    assert!(h.sync(&debug).await.unwrap_err().contains("ErrImagePull"));
+    assert!(h
+        .sync(&debug)
+        .await
+        .unwrap_err()
+        .contains("ImagePullBackOff"));
+    assert_eq!(
+        h.rt.calls_of("PullImage").len(),
+        1,
+        "no pull within the back-off"
+    );
+    let st = h.status();
+    let w = st.ephemeral_container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(w.reason.as_deref(), Some("ImagePullBackOff"));
+    h.clock.advance(Duration::from_secs(10));
+    assert!(h.sync(&debug).await.unwrap_err().contains("ErrImagePull"));
+    assert_eq!(h.rt.calls_of("PullImage").len(), 2);
+}
