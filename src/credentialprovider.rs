@@ -12,14 +12,16 @@
 //! keeps no type, so a Secret of another type holding such a key is read too.
 //!
 //! Each entry's registry (`registry.example:5000`, `https://registry.example/v2/`,
-//! `*.example.com/team`) becomes a key of host and path (a leading `/v1/` or `/v2/` is the
-//! host's root); the image's repository (`docker.io/library/busybox` for `busybox:1.36`)
+//! `*.example.com/team`) becomes a key of host and path (scheme dropped, a leading `/v1` or
+//! `/v2` of the path too); the image's repository (`docker.io/library/busybox` for `busybox:1.36`)
 //! matches a key whose port is the same, whose host has as many dot-separated parts, each
 //! matching as a shell glob, and whose path is a prefix of the repository's path (kubelet's
 //! `URLsMatch`). Every matching key's credentials are tried, the most specific key first (keys
 //! in reverse lexical order); an entry for `index.docker.io` serves Docker Hub images when no
 //! key matched. The pod's credentials come before the node's. [`crate::kuberuntime::image`]
-//! pulls with each in turn until one succeeds, and without any when none matched.
+//! pulls with each in turn until one succeeds, and without any when none matched. A docker
+//! config that does not parse is reported by the kind and place of its fault, never quoting it:
+//! its values are passwords.
 
 use std::collections::BTreeMap;
 use std::path::Path;
