@@ -309,13 +309,18 @@ async fn a_missing_config_map_holds_the_pod_before_its_sandbox() {
 fn pull_secret(h: &Harness, name: &str, registry: &str, user: &str) {
     let json =
         format!(r#"{{"auths": {{"{registry}": {{"username": "{user}", "password": "pw"}}}}}}"#);
+    docker_config_secret(h, name, json.into_bytes());
+}
+
+/// A Secret `name` of the pod's namespace whose `.dockerconfigjson` is `config`.
+fn docker_config_secret(h: &Harness, name: &str, config: Vec<u8>) {
     h.objects.set(
         crate::objects::ObjectRef {
             kind: crate::objects::ObjectKind::Secret,
             namespace: "default".into(),
             name: name.into(),
         },
-        Some([(".dockerconfigjson".to_owned(), json.into_bytes())].into()),
+        Some([(".dockerconfigjson".to_owned(), config)].into()),
     );
 }
 
@@ -389,14 +394,7 @@ async fn refused_credentials_and_broken_pull_secrets_are_err_image_pull() {
     assert_eq!(h.rt.calls_of("PullImage").len(), 2);
 
     let h = harness();
-    h.objects.set(
-        crate::objects::ObjectRef {
-            kind: crate::objects::ObjectKind::Secret,
-            namespace: "default".into(),
-            name: "broken".into(),
-        },
-        Some([(".dockerconfigjson".to_owned(), b"{not json".to_vec())].into()),
-    );
+    docker_config_secret(&h, "broken", b"{not json".to_vec());
     let p = pod("{imagePullSecrets: [{name: broken}], containers: [{name: c, image: 'private.example/app:1'}]}");
     let e = h.sync(&p).await.unwrap_err();
     assert!(e.contains("ErrImagePull"), "{e}");
@@ -980,6 +978,18 @@ async fn a_burst_has_at_most_sixteen_sandbox_starts_in_flight() {
     assert_eq!(h.rt.sandboxes().len(), n + 1, "every pod has its sandbox");
 }
 
+/// Pod `a` synced and seen running, then the same pod with `ephemeral` (YAML) as its
+/// `spec.ephemeralContainers`, as the API server hands it on after `kubectl debug`.
+async fn running_then_debugged(h: &Harness, ephemeral: &str) -> Arc<Pod> {
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
+    h.sync(&p).await.unwrap();
+    h.pleg_sees_it().await;
+    let mut debug = (*p).clone();
+    debug.spec.as_mut().unwrap().ephemeral_containers =
+        Some(serde_yaml::from_str(ephemeral).unwrap());
+    Arc::new(debug)
+}
+
 /// Ephemeral containers (kubelet's SyncPod step 5): started before the init containers, in
 /// their target's process namespace (CRI `TARGET` with the target's ID); a target that has no
 /// container yet is a `CreateContainerConfigError` with kubelet's message, tried again at the
@@ -987,17 +997,11 @@ async fn a_burst_has_at_most_sixteen_sandbox_starts_in_flight() {
 #[tokio::test]
 async fn ephemeral_containers_start_first_in_their_targets_process_namespace() {
     let h = harness();
-    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
-    h.sync(&p).await.unwrap();
-    h.pleg_sees_it().await;
-    let mut debug = (*p).clone();
-    debug.spec.as_mut().unwrap().ephemeral_containers = Some(
-        serde_yaml::from_str(
-            "[{name: debug, image: 'busybox:1.36', targetContainerName: a}, {name: plain, image: 'busybox:1.36'}]",
-        )
-        .unwrap(),
-    );
-    let debug = Arc::new(debug);
+    let debug = running_then_debugged(
+        &h,
+        "[{name: debug, image: 'busybox:1.36', targetContainerName: a}, {name: plain, image: 'busybox:1.36'}]",
+    )
+    .await;
     h.sync(&debug).await.unwrap();
     let target = h.rt.containers_named("a").first().cloned().expect("a runs");
     let ns = |name: &str| {
@@ -1060,13 +1064,7 @@ async fn ephemeral_containers_start_first_in_their_targets_process_namespace() {
 #[tokio::test]
 async fn an_ephemeral_containers_failed_pull_backs_off() {
     let h = harness();
-    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
-    h.sync(&p).await.unwrap();
-    h.pleg_sees_it().await;
-    let mut debug = (*p).clone();
-    debug.spec.as_mut().unwrap().ephemeral_containers =
-        Some(serde_yaml::from_str("[{name: debug, image: 'busybox:missing'}]").unwrap());
-    let debug = Arc::new(debug);
+    let debug = running_then_debugged(&h, "[{name: debug, image: 'busybox:missing'}]").await;
     assert!(h.sync(&debug).await.unwrap_err().contains("ErrImagePull"));
     assert!(h
         .sync(&debug)
