@@ -29,14 +29,18 @@ fn truncate(mut s: String) -> String {
     s
 }
 
-/// What an event is about: `pod/<namespace>/<name>` with the pod's UID, or another object named
-/// by text (`file:<path>`, `cgroup:<path>`: posted to the API about the Node).
+/// What an event is about: `pod/<namespace>/<name>` with the pod's UID (and, for one of its
+/// containers, the container's field path), or another object named by text (`file:<path>`,
+/// `cgroup:<path>`: posted to the API about the Node).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Involved {
     /// How `/events` and the logs name it.
     pub text: String,
     /// The pod's UID, for a pod.
     pub uid: Option<String>,
+    /// The container within the pod, as the Event's `involvedObject.fieldPath`
+    /// (`spec.containers{app}`): see [`Involved::container`].
+    pub field_path: Option<String>,
 }
 
 impl Involved {
@@ -45,13 +49,45 @@ impl Involved {
         Involved {
             text: crate::pod::pod_ref(pod),
             uid: pod.metadata.uid.clone(),
+            field_path: None,
+        }
+    }
+
+    /// The container named `container` of `pod`: the pod, with the field path kubelet's
+    /// `GenerateContainerRef` gives (`spec.containers{name}`, `spec.initContainers{name}` or
+    /// `spec.ephemeralContainers{name}`, the first list holding the name; a container the spec
+    /// does not hold: `implicitly required container <name>`).
+    pub fn container(pod: &Pod, container: &str) -> Self {
+        let spec = pod.spec.as_ref();
+        let holds = |list: Option<&Vec<k8s_openapi::api::core::v1::Container>>| {
+            list.is_some_and(|l| l.iter().any(|c| c.name == container))
+        };
+        let field_path = if holds(spec.map(|s| &s.containers)) {
+            format!("spec.containers{{{container}}}")
+        } else if holds(spec.and_then(|s| s.init_containers.as_ref())) {
+            format!("spec.initContainers{{{container}}}")
+        } else if spec
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .is_some_and(|l| l.iter().any(|c| c.name == container))
+        {
+            format!("spec.ephemeralContainers{{{container}}}")
+        } else {
+            format!("implicitly required container {container}")
+        };
+        Involved {
+            field_path: Some(field_path),
+            ..Involved::pod(pod)
         }
     }
 }
 
 impl From<String> for Involved {
     fn from(text: String) -> Self {
-        Involved { text, uid: None }
+        Involved {
+            text,
+            uid: None,
+            field_path: None,
+        }
     }
 }
 
@@ -79,6 +115,10 @@ pub struct Event {
     /// The pod's UID when the event is about a pod (not in `/events`).
     #[serde(skip)]
     pub involved_uid: Option<String>,
+    /// The container the event is about within the pod, as [`Involved::field_path`]
+    /// (`spec.containers{app}`); absent for the pod itself and other objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field_path: Option<String>,
     /// Position in the recorder, from 1, increasing (`nodelet events -w` prints those above the
     /// last it printed).
     pub seq: u64,
@@ -118,6 +158,7 @@ impl Recorder {
             message: truncate(message),
             time: crate::pod::now_rfc3339(),
             involved_uid: object.uid,
+            field_path: object.field_path,
             seq: log.last_seq,
         };
         if log.events.len() == MAX_EVENTS {
@@ -167,6 +208,37 @@ mod tests {
             "{}",
             m.len()
         );
+    }
+
+    #[test]
+    fn a_containers_field_path_is_its_place_in_the_spec() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "initContainers": [{"name": "init"}],
+                "containers": [{"name": "app"}, {"name": "side"}],
+                "ephemeralContainers": [{"name": "debugger"}]
+            }
+        }))
+        .unwrap();
+        let path = |name: &str| Involved::container(&pod, name).field_path.unwrap();
+        assert_eq!(path("app"), "spec.containers{app}");
+        assert_eq!(path("side"), "spec.containers{side}");
+        assert_eq!(path("init"), "spec.initContainers{init}");
+        assert_eq!(path("debugger"), "spec.ephemeralContainers{debugger}");
+        assert_eq!(path("gone"), "implicitly required container gone");
+        let c = Involved::container(&pod, "app");
+        assert_eq!(
+            (c.text.as_str(), c.uid.as_deref()),
+            ("pod/ns/p", Some("u1"))
+        );
+        assert_eq!(Involved::pod(&pod).field_path, None);
+        let r = Recorder::default();
+        r.normal(c, "Started", "Started container app");
+        r.normal(Involved::pod(&pod), "SandboxChanged", "m");
+        let json = serde_json::to_value(r.list()).unwrap();
+        assert_eq!(json[0]["fieldPath"], "spec.containers{app}");
+        assert!(json[1].get("fieldPath").is_none(), "{json}");
     }
 
     #[test]

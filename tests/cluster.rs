@@ -859,6 +859,17 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
         events(&by_uid, "{.items[*].source.host}").contains(&node),
         "source.host is the node"
     );
+    // kubelet's events of the container's start, each about the container: `kubectl get
+    // events` shows its field path as the SUBOBJECT.
+    let started = |reason: &str| {
+        events(
+            &format!("{by_uid},reason={reason}"),
+            "{.items[*].involvedObject.fieldPath}",
+        )
+    };
+    for reason in ["Pulled", "Created", "Started"] {
+        assert_eq!(started(reason), "spec.containers{c}", "{reason}");
+    }
 
     // Deleted: stopped within its 3 s grace (sleep ignores SIGTERM: killed at the grace), then
     // the object is gone.

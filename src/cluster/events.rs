@@ -16,7 +16,8 @@
 //! [`MAX_PENDING`], the oldest dropped first, as client-go's broadcaster queue) and are retried
 //! with back-off.
 //!
-//! The Event: `involvedObject` the pod (kind Pod, namespace, name, UID) or, for events about a
+//! The Event: `involvedObject` the pod (kind Pod, namespace, name, UID, and for an event about one
+//! of its containers the container's `fieldPath`, `spec.containers{app}`) or, for events about a
 //! manifest file or a cgroup, the Node (kind Node, UID the node name, as kubelet's node
 //! reference), the file or cgroup then named at the start of the message; `source.component`
 //! `kubelet` (what tooling selects on), `source.host` and `reportingInstance` the node name; name
@@ -98,6 +99,7 @@ fn object_of(ev: &Event, node: &str) -> (ObjectReference, String) {
                 namespace: Some(ns.to_owned()),
                 name: Some(name.to_owned()),
                 uid: ev.involved_uid.clone(),
+                field_path: ev.field_path.clone(),
                 ..Default::default()
             };
             return (r, String::new());
@@ -170,10 +172,14 @@ impl Correlator {
         if s.messages.len() < AGGREGATE_MAX_EVENTS {
             s.messages.insert(message.clone());
         }
+        // The aggregation key leaves the field path out and the deduplication key has it
+        // (client-go's `EventAggregatorByReasonFunc` and `getEventKey`): one container's repeats
+        // are counted, two containers' same message are two Events.
         let (dkey, message) = if s.messages.len() >= AGGREGATE_MAX_EVENTS {
             (akey, format!("{COMBINED_PREFIX}{message}"))
         } else {
-            (format!("{akey}\u{0}{message}"), message)
+            let field_path = ev.field_path.as_deref().unwrap_or_default();
+            (format!("{akey}\u{0}{field_path}\u{0}{message}"), message)
         };
         // 3. Spam filter (before anything is remembered of an event it drops).
         if self.spam.len() >= MAX_REMEMBERED && !self.spam.contains_key(&okey) {
@@ -445,6 +451,41 @@ mod tests {
             assert_eq!(event.count, Some(n as i32));
             assert_eq!(event.metadata.name, created.metadata.name, "the same Event");
         }
+    }
+
+    #[test]
+    fn a_containers_event_carries_its_field_path_and_is_counted_apart_from_another_containers() {
+        let mut c = Correlator::new("n1");
+        let on = |container: &str| {
+            let mut e = pod_ev("Pulled", "Container image \"b\" already present on machine");
+            e.field_path = Some(format!("spec.containers{{{container}}}"));
+            e
+        };
+        let Some(Request::Create(a)) = c.correlate(&on("a"), secs(0), WALL) else {
+            panic!("created");
+        };
+        assert_eq!(
+            a.involved_object.field_path.as_deref(),
+            Some("spec.containers{a}")
+        );
+        let Some(Request::Create(b)) = c.correlate(&on("b"), secs(1), WALL) else {
+            panic!("the same message about another container is another Event");
+        };
+        assert_eq!(
+            b.involved_object.field_path.as_deref(),
+            Some("spec.containers{b}")
+        );
+        let Some(Request::Count { event }) = c.correlate(&on("a"), secs(2), WALL) else {
+            panic!("a repeat about the first container is counted");
+        };
+        assert_eq!(
+            (event.metadata.name, event.count),
+            (a.metadata.name, Some(2))
+        );
+        let Some(Request::Create(p)) = c.correlate(&pod_ev("Killing", "m"), secs(3), WALL) else {
+            panic!("created");
+        };
+        assert_eq!(p.involved_object.field_path, None, "about the pod itself");
     }
 
     #[test]

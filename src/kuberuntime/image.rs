@@ -50,6 +50,42 @@ impl ImageError {
             Self::Inspect { .. } => "ImageInspectError",
         }
     }
+
+    /// The Warning event kubelet's image manager records for this error (`EnsureImageExists`):
+    /// its reason and message (`Failed`: `Failed to pull image "x": <the runtime's message>`;
+    /// `ErrImageNeverPull`; `InspectFailed` for a reference that does not parse or an image
+    /// service that cannot be asked). kubelet's `startContainer` follows it with a second,
+    /// `Failed`: `Error: <waiting reason>`.
+    pub fn event(&self) -> (&'static str, String) {
+        match self {
+            Self::Pull { image, message } => (
+                "Failed",
+                format!("Failed to pull image {image:?}: {message}"),
+            ),
+            Self::NeverPull { image } => (
+                "ErrImageNeverPull",
+                format!("Container image {image:?} is not present with pull policy of Never"),
+            ),
+            Self::InvalidName { .. } => ("InspectFailed", self.to_string()),
+            Self::Inspect { image, message } => (
+                "InspectFailed",
+                format!("Failed to inspect image {image:?}: {message}"),
+            ),
+        }
+    }
+}
+
+/// What [`ensure_image`] found or did on the way to an image, each reported as it happens for
+/// kubelet's Normal image events (`Pulled`: `Container image "x" already present on machine`;
+/// `Pulling`: `Pulling image "x"`; `Pulled`: `Successfully pulled image "x" in 1.2s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageStep {
+    /// The image is present and the policy does not pull it.
+    Present,
+    /// A pull is about to start.
+    Pulling,
+    /// The pull succeeded.
+    Pulled,
 }
 
 /// An image made sure of by [`ensure_image`].
@@ -193,12 +229,14 @@ fn path_component_ok(part: &str) -> bool {
 /// an anonymous pull (kubelet's `PullImage` in `kuberuntime_image.go`). Errors: as
 /// [`ImageError`]; a failed pull gives the runtime's message, or every attempt's as
 /// `[first, second]` (kubelet's aggregate error), and a `credentials` error (a pull secret
-/// that does not parse) fails the pull with its message.
+/// that does not parse) fails the pull with its message. `report` hears each [`ImageStep`]
+/// as it happens (an error is the caller's to report).
 pub async fn ensure_image(
     cri: &impl ImageService,
     c: &Container,
     sandbox: &api::PodSandboxConfig,
     credentials: impl FnOnce(&str) -> Result<Vec<api::AuthConfig>, String>,
+    mut report: impl FnMut(ImageStep),
 ) -> Result<EnsuredImage, ImageError> {
     let image = c.image.clone().unwrap_or_default();
     check_reference(&image).map_err(|message| ImageError::InvalidName {
@@ -216,6 +254,7 @@ pub async fn ensure_image(
             })?;
         if let Some(img) = present {
             let status_ref = img.repo_digests.first().unwrap_or(&img.id).clone();
+            report(ImageStep::Present);
             return Ok(EnsuredImage {
                 id: img.id,
                 status_ref: Some(status_ref),
@@ -229,6 +268,7 @@ pub async fn ensure_image(
         image: image.clone(),
         message,
     };
+    report(ImageStep::Pulling);
     let creds = credentials(&crate::parsers::repository(&image)).map_err(pull_error)?;
     tracing::info!(image = %image, credentials = creds.len(), "pulling image");
     let attempts: Vec<Option<api::AuthConfig>> = if creds.is_empty() {
@@ -240,10 +280,11 @@ pub async fn ensure_image(
     for auth in attempts {
         match cri.pull_image(&image, auth, Some(sandbox.clone())).await {
             Ok(id) => {
+                report(ImageStep::Pulled);
                 return Ok(EnsuredImage {
                     id,
                     status_ref: None,
-                })
+                });
             }
             Err(e) => errors.push(e.message),
         }

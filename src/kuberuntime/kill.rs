@@ -124,7 +124,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
 
     /// Kills everything running in the pod: the containers with the grace period, then the
     /// sidecars one by one in reverse order with what is left of it, as kubelet stops sidecars
-    /// after the containers they serve; then the ready sandboxes.
+    /// after the containers they serve; then the ready sandboxes. Each container stopped is
+    /// announced by a `Killing` event `Stopping container <name>`.
     pub(super) async fn kill_running(
         &self,
         pod: &Pod,
@@ -144,6 +145,14 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .filter(|c| c.state() == ContainerState::Running);
         let (side, main): (Vec<_>, Vec<_>) =
             running.partition(|c| c.is_init && sidecars.contains(&c.name.as_str()));
+        // kubelet's `killContainer` without a reason: a `Killing` event for each container.
+        for c in main.iter().chain(&side) {
+            self.recorder.normal(
+                crate::events::Involved::container(pod, &c.name),
+                "Killing",
+                format!("Stopping container {}", c.name),
+            );
+        }
         let started = crate::clock::monotonic_now();
         let ips = self.hook_ips(pod, rt);
         self.stop_containers(

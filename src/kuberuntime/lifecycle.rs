@@ -71,7 +71,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let msg = failure_message(&h, c, pod, &out.output);
         warn!(pod = %pod_ref(pod), container = %c.name, error = %out.output, "postStart hook failed");
         self.recorder.warning(
-            crate::events::Involved::pod(pod),
+            crate::events::Involved::container(pod, &c.name),
             "FailedPostStartHook",
             msg.clone(),
         );
@@ -106,8 +106,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             Ok(out) if !out.success => {
                 let msg = failure_message(&h, c, pod, &out.output);
                 warn!(pod = %pod_ref(pod), container = %c.name, error = %out.output, "preStop hook failed");
-                self.recorder
-                    .warning(crate::events::Involved::pod(pod), "FailedPreStopHook", msg);
+                self.recorder.warning(
+                    crate::events::Involved::container(pod, &c.name),
+                    "FailedPreStopHook",
+                    msg,
+                );
             }
             Ok(out) => self.report_http_fallback(pod, &out),
             Err(_) => {

@@ -17,6 +17,16 @@ use super::kill::{container_grace_seconds, pod_grace};
 use super::result::{PodSyncResult, StartFailure, SyncAction};
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
 use crate::container::{ContainerState, RuntimePodStatus};
+
+/// The waiting reasons of a container whose image is not there: kubelet's `Failed` event for
+/// them says `Error: <reason>` (the message is in the image manager's event before it).
+const IMAGE_REASONS: [&str; 5] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "ImageInspectError",
+];
 use crate::cri::{api, CriRuntime};
 use crate::pod::{pod_ref, pod_uid};
 
@@ -190,8 +200,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                         )
                     }
                 };
-                self.recorder
-                    .normal(crate::events::Involved::pod(pod), "Killing", why);
+                self.recorder.normal(
+                    crate::events::Involved::container(pod, name),
+                    "Killing",
+                    why,
+                );
                 (id.clone(), name.clone(), grace)
             })
             .collect()
@@ -379,45 +392,72 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         // What a runtime or path error could quote of the pod's Secrets is taken out of every
         // message (a value in the env, a subPathExpr expanded with it).
         let secrets = crate::objects::secret_values(pod, self.objects_for(pod));
-        // kubelet's events: `BackOff` (Normal) while an image pull waits out its back-off,
-        // `Failed` (Warning) for every other failure to pull, create or start
-        // (`FailedToPullImage`, `FailedToCreateContainer`, `FailedToStartContainer`).
+        // kubelet's events are about the container (`GenerateContainerRef`): every failure to
+        // pull, create or start ends in a Warning `Failed` `Error: <message>`, where for an
+        // image the message is the waiting reason and the image manager's own event came first
+        // (`startContainer`, `EnsureImageExists`).
+        let about = crate::events::Involved::container(pod, &c.name);
         let fail = |reason: &'static str, message: String| {
             let message = crate::objects::redact(&message, &secrets);
-            let text = format!("container {}: {reason}: {message}", c.name);
-            if reason == "ImagePullBackOff" {
-                self.recorder
-                    .normal(crate::events::Involved::pod(pod), "BackOff", text);
-            } else if reason == "InvalidImageName" {
-                // kubelet's `FailedToInspectImage`.
-                self.recorder
-                    .warning(crate::events::Involved::pod(pod), "InspectFailed", text);
+            let error = if IMAGE_REASONS.contains(&reason) {
+                reason
             } else {
-                self.recorder
-                    .warning(crate::events::Involved::pod(pod), "Failed", text);
-            }
+                &message
+            };
+            self.recorder
+                .warning(about.clone(), "Failed", format!("Error: {error}"));
             warn!(pod = %pod_ref(pod), uid, container = %c.name, reason, error = %message, "container start failed");
             StartFailure { reason, message }
         };
         let image = c.image.clone().unwrap_or_default();
         let pull_key = format!("{uid}/{image}");
         let now = self.clock.epoch_ns();
-        if let Some(left) = self.pull_backoff.remaining_since_update(&pull_key, now) {
-            return Err(fail(
-                "ImagePullBackOff",
-                format!(
-                    "Back-off pulling image {image:?} ({}s left)",
-                    left.as_secs()
-                ),
-            ));
+        if self
+            .pull_backoff
+            .remaining_since_update(&pull_key, now)
+            .is_some()
+        {
+            let message = format!("Back-off pulling image {image:?}");
+            self.recorder
+                .normal(about.clone(), "BackOff", message.clone());
+            return Err(fail("ImagePullBackOff", message));
         }
         let credentials = |repository: &str| self.pull_credentials(pod, repository);
-        let image = match image::ensure_image(&self.cri, c, &sb.config, credentials).await {
+        let mut pulling = self.clock.now();
+        let report = |step| match step {
+            image::ImageStep::Present => self.recorder.normal(
+                about.clone(),
+                "Pulled",
+                format!("Container image {image:?} already present on machine"),
+            ),
+            image::ImageStep::Pulling => {
+                pulling = self.clock.now();
+                self.recorder
+                    .normal(about.clone(), "Pulling", format!("Pulling image {image:?}"));
+            }
+            image::ImageStep::Pulled => self.recorder.normal(
+                about.clone(),
+                "Pulled",
+                format!(
+                    "Successfully pulled image {image:?} in {}",
+                    crate::duration::format_go_duration(
+                        self.clock.now().saturating_duration_since(pulling)
+                    )
+                ),
+            ),
+        };
+        let image = match image::ensure_image(&self.cri, c, &sb.config, credentials, report).await {
             Ok(r) => r,
             Err(e) => {
                 if matches!(e, image::ImageError::Pull { .. }) {
                     self.pull_backoff.next(&pull_key, self.clock.epoch_ns());
                 }
+                let (reason, message) = e.event();
+                self.recorder.warning(
+                    about.clone(),
+                    reason,
+                    crate::objects::redact(&message, &secrets),
+                );
                 return Err(fail(e.reason(), e.to_string()));
             }
         };
@@ -469,6 +509,11 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             },
         );
         drop(making);
+        self.recorder.normal(
+            about.clone(),
+            "Created",
+            format!("Created container {}", c.name),
+        );
         self.cri
             .start_container(&id)
             .await
@@ -485,11 +530,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             });
         }
         self.metrics.started_containers.inc();
-        self.recorder.normal(
-            crate::events::Involved::pod(pod),
-            "Started",
-            format!("Started container {}", c.name),
-        );
+        self.recorder
+            .normal(about, "Started", format!("Started container {}", c.name));
         info!(pod = %pod_ref(pod), uid, container = %c.name, restart_count = start.restart_count, init = is_init, "started container");
         Ok(())
     }
@@ -585,10 +627,16 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                         pod.metadata.name.as_deref().unwrap_or(""),
                         pod.metadata.namespace.as_deref().unwrap_or("")
                     );
+                    // The event as kubelet words it since v1.27 (v1.20 left the container and
+                    // pod out of it: the event's field path named the container).
                     self.recorder.warning(
-                        crate::events::Involved::pod(pod),
+                        crate::events::Involved::container(pod, name),
                         "BackOff",
-                        format!("Back-off restarting failed container {name}: {msg}"),
+                        format!(
+                            "Back-off restarting failed container {name} in pod {}_{}({uid})",
+                            pod.metadata.name.as_deref().unwrap_or(""),
+                            pod.metadata.namespace.as_deref().unwrap_or("")
+                        ),
                     );
                     result.add(
                         SyncAction::StartContainer,

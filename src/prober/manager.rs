@@ -357,7 +357,7 @@ async fn run_worker(
             // false, liveness true, startup unknown), so a probe that cannot run never kills.
             debug!(pod = %pod_ref(&pod), uid, container = %container.name, kind = kind.as_str(), error = %outcome.output, "probe errored");
             inner.recorder.warning(
-                crate::events::Involved::pod(&pod),
+                crate::events::Involved::container(&pod, &container.name),
                 "Unhealthy",
                 format!(
                     "{} probe errored and resulted in unknown state: {}",
@@ -370,14 +370,14 @@ async fn run_worker(
         }
         if !outcome.success {
             inner.recorder.warning(
-                crate::events::Involved::pod(&pod),
+                crate::events::Involved::container(&pod, &container.name),
                 "Unhealthy",
                 format!("{} probe failed: {}", kind.as_str(), outcome.output),
             );
         } else if outcome.warning {
             // kubelet's `ContainerProbeWarning`: a success, reported.
             inner.recorder.warning(
-                crate::events::Involved::pod(&pod),
+                crate::events::Involved::container(&pod, &container.name),
                 "ProbeWarning",
                 format!("{} probe warning: {}", kind.as_str(), outcome.output),
             );

@@ -27,11 +27,26 @@ async fn kill_stops_containers_with_the_pods_grace_then_the_sandbox_then_removes
     assert!(h.status.get("u1").is_none(), "a removed pod has no status");
     assert!(!dir.exists());
     assert!(!h.cgroups.has("/kubepods/besteffort/podu1"));
-    assert!(h
+    let killing: Vec<(Option<String>, String)> = h
         .recorder
         .list()
-        .iter()
-        .any(|e| e.reason == "Killing" && e.message.starts_with("Pod removed")));
+        .into_iter()
+        .filter(|e| e.reason == "Killing")
+        .map(|e| (e.field_path, e.message))
+        .collect();
+    // kubelet's `killContainer` event for each container, then nodelet's own for the pod.
+    assert_eq!(killing.len(), 3, "{killing:?}");
+    for c in ["a", "b"] {
+        assert!(
+            killing[..2].contains(&(
+                Some(format!("spec.containers{{{c}}}")),
+                format!("Stopping container {c}")
+            )),
+            "{killing:?}"
+        );
+    }
+    assert_eq!(killing[2].0, None);
+    assert!(killing[2].1.starts_with("Pod removed"), "{killing:?}");
 }
 
 #[tokio::test]

@@ -161,6 +161,22 @@ async fn a_crashing_container_restarts_at_once_then_waits_doubling_delays() {
         assert_eq!(h.rt.running(), vec!["c"]);
     }
     assert_eq!(waits, vec![0, 10, 20, 40]);
+    let backoffs: Vec<_> = h
+        .recorder
+        .list()
+        .into_iter()
+        .filter(|e| e.reason == "BackOff")
+        .map(|e| (e.type_, e.field_path, e.message))
+        .collect();
+    assert_eq!(backoffs.len(), 3, "{backoffs:?}");
+    assert_eq!(
+        backoffs[0],
+        (
+            "Warning",
+            Some("spec.containers{c}".to_owned()),
+            "Back-off restarting failed container c in pod web-node1_default(u1)".to_owned()
+        )
+    );
     let attempts: Vec<u32> = h.rt.containers().iter().map(|c| c.2).collect();
     assert_eq!(
         attempts.last(),
@@ -240,6 +256,90 @@ async fn a_missing_image_is_err_image_pull_then_image_pull_back_off() {
     h.clock.advance(Duration::from_secs(10));
     assert!(h.sync(&p).await.unwrap_err().contains("ErrImagePull"));
     assert_eq!(h.rt.calls_of("PullImage").len(), 2);
+}
+
+/// kubelet's events of a container's start, each about the container (`fieldPath`): for an
+/// image pulled `Pulling`, `Pulled` with the pull's time, then `Created`, `Started`; for one
+/// already there `Pulled` saying so; a failed pull is the image manager's `Failed` with the
+/// runtime's message and `Failed` `Error: ErrImagePull`, its back-off `BackOff` and `Failed`
+/// `Error: ImagePullBackOff` (`EnsureImageExists`, `startContainer`).
+#[tokio::test]
+async fn a_containers_start_is_told_in_kubelets_events_about_the_container() {
+    let h = harness();
+    let p = pod("{initContainers: [{name: init, image: 'busybox:1.36', command: [true]}], containers: [{name: c, image: 'app:2'}, {name: bad, image: 'busybox:missing'}]}");
+    let seen = |from: usize| -> Vec<(String, String, String, String)> {
+        h.recorder.list()[from..]
+            .iter()
+            .map(|e| {
+                (
+                    e.type_.to_owned(),
+                    e.reason.clone(),
+                    e.field_path.clone().unwrap_or_default(),
+                    e.message.clone(),
+                )
+            })
+            .collect()
+    };
+    let ev = |t: &str, r: &str, f: &str, m: &str| (t.into(), r.into(), f.into(), m.into());
+    h.sync(&p).await.unwrap();
+    let init = "spec.initContainers{init}";
+    assert_eq!(
+        seen(0),
+        [
+            ev(
+                "Normal",
+                "Pulled",
+                init,
+                "Container image \"busybox:1.36\" already present on machine"
+            ),
+            ev("Normal", "Created", init, "Created container init"),
+            ev("Normal", "Started", init, "Started container init"),
+        ]
+    );
+    h.exit("init", 0).await;
+    let from = h.recorder.list().len();
+    h.clock.advance(Duration::from_millis(1500));
+    assert!(h.sync(&p).await.unwrap_err().contains("ErrImagePull"));
+    let (c, bad) = ("spec.containers{c}", "spec.containers{bad}");
+    let events = seen(from);
+    assert_eq!(
+        events,
+        [
+            ev("Normal", "Pulling", c, "Pulling image \"app:2\""),
+            // The fake runtime's call took a microsecond of its clock; Go prints it so.
+            ev("Normal", "Pulled", c, "Successfully pulled image \"app:2\" in 1000ns"),
+            ev("Normal", "Created", c, "Created container c"),
+            ev("Normal", "Started", c, "Started container c"),
+            ev("Normal", "Pulling", bad, "Pulling image \"busybox:missing\""),
+            ev("Warning", "Failed", bad, "Failed to pull image \"busybox:missing\": failed to resolve reference \"busybox:missing\": not found"),
+            ev("Warning", "Failed", bad, "Error: ErrImagePull"),
+        ]
+    );
+    let from = h.recorder.list().len();
+    assert!(h.sync(&p).await.unwrap_err().contains("ImagePullBackOff"));
+    assert_eq!(
+        seen(from),
+        [
+            ev(
+                "Normal",
+                "BackOff",
+                bad,
+                "Back-off pulling image \"busybox:missing\""
+            ),
+            ev("Warning", "Failed", bad, "Error: ImagePullBackOff"),
+        ]
+    );
+    let st = h.status();
+    let bad_status = st
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == "bad");
+    assert_eq!(
+        bad_status.and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.as_deref()),
+        Some("Back-off pulling image \"busybox:missing\""),
+        "the waiting message is the event's, as kubelet's"
+    );
 }
 
 #[tokio::test]
