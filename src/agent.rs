@@ -134,6 +134,8 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     let mut ports = bind_ports(&config)?;
     let metrics = Metrics::new();
     let recorder = Recorder::default();
+    // kubelet's `BirthCry`, the node's first event.
+    recorder.normal("node", "Starting", "Starting kubelet.");
     let settings = runtime_settings(&config, &flags, &node_name, node_ip, &node_config);
     let driver_is_systemd = node_config.layout.systemd;
     let cm = start_container_manager(node_config, &metrics, &recorder)?;

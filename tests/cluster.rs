@@ -181,6 +181,44 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
         )
         .is_some_and(|s| s == "True")
     });
+    // kubelet's events about the Node, as `kubectl describe node` shows them (it looks for
+    // events whose UID is the node's name, kubelet's node reference).
+    let describe = || kubectl(&["describe", "node", &name]).unwrap_or_default();
+    let said = |text: &str, line: &[&str]| {
+        text.lines()
+            .any(|l| line.iter().all(|part| l.contains(part)))
+    };
+    let node_events: [&[&str]; 5] = [
+        &["Normal", "Starting", "Starting kubelet."],
+        &[
+            "Normal",
+            "NodeHasSufficientMemory",
+            &format!("Node {name} status is now: NodeHasSufficientMemory"),
+        ],
+        &[
+            "Normal",
+            "NodeHasNoDiskPressure",
+            "status is now: NodeHasNoDiskPressure",
+        ],
+        &[
+            "Normal",
+            "NodeHasSufficientPID",
+            "status is now: NodeHasSufficientPID",
+        ],
+        &[
+            "Normal",
+            "NodeAllocatableEnforced",
+            "Updated Node Allocatable limit across pods",
+        ],
+    ];
+    wait_until(
+        Duration::from_secs(20),
+        "kubelet's node events in kubectl describe node",
+        || {
+            let text = describe();
+            node_events.iter().all(|line| said(&text, line))
+        },
+    );
     // A broken manifest: its event is about the Node, naming the file.
     n.write_manifest(
         "broken.yaml",
@@ -277,6 +315,25 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    // The Node as another boot left it: taken over by the agent started again, which reports
+    // the reboot (kubelet's Warning `Rebooted`) with this boot's ID.
+    kubectl(&[
+        "patch",
+        "node",
+        &name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status": {"nodeInfo": {"bootID": "an-earlier-boot"}}}"#,
+    ])
+    .unwrap();
+    n.start();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let rebooted = format!("Node {name} has been rebooted, boot id: {}", boot_id.trim());
+    wait_until(Duration::from_secs(20), "the Rebooted event", || {
+        said(&describe(), &["Warning", "Rebooted", &rebooted])
+    });
+    n.kill9();
     delete_node(&name);
 }
 

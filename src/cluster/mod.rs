@@ -175,6 +175,7 @@ pub fn spawn(
         facts,
         inputs,
         registered_tx,
+        recorder.clone(),
     ));
     rt.spawn(node_lease::run(
         client.clone(),

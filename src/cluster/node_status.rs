@@ -15,6 +15,12 @@
 //! is computed again and posted (a merge patch of the status subresource) when it changed,
 //! heartbeat times aside, or when [`NODE_STATUS_REPORT_FREQUENCY`] has passed since the last post. A condition keeps its
 //! `lastTransitionTime` while its status stays the same.
+//!
+//! Events on the Node, as kubelet's status setters record them: at registration one for each
+//! pressure condition (`NodeHasSufficientMemory`, …), then one for each condition whose status
+//! a post changed (`NodeReady`, `NodeNotReady`, `NodeHasDiskPressure`, …:
+//! [`condition_events`]), and `Rebooted` when the Node taken over was posted from another boot
+//! ([`rebooted`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -189,6 +195,53 @@ pub fn conditions(
         .collect()
 }
 
+/// kubelet's node events for the conditions `new` against `previous` (the condition setters of
+/// `pkg/kubelet/nodestatus`), by reason, in `new`'s order: a pressure condition that `previous`
+/// lacks or held with another status is `NodeHasSufficientMemory` / `NodeHasInsufficientMemory`,
+/// `NodeHasNoDiskPressure` / `NodeHasDiskPressure`, `NodeHasSufficientPID` /
+/// `NodeHasInsufficientPID`; Ready only when `previous` held it with another status
+/// (`NodeReady` / `NodeNotReady`: a new Ready condition is set without an event). Each is
+/// recorded as `Node <name> status is now: <reason>`.
+pub fn condition_events(previous: &[NodeCondition], new: &[NodeCondition]) -> Vec<&'static str> {
+    new.iter()
+        .filter_map(|c| {
+            let before = previous.iter().find(|p| p.type_ == c.type_);
+            if before.is_some_and(|p| p.status == c.status) {
+                return None;
+            }
+            let on = c.status == "True";
+            match c.type_.as_str() {
+                "MemoryPressure" => Some(if on {
+                    "NodeHasInsufficientMemory"
+                } else {
+                    "NodeHasSufficientMemory"
+                }),
+                "DiskPressure" => Some(if on {
+                    "NodeHasDiskPressure"
+                } else {
+                    "NodeHasNoDiskPressure"
+                }),
+                "PIDPressure" => Some(if on {
+                    "NodeHasInsufficientPID"
+                } else {
+                    "NodeHasSufficientPID"
+                }),
+                "Ready" if before.is_some() => Some(if on { "NodeReady" } else { "NodeNotReady" }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// kubelet's Warning event `Rebooted` when the Node taken over was posted from another boot
+/// (its `nodeInfo.bootID` set and not `boot_id`; the nodeInfo setter): the message
+/// `Node <name> has been rebooted, boot id: <boot_id>`.
+pub fn rebooted(old: Option<&Node>, name: &str, boot_id: &str) -> Option<String> {
+    let before = old?.status.as_ref()?.node_info.as_ref()?.boot_id.as_str();
+    (!before.is_empty() && before != boot_id)
+        .then(|| format!("Node {name} has been rebooted, boot id: {boot_id}"))
+}
+
 /// The node's status from `facts` and `conditions`.
 pub fn node_status(facts: &NodeFacts, conditions: Vec<NodeCondition>) -> NodeStatus {
     NodeStatus {
@@ -261,8 +314,32 @@ pub async fn run(
     facts: NodeFacts,
     inputs: StatusInputs,
     registered: tokio::sync::watch::Sender<Option<String>>,
+    recorder: crate::events::Recorder,
 ) {
     let nodes: Api<Node> = Api::all(client);
+    let record = |previous: &[NodeCondition], status: &NodeStatus| {
+        for reason in condition_events(previous, status.conditions.as_deref().unwrap_or_default()) {
+            recorder.normal(
+                "node",
+                reason,
+                format!("Node {} status is now: {reason}", facts.name),
+            );
+        }
+    };
+    // At registration, as kubelet's `initialNode`: the pressure conditions are new, Ready is
+    // compared with the Node taken over (if any), and a Node from another boot is reported.
+    let registered_with = |status: &NodeStatus, old: Option<&Node>| {
+        let ready: Vec<NodeCondition> = old
+            .and_then(|n| n.status.as_ref()?.conditions.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.type_ == "Ready")
+            .collect();
+        record(&ready, status);
+        if let Some(message) = rebooted(old, &facts.name, &facts.info.boot_id) {
+            recorder.warning("node", "Rebooted", message);
+        }
+    };
     let status_now = |previous: &[NodeCondition]| {
         let now = crate::pod::api_time(crate::clock::wall_now());
         let conds = conditions(
@@ -278,8 +355,9 @@ pub async fn run(
     let (uid, mut last) = loop {
         let status = status_now(&[]);
         match register(&nodes, &facts, status.clone()).await {
-            Ok(uid) => {
+            Ok((uid, old)) => {
                 info!(node = %facts.name, uid = %uid, "node registered with the API server");
+                registered_with(&status, old.as_ref());
                 break (uid, Some((status, crate::clock::monotonic_now())));
             }
             Err(e) => {
@@ -304,9 +382,11 @@ pub async fn run(
         // round; the Lease and mirror pods need their owner back).
         if let Ok(None) = nodes.get_opt(&facts.name).await {
             warn!(node = %facts.name, "the Node object is gone; registering again");
-            match register(&nodes, &facts, status_now(&[])).await {
-                Ok(uid) => {
+            let status = status_now(&[]);
+            match register(&nodes, &facts, status.clone()).await {
+                Ok((uid, old)) => {
                     info!(node = %facts.name, uid = %uid, "node registered with the API server");
+                    registered_with(&status, old.as_ref());
                     let _ = registered.send(Some(uid));
                     last = None;
                 }
@@ -334,6 +414,7 @@ pub async fn run(
                     info!(node = %facts.name, "node status posted again");
                     failing = false;
                 }
+                record(&previous, &status);
                 last = Some((status, crate::clock::monotonic_now()));
             }
             Err(e) => {
@@ -347,18 +428,19 @@ pub async fn run(
 }
 
 /// Creates the Node, or takes over the one that exists (its labels and status replaced).
-/// Returns its UID.
+/// Returns its UID and, when it existed, the Node as it was before its status was replaced.
 async fn register(
     nodes: &Api<Node>,
     facts: &NodeFacts,
     status: NodeStatus,
-) -> Result<String, kube::Error> {
+) -> Result<(String, Option<Node>), kube::Error> {
     let node = node_object(facts, status.clone());
     match nodes.create(&PostParams::default(), &node).await {
-        Ok(n) => Ok(n.metadata.uid.unwrap_or_default()),
+        Ok(n) => Ok((n.metadata.uid.unwrap_or_default(), None)),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let patch = serde_json::json!({ "metadata": { "labels": facts.labels } });
-            nodes
+            // The labels' patch answers with the status still the old one.
+            let old = nodes
                 .patch(&facts.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             let n = nodes
@@ -368,7 +450,7 @@ async fn register(
                     &Patch::Merge(&serde_json::json!({ "status": status })),
                 )
                 .await?;
-            Ok(n.metadata.uid.unwrap_or_default())
+            Ok((n.metadata.uid.unwrap_or_default(), Some(old)))
         }
         Err(e) => Err(e),
     }
@@ -377,6 +459,84 @@ async fn register(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn condition(kind: &str, status: &str) -> NodeCondition {
+        NodeCondition {
+            type_: kind.into(),
+            status: status.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn node_events_are_recorded_for_new_pressure_conditions_and_for_changes() {
+        let healthy = [
+            condition("MemoryPressure", "False"),
+            condition("DiskPressure", "False"),
+            condition("PIDPressure", "False"),
+            condition("Ready", "True"),
+        ];
+        // Registration: the pressure conditions are new; a new Ready has no event.
+        assert_eq!(
+            condition_events(&[], &healthy),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID"
+            ]
+        );
+        // Nothing changed: nothing recorded.
+        assert!(condition_events(&healthy, &healthy).is_empty());
+        // Each change, both ways.
+        let mut bad = healthy.clone();
+        for c in &mut bad {
+            c.status = if c.status == "True" { "False" } else { "True" }.into();
+        }
+        assert_eq!(
+            condition_events(&healthy, &bad),
+            [
+                "NodeHasInsufficientMemory",
+                "NodeHasDiskPressure",
+                "NodeHasInsufficientPID",
+                "NodeNotReady"
+            ]
+        );
+        assert_eq!(
+            condition_events(&bad, &healthy),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID",
+                "NodeReady"
+            ]
+        );
+        // A Node taken over that was not ready: only Ready compared at registration.
+        assert_eq!(
+            condition_events(&[condition("Ready", "False")], &healthy[3..]),
+            ["NodeReady"]
+        );
+    }
+
+    #[test]
+    fn a_node_posted_from_another_boot_is_reported_rebooted() {
+        let node = |boot: &str| Node {
+            status: Some(NodeStatus {
+                node_info: Some(NodeSystemInfo {
+                    boot_id: boot.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            rebooted(Some(&node("b1")), "n1", "b2").as_deref(),
+            Some("Node n1 has been rebooted, boot id: b2")
+        );
+        assert_eq!(rebooted(Some(&node("b2")), "n1", "b2"), None, "same boot");
+        assert_eq!(rebooted(Some(&node("")), "n1", "b2"), None, "never posted");
+        assert_eq!(rebooted(None, "n1", "b2"), None, "a new Node");
+    }
 
     fn t(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())

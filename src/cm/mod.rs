@@ -322,8 +322,8 @@ impl ContainerManager {
     }
 
     /// Checks `cgroupRoot` and creates `kubepods` and the QoS cgroups with their values
-    /// (kubelet's `setupNode` + `qosContainerManager.Start`). Without `cgroupsPerQOS`, only checks
-    /// the root.
+    /// (kubelet's `setupNode` + `qosContainerManager.Start`), then records kubelet's Normal event
+    /// `NodeAllocatableEnforced` on the node. Without `cgroupsPerQOS`, only checks the root.
     ///
     /// Errors: [`CmError::RootMissing`], or the failed cgroup write.
     pub fn start(&self) -> Result<(), CmError> {
@@ -339,6 +339,14 @@ impl ContainerManager {
         let kubepods = l.spell(&l.kubepods());
         self.cgroups.create(&kubepods, &self.kubepods_config())?;
         info!(cgroup = %kubepods, allocatable = ?self.allocatable(), "node allocatable cgroup ready");
+        // kubelet's `enforceNodeAllocatableCgroups`, once `kubepods` has its values.
+        if let Some(r) = &self.recorder {
+            r.normal(
+                "node",
+                "NodeAllocatableEnforced",
+                "Updated Node Allocatable limit across pods",
+            );
+        }
         self.update_qos()
     }
 
