@@ -372,6 +372,11 @@ pub async fn run(
         }
     };
     let _ = registered.send(Some(uid));
+    // The conditions last told in events: a post's events are its changes against them.
+    let mut told: Vec<NodeCondition> = last
+        .as_ref()
+        .and_then(|(s, _)| s.conditions.clone())
+        .unwrap_or_default();
     let mut tick = tokio::time::interval(NODE_STATUS_UPDATE_FREQUENCY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -387,6 +392,7 @@ pub async fn run(
                 Ok((uid, old)) => {
                     info!(node = %facts.name, uid = %uid, "node registered with the API server");
                     registered_with(&status, old.as_ref());
+                    told = status.conditions.clone().unwrap_or_default();
                     let _ = registered.send(Some(uid));
                     last = None;
                 }
@@ -414,7 +420,8 @@ pub async fn run(
                     info!(node = %facts.name, "node status posted again");
                     failing = false;
                 }
-                record(&previous, &status);
+                record(&told, &status);
+                told = status.conditions.clone().unwrap_or_default();
                 last = Some((status, crate::clock::monotonic_now()));
             }
             Err(e) => {

@@ -17,6 +17,8 @@ use super::kill::{container_grace_seconds, pod_grace};
 use super::result::{PodSyncResult, StartFailure, SyncAction};
 use super::{container, hosts_file, image, sandbox, KubeRuntimeManager, SyncError};
 use crate::container::{ContainerState, RuntimePodStatus};
+use crate::cri::{api, CriRuntime};
+use crate::pod::{pod_ref, pod_uid};
 
 /// The waiting reasons of a container whose image is not there: kubelet's `Failed` event for
 /// them says `Error: <reason>` (the message is in the image manager's event before it).
@@ -27,8 +29,6 @@ const IMAGE_REASONS: [&str; 5] = [
     "InvalidImageName",
     "ImageInspectError",
 ];
-use crate::cri::{api, CriRuntime};
-use crate::pod::{pod_ref, pod_uid};
 
 /// The sandbox a sync starts containers in: its ID, config and the pod's IPs.
 struct SandboxInfo {
