@@ -32,6 +32,16 @@ pub fn pod_ref(pod: &Pod) -> String {
     )
 }
 
+/// `<name>_<namespace>(<uid>)`: how kubelet's messages name a pod (`format.Pod`).
+pub fn format_pod(pod: &Pod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod_uid(pod)
+    )
+}
+
 /// The containers that run side by side: the sidecars (init containers with `restartPolicy:
 /// Always`), then the app containers.
 pub fn long_running_containers(

@@ -277,6 +277,69 @@ fn an_https_pre_stop_hook_on_a_plain_http_server_falls_back_to_http() {
     assert!(!events.contains("FailedPreStopHook"), "{events}");
 }
 
+/// A postStart hook that exits 3: the container is killed and shows `PostStartHookError`, and
+/// its events are kubelet's, in kubelet's order: `Started`, `FailedPostStartHook` with the
+/// command, CRI's exit error (stderr) and the output, then `Killing` `FailedPostStartHook`.
+#[test]
+fn a_failed_post_start_hook_kills_the_container_with_kubelets_events() {
+    let mut n = Nodelet::with_config(
+        "poststart",
+        "crashLoopBackOff: {initialContainerRestartPeriod: 60s}\n",
+    );
+    n.start();
+    n.write_manifest(
+        "hooked.yaml",
+        &manifest(
+            "hooked",
+            "  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sleep, '3600']\n    lifecycle:\n      postStart: {exec: {command: [sh, -c, 'echo out; echo err >&2; exit 3']}}\n",
+        ),
+    );
+    let uid = n.uid("hooked");
+    wait_until(Duration::from_secs(30), "PostStartHookError", || {
+        let c = &status(&n, "hooked")["containerStatuses"][0];
+        c["state"]["waiting"]["reason"] == "PostStartHookError"
+            || c["lastState"]["terminated"]["exitCode"].as_i64().is_some()
+    });
+    let events: serde_json::Value = serde_json::from_str(&n.get("/events").unwrap()).unwrap();
+    let told: Vec<(String, String)> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["fieldPath"] == "spec.containers{c}")
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (text("reason"), text("message"))
+        })
+        .skip_while(|(r, _)| r != "Started")
+        .take(3)
+        .collect();
+    let name = format!("hooked-{}", n.node);
+    let pair = |r: &str, m: &str| (r.to_owned(), m.to_owned());
+    assert_eq!(
+        told,
+        [
+            pair("Started", "Started container c"),
+            pair(
+                "FailedPostStartHook",
+                &format!("Exec lifecycle hook ([sh -c echo out; echo err >&2; exit 3]) for Container \"c\" in Pod \"{name}_default({uid})\" failed - error: command 'sh -c echo out; echo err >&2; exit 3' exited with 3: err\n, message: \"out\\nerr\\n\"")
+            ),
+            pair("Killing", "FailedPostStartHook"),
+        ],
+        "{events}"
+    );
+    // Killed: nothing of it runs (the back-off holds the restart for a minute).
+    wait_until(
+        Duration::from_secs(20),
+        "the hooked container stopped",
+        || {
+            n.runtime
+                .containers(&uid)
+                .iter()
+                .all(|c| c.state != nodelet::cri::api::ContainerState::ContainerRunning as i32)
+        },
+    );
+}
+
 #[test]
 fn a_probe_that_cannot_run_is_an_error_that_never_kills_and_never_readies() {
     let mut n = Nodelet::new("probeerr");

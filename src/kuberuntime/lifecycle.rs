@@ -23,23 +23,21 @@ fn hook(c: &Container, post_start: bool) -> Option<Handler> {
     handler_of_hook(h.as_ref()?).ok()?
 }
 
-fn describe(h: &Handler) -> &'static str {
-    match h {
-        Handler::Exec(_) => "Exec",
-        Handler::Http(_) => "HTTP",
-        Handler::Sleep(_) => "Sleep",
-        Handler::Tcp { .. } | Handler::Grpc { .. } => "Unsupported",
-    }
-}
-
-/// kubelet's message for a failed hook (`Exec lifecycle hook ([...]) for Container "c" in Pod
-/// "p" failed - error: ...`, without the command).
-fn failure_message(h: &Handler, c: &Container, pod: &Pod, output: &str) -> String {
+/// kubelet's message for a failed hook (`handlerRunner.Run`): `Exec lifecycle hook ([sh -c
+/// exit 1]) for Container "c" in Pod "p_ns(uid)" failed - error: <error>, message: "<output>"`
+/// (`Http lifecycle hook (<path>) …` for an httpGet); `failure` is the error and message
+/// ([`handlers::run_hook`]'s output).
+fn failure_message(h: &Handler, c: &Container, pod: &Pod, failure: &str) -> String {
+    let (kind, what) = match h {
+        Handler::Exec(cmd) => ("Exec", format!("[{}]", cmd.join(" "))),
+        Handler::Http(get) => ("Http", get.path.clone()),
+        Handler::Sleep(d) => ("Sleep", crate::duration::format_go_duration(*d)),
+        Handler::Tcp { .. } | Handler::Grpc { .. } => ("Unsupported", String::new()),
+    };
     format!(
-        "{} lifecycle hook for Container {:?} in Pod {:?} failed - error: {output}",
-        describe(h),
+        "{kind} lifecycle hook ({what}) for Container {:?} in Pod {:?} failed - error: {failure}",
         c.name,
-        pod_ref(pod),
+        crate::pod::format_pod(pod),
     )
 }
 

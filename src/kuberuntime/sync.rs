@@ -518,8 +518,17 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .start_container(&id)
             .await
             .map_err(|e| fail("RunContainerError", e.message))?;
+        self.metrics.started_containers.inc();
+        self.recorder.normal(
+            about.clone(),
+            "Started",
+            format!("Started container {}", c.name),
+        );
         if let Err(message) = self.run_post_start(pod, c, &id, pod_ips).await {
-            // kubelet kills the container and reports PostStartHookError; it restarts by policy.
+            // kubelet kills the container (its `Killing` event says why) and reports
+            // PostStartHookError; it restarts by policy.
+            self.recorder
+                .normal(about, "Killing", "FailedPostStartHook");
             let grace = container_grace_seconds(pod, &c.name, None);
             let _ = self
                 .stop_containers(pod, pod_ips, vec![(id.clone(), c.name.clone(), grace)])
@@ -529,9 +538,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                 message,
             });
         }
-        self.metrics.started_containers.inc();
-        self.recorder
-            .normal(about, "Started", format!("Started container {}", c.name));
         info!(pod = %pod_ref(pod), uid, container = %c.name, restart_count = start.restart_count, init = is_init, "started container");
         Ok(())
     }
@@ -622,10 +628,9 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                     let delay = self.crash_backoff.current(&key).unwrap_or_default();
                     // kubelet's wording and pod spelling (`name_namespace(uid)`).
                     let msg = format!(
-                        "back-off {}s restarting failed container={name} pod={}_{}({uid})",
+                        "back-off {}s restarting failed container={name} pod={}",
                         delay.as_secs(),
-                        pod.metadata.name.as_deref().unwrap_or(""),
-                        pod.metadata.namespace.as_deref().unwrap_or("")
+                        crate::pod::format_pod(pod)
                     );
                     // The event as kubelet words it since v1.27 (v1.20 left the container and
                     // pod out of it: the event's field path named the container).
@@ -633,9 +638,8 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
                         crate::events::Involved::container(pod, name),
                         "BackOff",
                         format!(
-                            "Back-off restarting failed container {name} in pod {}_{}({uid})",
-                            pod.metadata.name.as_deref().unwrap_or(""),
-                            pod.metadata.namespace.as_deref().unwrap_or("")
+                            "Back-off restarting failed container {name} in pod {}",
+                            crate::pod::format_pod(pod)
                         ),
                     );
                     result.add(

@@ -279,6 +279,13 @@ async fn exec(ctx: &HandlerContext, t: &Target<'_>, cmd: &[String], timeout: Dur
     }
 }
 
+/// A failed hook's error and message as kubelet puts them in its event (`error: <error>,
+/// message: <message quoted>`), each cut to [`MAX_OUTPUT`].
+fn hook_failure(error: &str, message: &str) -> String {
+    let message = truncate(message.to_owned());
+    format!("{}, message: {message:?}", truncate(error.to_owned()))
+}
+
 /// Runs a lifecycle hook's handler (kubelet's `handlerRunner.Run`): exec without a timeout of
 /// its own (a non-zero exit fails), httpGet (only a failed request fails: kubelet does not look
 /// at the status code of a hook's response), sleep.
@@ -309,12 +316,30 @@ pub async fn run_hook(ctx: &HandlerContext, handler: &Handler, t: &Target<'_>) -
                             output: format!("request to HTTPS lifecycle hook {at} got HTTP response, retry with HTTP succeeded"),
                         }
                     }
-                    Err(_) => Outcome::fail(e.message),
+                    Err(_) => Outcome::fail(hook_failure(&e.message, "")),
                 }
             }
-            Err(e) => Outcome::fail(e.message),
+            Err(e) => Outcome::fail(hook_failure(&e.message, "")),
         },
-        Handler::Exec(cmd) => exec(ctx, t, cmd, Duration::ZERO).await,
+        // CRI's ExecSync error for an exit code (`command '<cmd>' exited with <code>:
+        // <stderr>`), or the runtime's; the message the combined output.
+        Handler::Exec(cmd) => {
+            match (ctx.exec)(t.container_id.to_owned(), cmd.to_vec(), Duration::ZERO).await {
+                Ok(r) if r.exit_code == 0 => Outcome::ok(""),
+                Ok(r) => {
+                    let stderr = String::from_utf8_lossy(&r.stderr);
+                    let mut output = String::from_utf8_lossy(&r.stdout).into_owned();
+                    output.push_str(&stderr);
+                    let error = format!(
+                        "command '{}' exited with {}: {stderr}",
+                        cmd.join(" "),
+                        r.exit_code
+                    );
+                    Outcome::fail(hook_failure(&error, &output))
+                }
+                Err(e) => Outcome::fail(hook_failure(&e.message, "")),
+            }
+        }
         other => run(ctx, other, t, Duration::from_secs(1)).await,
     }
 }

@@ -342,6 +342,38 @@ async fn a_containers_start_is_told_in_kubelets_events_about_the_container() {
     );
 }
 
+/// A failed postStart hook, as kubelet's `startContainer` tells it: `Started` first (the hook
+/// runs in the started container), then `FailedPostStartHook` with kubelet's message (the
+/// command, CRI's exit error with stderr, the output quoted), then `Killing` saying why.
+#[tokio::test]
+async fn a_failed_post_start_hook_is_told_after_started_then_the_kill() {
+    let h = harness();
+    let p = pod("{containers: [{name: c, image: 'busybox:1.36', lifecycle: {postStart: {exec: {command: [sh, -c, 'exit 3']}}}}]}");
+    h.rt.exec_exits_next(3, "oops\n");
+    let e = h.sync(&p).await.unwrap_err();
+    assert!(e.contains("PostStartHookError"), "{e}");
+    let events: Vec<(String, String)> = h
+        .recorder
+        .list()
+        .into_iter()
+        .filter(|e| e.field_path.as_deref() == Some("spec.containers{c}"))
+        .map(|e| (e.reason, e.message))
+        .skip(2)
+        .collect();
+    let pair = |r: &str, m: &str| (r.to_owned(), m.to_owned());
+    assert_eq!(
+        events,
+        [
+            pair("Started", "Started container c"),
+            pair(
+                "FailedPostStartHook",
+                "Exec lifecycle hook ([sh -c exit 3]) for Container \"c\" in Pod \"web-node1_default(u1)\" failed - error: command 'sh -c exit 3' exited with 3: oops\n, message: \"oops\\n\""
+            ),
+            pair("Killing", "FailedPostStartHook"),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn an_invalid_image_name_is_never_pulled_and_says_so() {
     let h = harness();
