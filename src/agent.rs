@@ -937,6 +937,7 @@ fn start_sources(
                         .runtime_pods()
                         .is_none_or(|p| p.ours.iter().any(|pod| pod.uid == uid))
             }),
+            core.recorder.clone(),
         ));
     }
     let ready = mux.readiness();

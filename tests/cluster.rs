@@ -965,6 +965,14 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
     assert!(message.contains("volumes"), "{message}");
     let bad_uid = badpod("{.metadata.uid}").unwrap();
     assert!(n.runtime.sandboxes(&bad_uid).is_empty(), "never run");
+    // And a Warning event of that reason about the pod, as kubelet's `rejectPod` records.
+    wait_until(Duration::from_secs(20), "the refusal's event", || {
+        events(
+            &format!("involvedObject.uid={bad_uid},reason=UnsupportedPodSpec"),
+            "{.items[*].message}",
+        )
+        .contains("volumes")
+    });
     // Deleted: never run, so deleted from the API at once.
     kubectl(&["-n", "default", "delete", "pod", &bad, "--wait=false"]).unwrap();
     wait_until(Duration::from_secs(10), "the refused pod deleted", || {

@@ -115,6 +115,7 @@ pub async fn run(
     node_name: String,
     config: SourceSender,
     still_here: StillHere,
+    recorder: crate::events::Recorder,
 ) {
     let api: kube::Api<Pod> = kube::Api::all(client.clone());
     let wc = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
@@ -206,7 +207,7 @@ pub async fn run(
                         ));
                     }
                     if refused.insert(uid) {
-                        refuse(&client, p, &e).await;
+                        refuse(&client, &recorder, p, &e).await;
                     }
                 }
             }
@@ -261,13 +262,23 @@ pub async fn run(
 
 /// A pod that nodelet's validation refuses (a field it does not implement and must not ignore:
 /// a volume kind, a security setting): never run, reported once, and given status Failed with
-/// reason `UnsupportedPodSpec` and the field in the message, as kubelet's `rejectPod` reports a
-/// pod it cannot admit.
-async fn refuse(client: &kube::Client, pod: &Pod, e: &super::validation::FieldError) {
+/// reason `UnsupportedPodSpec` and the field in the message, with a Warning event of that
+/// reason, as kubelet's `rejectPod` reports a pod it cannot admit.
+async fn refuse(
+    client: &kube::Client,
+    recorder: &crate::events::Recorder,
+    pod: &Pod,
+    e: &super::validation::FieldError,
+) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let message = format!("{}: {}", e.field, e.describe());
     warn!(pod = %name, namespace = %ns, error = %message, "refusing a pod from the API");
+    recorder.warning(
+        crate::events::Involved::pod(pod),
+        "UnsupportedPodSpec",
+        message.clone(),
+    );
     let status = serde_json::json!({ "status": {
         "phase": "Failed",
         "reason": "UnsupportedPodSpec",
