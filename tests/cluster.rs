@@ -303,6 +303,58 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
         || lease("{.metadata.ownerReferences[0].uid}").as_deref() == Some(new_uid.as_str()),
     );
 
+    // The Node's status edited by another writer while the agent runs (the boot ID, Ready set
+    // False): put right within a round or two (a 10 s status period), with kubelet's events
+    // (`Rebooted`, `NodeReady`).
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let boot_id = boot_id.trim().to_owned();
+    let rebooted = format!("Node {name} has been rebooted, boot id: {boot_id}");
+    let count = |reason: &str| -> i64 {
+        kubectl(&[
+            "-n",
+            "default",
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name},reason={reason}"),
+            "-o",
+            "jsonpath={.items[*].count}",
+        ])
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse::<i64>().ok())
+        .sum()
+    };
+    let ready_before = count("NodeReady");
+    kubectl(&[
+        "patch",
+        "node",
+        &name,
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        r#"{"status": {"nodeInfo": {"bootID": "edited-by-hand"}, "conditions": [{"type": "Ready", "status": "False", "reason": "EditedByHand"}]}}"#,
+    ])
+    .unwrap();
+    let node_field = |path: &str| jsonpath("node", &name, None, path).unwrap_or_default();
+    wait_until(
+        Duration::from_secs(25),
+        "the edited status put right",
+        || {
+            node_field("{.status.nodeInfo.bootID}") == boot_id
+                && node_field("{.status.conditions[?(@.type==\"Ready\")].status}") == "True"
+        },
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the Rebooted and NodeReady events",
+        || {
+            said(&describe(), &["Warning", "Rebooted", &rebooted])
+                && count("NodeReady") > ready_before
+        },
+    );
+    assert_eq!(count("Rebooted"), 1, "told once");
+
     // Stopped: no renewal for longer than the renew interval.
     n.kill9();
     let last = lease("{.spec.renewTime}").unwrap();
@@ -328,10 +380,8 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
     ])
     .unwrap();
     n.start();
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-    let rebooted = format!("Node {name} has been rebooted, boot id: {}", boot_id.trim());
     wait_until(Duration::from_secs(20), "the Rebooted event", || {
-        said(&describe(), &["Warning", "Rebooted", &rebooted])
+        count("Rebooted") == 2
     });
     n.kill9();
     delete_node(&name);

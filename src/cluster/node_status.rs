@@ -13,8 +13,11 @@
 //! Then every [`NODE_STATUS_UPDATE_FREQUENCY`] the Node is read (one deleted by hand is
 //! registered again, with a new UID for the Lease and mirror pods to be owned by), and the status
 //! is computed again and posted (a merge patch of the status subresource) when it changed,
-//! heartbeat times aside, or when [`NODE_STATUS_REPORT_FREQUENCY`] has passed since the last post. A condition keeps its
-//! `lastTransitionTime` while its status stays the same.
+//! heartbeat times aside, when another writer changed the Node's status since this agent's last
+//! post ([`drifted`]: kubelet works on the Node it reads, so a hand-edited condition or boot ID
+//! is put right within a round), or when [`NODE_STATUS_REPORT_FREQUENCY`] has passed since the
+//! last post. A condition keeps the `lastTransitionTime` of the Node read while its status stays
+//! the same.
 //!
 //! Events on the Node, as kubelet's status setters record them: at registration one for each
 //! pressure condition (`NodeHasSufficientMemory`, …), then one for each condition whose status
@@ -299,6 +302,16 @@ pub fn post_due(last: Option<&(NodeStatus, Instant)>, new: &NodeStatus, now: Ins
     }
 }
 
+/// Whether another writer changed the Node's status: the status `held` (as just read) differs,
+/// heartbeat times aside, from `stored` (as the API server answered this agent's last write).
+/// Unknown (either missing): no.
+pub fn drifted(held: Option<&NodeStatus>, stored: Option<&NodeStatus>) -> bool {
+    match (held, stored) {
+        (Some(h), Some(s)) => without_heartbeats(h) != without_heartbeats(s),
+        _ => false,
+    }
+}
+
 /// What the status loop reads each round.
 pub struct StatusInputs {
     /// The eviction manager's pressure.
@@ -352,13 +365,19 @@ pub async fn run(
     };
     let mut delay = REGISTER_RETRY_INITIAL;
     let mut reported: Option<String> = None;
-    let (uid, mut last) = loop {
+    // `stored`: the status as the API server holds it after this agent's last write; another
+    // writer's change shows as a difference from it.
+    let (uid, mut last, mut stored) = loop {
         let status = status_now(&[]);
         match register(&nodes, &facts, status.clone()).await {
-            Ok((uid, old)) => {
-                info!(node = %facts.name, uid = %uid, "node registered with the API server");
-                registered_with(&status, old.as_ref());
-                break (uid, Some((status, crate::clock::monotonic_now())));
+            Ok(r) => {
+                info!(node = %facts.name, uid = %r.uid, "node registered with the API server");
+                registered_with(&status, r.before.as_ref());
+                break (
+                    r.uid,
+                    Some((status, crate::clock::monotonic_now())),
+                    r.stored,
+                );
             }
             Err(e) => {
                 let msg = e.to_string();
@@ -372,7 +391,8 @@ pub async fn run(
         }
     };
     let _ = registered.send(Some(uid));
-    // The conditions last told in events: a post's events are its changes against them.
+    // The conditions last told in events, when the Node cannot be read: a post's events are
+    // its changes against them.
     let mut told: Vec<NodeCondition> = last
         .as_ref()
         .and_then(|(s, _)| s.conditions.clone())
@@ -383,46 +403,63 @@ pub async fn run(
     let mut failing = false;
     loop {
         tick.tick().await;
-        // The Node deleted by hand: registered again (kubelet 1.20 only logs the error at every
-        // round; the Lease and mirror pods need their owner back).
-        if let Ok(None) = nodes.get_opt(&facts.name).await {
-            warn!(node = %facts.name, "the Node object is gone; registering again");
-            let status = status_now(&[]);
-            match register(&nodes, &facts, status.clone()).await {
-                Ok((uid, old)) => {
-                    info!(node = %facts.name, uid = %uid, "node registered with the API server");
-                    registered_with(&status, old.as_ref());
-                    told = status.conditions.clone().unwrap_or_default();
-                    let _ = registered.send(Some(uid));
-                    last = None;
+        let read = match nodes.get_opt(&facts.name).await {
+            Ok(Some(node)) => Some(node),
+            // The Node deleted by hand: registered again (kubelet 1.20 only logs the error at
+            // every round; the Lease and mirror pods need their owner back).
+            Ok(None) => {
+                warn!(node = %facts.name, "the Node object is gone; registering again");
+                let status = status_now(&[]);
+                match register(&nodes, &facts, status.clone()).await {
+                    Ok(r) => {
+                        info!(node = %facts.name, uid = %r.uid, "node registered with the API server");
+                        registered_with(&status, r.before.as_ref());
+                        told = status.conditions.clone().unwrap_or_default();
+                        let _ = registered.send(Some(r.uid));
+                        last = None;
+                        stored = r.stored;
+                    }
+                    Err(e) => {
+                        warn!(node = %facts.name, error = %e, "unable to register node with the API server; retrying")
+                    }
                 }
-                Err(e) => {
-                    warn!(node = %facts.name, error = %e, "unable to register node with the API server; retrying")
-                }
+                continue;
             }
-            continue;
-        }
-        let previous = last
-            .as_ref()
-            .and_then(|(s, _)| s.conditions.clone())
+            Err(_) => None,
+        };
+        // As kubelet's `tryUpdateNodeStatus`, the round works on the Node it read: conditions
+        // keep its transition times and are told against its statuses, and what another
+        // writer changed (a condition, the boot ID) is put right in this round.
+        let held = read.as_ref().and_then(|n| n.status.as_ref());
+        let previous = held
+            .and_then(|s| s.conditions.clone())
+            .or_else(|| last.as_ref().and_then(|(s, _)| s.conditions.clone()))
             .unwrap_or_default();
         let status = status_now(&previous);
-        if !post_due(last.as_ref(), &status, crate::clock::monotonic_now()) {
+        let changed_by_others = drifted(held, stored.as_ref());
+        if !changed_by_others && !post_due(last.as_ref(), &status, crate::clock::monotonic_now()) {
             continue;
+        }
+        if let Some(message) = rebooted(read.as_ref(), &facts.name, &facts.info.boot_id) {
+            recorder.warning("node", "Rebooted", message);
         }
         let patch = serde_json::json!({ "status": status });
         match nodes
             .patch_status(&facts.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {
+            Ok(n) => {
                 if failing {
                     info!(node = %facts.name, "node status posted again");
                     failing = false;
                 }
+                if held.is_some() {
+                    told = previous;
+                }
                 record(&told, &status);
                 told = status.conditions.clone().unwrap_or_default();
                 last = Some((status, crate::clock::monotonic_now()));
+                stored = n.status;
             }
             Err(e) => {
                 if !failing {
@@ -434,16 +471,29 @@ pub async fn run(
     }
 }
 
+/// A Node registered by [`register`].
+struct Registered {
+    /// Its UID.
+    uid: String,
+    /// The Node as it was before its status was replaced, when it existed.
+    before: Option<Node>,
+    /// Its status as the API server answered.
+    stored: Option<NodeStatus>,
+}
+
 /// Creates the Node, or takes over the one that exists (its labels and status replaced).
-/// Returns its UID and, when it existed, the Node as it was before its status was replaced.
 async fn register(
     nodes: &Api<Node>,
     facts: &NodeFacts,
     status: NodeStatus,
-) -> Result<(String, Option<Node>), kube::Error> {
+) -> Result<Registered, kube::Error> {
     let node = node_object(facts, status.clone());
     match nodes.create(&PostParams::default(), &node).await {
-        Ok(n) => Ok((n.metadata.uid.unwrap_or_default(), None)),
+        Ok(n) => Ok(Registered {
+            uid: n.metadata.uid.unwrap_or_default(),
+            before: None,
+            stored: n.status,
+        }),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let patch = serde_json::json!({ "metadata": { "labels": facts.labels } });
             // The labels' patch answers with the status still the old one.
@@ -457,7 +507,11 @@ async fn register(
                     &Patch::Merge(&serde_json::json!({ "status": status })),
                 )
                 .await?;
-            Ok((n.metadata.uid.unwrap_or_default(), Some(old)))
+            Ok(Registered {
+                uid: n.metadata.uid.unwrap_or_default(),
+                before: Some(old),
+                stored: n.status,
+            })
         }
         Err(e) => Err(e),
     }
@@ -522,6 +576,31 @@ mod tests {
             condition_events(&[condition("Ready", "False")], &healthy[3..]),
             ["NodeReady"]
         );
+    }
+
+    #[test]
+    fn a_status_changed_by_another_writer_is_told_from_our_own_heartbeats() {
+        let ours = NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                last_heartbeat_time: Some(t(10)),
+                ..condition("Ready", "True")
+            }]),
+            ..Default::default()
+        };
+        let mut later = ours.clone();
+        later.conditions.as_mut().unwrap()[0].last_heartbeat_time = Some(t(20));
+        assert!(!drifted(Some(&later), Some(&ours)), "a heartbeat only");
+        let mut edited = ours.clone();
+        edited.conditions.as_mut().unwrap()[0].status = "False".into();
+        assert!(drifted(Some(&edited), Some(&ours)), "a condition edited");
+        let mut rebooted = ours.clone();
+        rebooted.node_info = Some(NodeSystemInfo {
+            boot_id: "x".into(),
+            ..Default::default()
+        });
+        assert!(drifted(Some(&rebooted), Some(&ours)), "the boot ID edited");
+        assert!(!drifted(None, Some(&ours)), "the Node could not be read");
+        assert!(!drifted(Some(&ours), None), "nothing stored yet");
     }
 
     #[test]
