@@ -325,34 +325,38 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
         .filter_map(|c| c.parse::<i64>().ok())
         .sum()
     };
-    let ready_before = count("NodeReady");
-    kubectl(&[
-        "patch",
-        "node",
-        &name,
-        "--subresource=status",
-        "--type=strategic",
-        "-p",
-        r#"{"status": {"nodeInfo": {"bootID": "edited-by-hand"}, "conditions": [{"type": "Ready", "status": "False", "reason": "EditedByHand"}]}}"#,
-    ])
-    .unwrap();
+    let patch_status = |patch: &str| {
+        kubectl(&[
+            "patch",
+            "node",
+            &name,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            patch,
+        ])
+        .unwrap();
+    };
     let node_field = |path: &str| jsonpath("node", &name, None, path).unwrap_or_default();
+    patch_status(r#"{"status": {"nodeInfo": {"bootID": "edited-by-hand"}}}"#);
     wait_until(
         Duration::from_secs(25),
-        "the edited status put right",
-        || {
-            node_field("{.status.nodeInfo.bootID}") == boot_id
-                && node_field("{.status.conditions[?(@.type==\"Ready\")].status}") == "True"
-        },
+        "the edited boot ID put right",
+        || node_field("{.status.nodeInfo.bootID}") == boot_id,
     );
-    wait_until(
-        Duration::from_secs(10),
-        "the Rebooted and NodeReady events",
-        || {
-            said(&describe(), &["Warning", "Rebooted", &rebooted])
-                && count("NodeReady") > ready_before
-        },
+    wait_until(Duration::from_secs(10), "the Rebooted event", || {
+        said(&describe(), &["Warning", "Rebooted", &rebooted])
+    });
+    let ready_before = count("NodeReady");
+    patch_status(
+        r#"{"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "EditedByHand"}]}}"#,
     );
+    wait_until(Duration::from_secs(25), "Ready put right", || {
+        node_field("{.status.conditions[?(@.type==\"Ready\")].status}") == "True"
+    });
+    wait_until(Duration::from_secs(10), "the NodeReady event", || {
+        count("NodeReady") > ready_before
+    });
     assert_eq!(count("Rebooted"), 1, "told once");
 
     // Stopped: no renewal for longer than the renew interval.
