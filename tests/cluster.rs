@@ -153,6 +153,22 @@ fn leave(n: Nodelet, name: &str) {
     delete_node(&node);
 }
 
+/// `path` (a jsonpath) of the Events of `default` that `selector` (a field selector) picks; empty
+/// when kubectl fails.
+fn events(selector: &str, path: &str) -> String {
+    kubectl(&[
+        "-n",
+        "default",
+        "get",
+        "events",
+        "--field-selector",
+        selector,
+        "-o",
+        &format!("jsonpath={path}"),
+    ])
+    .unwrap_or_default()
+}
+
 fn delete_node(name: &str) {
     let _ = kubectl(&["delete", "node", name, "--ignore-not-found"]);
     let _ = kubectl(&[
@@ -229,19 +245,7 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
     wait_until(
         Duration::from_secs(20),
         "the manifest's event in the API",
-        || {
-            kubectl(&[
-                "-n",
-                "default",
-                "get",
-                "events",
-                "--field-selector",
-                &selector,
-                "-o",
-                "jsonpath={.items[*].message}",
-            ])
-            .is_some_and(|m| m.contains("broken.yaml"))
-        },
+        || events(&selector, "{.items[*].message}").contains("broken.yaml"),
     );
     // The capacity nodelet computed: this machine's memory and cpus, maxPods.
     let cap =
@@ -310,17 +314,10 @@ fn the_node_registers_is_ready_and_renews_its_lease() {
     let boot_id = boot_id.trim().to_owned();
     let rebooted = format!("Node {name} has been rebooted, boot id: {boot_id}");
     let count = |reason: &str| -> i64 {
-        kubectl(&[
-            "-n",
-            "default",
-            "get",
-            "events",
-            "--field-selector",
+        events(
             &format!("involvedObject.name={name},reason={reason}"),
-            "-o",
-            "jsonpath={.items[*].count}",
-        ])
-        .unwrap_or_default()
+            "{.items[*].count}",
+        )
         .split_whitespace()
         .filter_map(|c| c.parse::<i64>().ok())
         .sum()
@@ -947,19 +944,6 @@ fn a_pod_from_the_api_runs_reports_its_status_and_is_deleted_within_its_grace() 
         "{image_id}"
     );
     // Its events reach the API, about the pod (its UID), from the kubelet on this node.
-    let events = |selector: &str, path: &str| {
-        kubectl(&[
-            "-n",
-            "default",
-            "get",
-            "events",
-            "--field-selector",
-            selector,
-            "-o",
-            &format!("jsonpath={path}"),
-        ])
-        .unwrap_or_default()
-    };
     let by_uid = format!("involvedObject.uid={uid}");
     wait_until(
         Duration::from_secs(20),
