@@ -288,7 +288,10 @@ fn hook_failure(error: &str, message: &str) -> String {
 
 /// Runs a lifecycle hook's handler (kubelet's `handlerRunner.Run`): exec without a timeout of
 /// its own (a non-zero exit fails), httpGet (only a failed request fails: kubelet does not look
-/// at the status code of a hook's response), sleep.
+/// at the status code of a hook's response), sleep. A failure's output is the error and
+/// message kubelet puts in its event: `<error>, message: "<output>"`, the error of an exec that
+/// exited non-zero as CRI's ExecSync gives it (`command '<cmd>' exited with <code>: <stderr>`),
+/// its message the combined output; an httpGet's or a runtime's error with an empty message.
 ///
 /// An HTTPS hook whose server answered in plain HTTP is sent again over HTTP without its
 /// `Authorization` header (kubelet's fallback in `runHTTPHandler`); when that succeeds the
