@@ -513,19 +513,30 @@ mod tests {
             type_: "Warning".into(),
             reason: reason.into(),
             involved_object: obj.into(),
+            field_path: Some("spec.containers{c}".into()),
             message: "m".into(),
             time: time.into(),
             seq: 0,
         };
+        let mut other_container = ev("BackOff", "pod/default/w", "2026-12-04T11:58:00Z");
+        other_container.field_path = Some("spec.containers{d}".into());
         let events = [
             ev("BackOff", "pod/default/w", "2026-12-04T11:50:00Z"),
             ev("BackOff", "pod/default/other", "2026-12-04T11:55:00Z"),
+            other_container,
             ev("BackOff", "pod/default/w", "2026-12-04T11:59:00Z"),
         ];
         let now: jiff::Timestamp = "2026-12-04T12:00:00Z".parse().unwrap();
         let text = describe(&pod, &events, Some("/kubepods/podx"), now);
+        // One container's repeats counted; the other container's same message a row of its own.
         assert!(
             text.contains("Warning  BackOff  60s (x2 over 10m)  nodelet  m"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                    == ["Warning", "BackOff", "2m", "nodelet", "m"]),
             "{text}"
         );
         let cgroup = text.lines().find(|l| l.starts_with("Cgroup:")).unwrap();

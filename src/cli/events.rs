@@ -22,6 +22,9 @@ pub struct Event {
     pub reason: String,
     /// `pod/<namespace>/<name>`, or another object named by text.
     pub involved_object: String,
+    /// The container within the pod (`spec.containers{c}`), for a container's event.
+    #[serde(default)]
+    pub field_path: Option<String>,
     /// The message.
     pub message: String,
     /// RFC 3339.
@@ -52,7 +55,9 @@ impl Event {
     }
 }
 
-/// Events with the same type, reason, object and message, counted: (last, count, first).
+/// Events with the same type, reason, object, container and message, counted (client-go's
+/// deduplication key: one container's repeats, not two containers' same message): (last,
+/// count, first).
 pub fn aggregate(events: &[Event]) -> Vec<(Event, usize, Event)> {
     let mut out: Vec<(Event, usize, Event)> = Vec::new();
     for e in events {
@@ -60,6 +65,7 @@ pub fn aggregate(events: &[Event]) -> Vec<(Event, usize, Event)> {
             o.type_ == e.type_
                 && o.reason == e.reason
                 && o.involved_object == e.involved_object
+                && o.field_path == e.field_path
                 && o.message == e.message
         };
         match out.iter().position(|(l, _, _)| same(l)) {
