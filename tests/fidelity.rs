@@ -95,24 +95,7 @@ fn phase_follows_kubelets_get_phase() {
     );
 
     // kubelet's events of each container's start, about the container (`fieldPath`).
-    let events: serde_json::Value = serde_json::from_str(&n.get("/events").unwrap()).unwrap();
-    let of = |field_path: &str| -> Vec<(String, String)> {
-        events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| {
-                e["involvedObject"]
-                    .as_str()
-                    .is_some_and(|o| o.starts_with("pod/default/nopull"))
-                    && e["fieldPath"] == field_path
-            })
-            .map(|e| {
-                let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
-                (text("reason"), text("message"))
-            })
-            .collect()
-    };
+    let of = |field_path: &str| n.container_events("nopull", field_path);
     let pair = |r: &str, m: &str| (r.to_owned(), m.to_owned());
     assert_eq!(
         of("spec.containers{ok}"),
@@ -123,25 +106,24 @@ fn phase_follows_kubelets_get_phase() {
             ),
             pair("Created", "Created container ok"),
             pair("Started", "Started container ok"),
-        ],
-        "{events}"
+        ]
     );
     let missing = of("spec.containers{missing}");
     assert_eq!(
         missing.first(),
         Some(&pair("Pulling", "Pulling image \"busybox:no-such-tag\"")),
-        "{events}"
+        "{missing:?}"
     );
     assert!(
         missing.get(1).is_some_and(|(r, m)| r == "Failed"
             && m.starts_with("Failed to pull image \"busybox:no-such-tag\": ")
             && m.contains("not found")),
-        "{events}"
+        "{missing:?}"
     );
     assert_eq!(
         missing.get(2),
         Some(&pair("Failed", "Error: ErrImagePull")),
-        "{events}"
+        "{missing:?}"
     );
 
     wait_until(Duration::from_secs(20), "InvalidImageName", || {

@@ -300,16 +300,9 @@ fn a_failed_post_start_hook_kills_the_container_with_kubelets_events() {
         c["state"]["waiting"]["reason"] == "PostStartHookError"
             || c["lastState"]["terminated"]["exitCode"].as_i64().is_some()
     });
-    let events: serde_json::Value = serde_json::from_str(&n.get("/events").unwrap()).unwrap();
-    let told: Vec<(String, String)> = events["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["fieldPath"] == "spec.containers{c}")
-        .map(|e| {
-            let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
-            (text("reason"), text("message"))
-        })
+    let told: Vec<(String, String)> = n
+        .container_events("hooked", "spec.containers{c}")
+        .into_iter()
         .skip_while(|(r, _)| r != "Started")
         .take(3)
         .collect();
@@ -324,8 +317,7 @@ fn a_failed_post_start_hook_kills_the_container_with_kubelets_events() {
                 &format!("Exec lifecycle hook ([sh -c echo out; echo err >&2; exit 3]) for Container \"c\" in Pod \"{name}_default({uid})\" failed - error: command 'sh -c echo out; echo err >&2; exit 3' exited with 3: err\n, message: \"out\\nerr\\n\"")
             ),
             pair("Killing", "FailedPostStartHook"),
-        ],
-        "{events}"
+        ]
     );
     // Killed: nothing of it runs (the back-off holds the restart for a minute).
     wait_until(

@@ -512,6 +512,24 @@ impl Nodelet {
         );
     }
 
+    /// `(reason, message)` of the agent's events (`/events`, oldest first) about the container
+    /// at `field_path` (`spec.containers{c}`) of the static pod `name` of `default`.
+    pub fn container_events(&self, name: &str, field_path: &str) -> Vec<(String, String)> {
+        let pod = format!("pod/default/{name}-{}", self.node);
+        let events: serde_json::Value =
+            serde_json::from_str(&self.get("/events").unwrap_or_default()).unwrap_or_default();
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["involvedObject"] == pod.as_str() && e["fieldPath"] == field_path)
+            .map(|e| {
+                let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+                (text("reason"), text("message"))
+            })
+            .collect()
+    }
+
     /// The pod named `<name>-<node>` in `/pods`.
     pub fn pod(&self, name: &str) -> Option<serde_json::Value> {
         let full = format!("{name}-{}", self.node);
