@@ -143,8 +143,12 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     raise_open_files_limit();
     info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
 
+    // One worker thread: the pod workers' file-system steps run on the blocking pool
+    // (`crate::blocking`), and a second worker cost more CPU than it saved. The pool is
+    // bounded: each of its threads keeps its stack's touched pages resident after it exits.
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
+        .max_blocking_threads(crate::blocking::MAX_THREADS)
         .thread_name("nodelet-rt")
         .enable_all()
         .build()
@@ -858,7 +862,8 @@ fn start_qos_resync(core: &Core) {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {
             tick.tick().await;
-            if let Err(e) = cm.resync_qos() {
+            let cm = cm.clone();
+            if let Err(e) = crate::blocking::run(move || cm.resync_qos()).await {
                 warn!(error = %e, "cannot update QoS cgroups");
             }
         }

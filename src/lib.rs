@@ -10,6 +10,7 @@
 pub mod active_deadline;
 pub mod admission;
 pub mod agent;
+pub mod blocking;
 pub mod cli;
 pub mod clock;
 pub mod cluster;

@@ -2,7 +2,8 @@
 //! the full ones): the agent SIGKILLed with pods running and started again restarts no
 //! container and lists every pod Running within seconds; on the quiet node it then trusts
 //! containerd's event stream (a relist every 10 s, not every second) and housekeeping and log
-//! rotation list nothing of their own.
+//! rotation list nothing of their own. A hung file system (a frozen ext4) holds only the pods
+//! whose volumes are on it: the others start and `/healthz` answers.
 // Test code reads the machine's clocks and casts measurements freely.
 #![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
@@ -85,4 +86,98 @@ fn a_sigkilled_agent_comes_back_without_restarting_a_container() {
     eprintln!("quiet node, 6 housekeeping passes: {r} relists, {l} ListPodSandbox calls");
     assert!(r <= 3.0, "{r} relists in 12 s on a quiet node");
     assert!(l <= r, "{l} ListPodSandbox calls besides {r} relists");
+}
+
+/// A small ext4 file system loop-mounted at `dir`, frozen (`fsfreeze -f`: every write to it
+/// waits) until dropped, then thawed and unmounted. Declared after the agent, so that it is
+/// dropped first: the agent's threads waiting on it are let go before the agent is killed.
+struct FrozenFs {
+    dir: std::path::PathBuf,
+}
+
+impl FrozenFs {
+    fn new(image: &std::path::Path, dir: &std::path::Path) -> Self {
+        let run = |cmd: &mut std::process::Command| {
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{cmd:?}: {out:?}");
+        };
+        std::fs::File::create(image)
+            .unwrap()
+            .set_len(16 << 20)
+            .unwrap();
+        run(std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(image));
+        std::fs::create_dir_all(dir).unwrap();
+        run(std::process::Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(image)
+            .arg(dir));
+        let fs = Self {
+            dir: dir.to_owned(),
+        };
+        run(std::process::Command::new("fsfreeze").arg("-f").arg(dir));
+        fs
+    }
+
+    fn thaw(&self) {
+        let _ = std::process::Command::new("fsfreeze")
+            .arg("-u")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+impl Drop for FrozenFs {
+    fn drop(&mut self) {
+        self.thaw();
+        let _ = nix::mount::umount2(&self.dir, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn a_hung_file_system_holds_only_the_pods_that_touch_it() {
+    let mut n = Nodelet::new("frozenfs");
+    n.start();
+    let work = tempfile::tempdir().unwrap();
+    let frozen = FrozenFs::new(&work.path().join("fs.img"), &work.path().join("mnt"));
+    // Three pods whose hostPath directory is to be made on the frozen file system: each pod's
+    // volume set-up waits in mkdir (more of them than the runtime had worker threads).
+    for i in 0..3 {
+        n.write_manifest(
+            &format!("hung{i}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: hung{i}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes: [{{name: v, hostPath: {{path: {}/d{i}, type: DirectoryOrCreate}}}}]\n  containers:\n  - {{name: c, image: busybox:1.36, command: [sleep, '3600'], volumeMounts: [{{name: v, mountPath: /v}}]}}\n",
+                frozen.dir.display()
+            ),
+        );
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "the three hung pods admitted",
+        || n.pods().len() == 3,
+    );
+    // The others go on: a new pod starts, /healthz and /pods answer.
+    n.write_manifest("free.yaml", &manifest(0));
+    wait_until(Duration::from_secs(60), "the free pod Running", || {
+        running_in_pods(&n) == 1
+    });
+    assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
+    for i in 0..3 {
+        let uid = n.uid(&format!("hung{i}"));
+        assert!(
+            n.runtime.sandboxes(&uid).is_empty(),
+            "hung{i} got a sandbox while its volume could not be set up"
+        );
+    }
+    // Thawed: the hung pods' set-up completes and they start.
+    frozen.thaw();
+    wait_until(
+        Duration::from_secs(60),
+        "every pod Running after the thaw",
+        || running_in_pods(&n) == 4,
+    );
+    for i in 0..3 {
+        assert!(frozen.dir.join(format!("d{i}")).is_dir(), "d{i} made");
+    }
 }

@@ -550,6 +550,35 @@ impl ContainerManager {
         Ok(parent)
     }
 
+    /// The pod's cgroup parent when [`Self::ensure_pod`] has nothing to do for `pod`: the same
+    /// pod object as last time, its cgroup there, no cgroup of a former QoS class left (or no
+    /// QoS hierarchy at all). `None` when `ensure_pod` must run. Reads the cgroup file system
+    /// (an existence check), writes nothing: a pod worker calls it on its own thread, and
+    /// `ensure_pod` on the blocking pool ([`crate::blocking`]).
+    pub fn pod_cgroup_if_current(&self, pod: &Arc<Pod>) -> Option<String> {
+        let uid = crate::pod::pod_uid(pod);
+        let l = &self.cfg.layout;
+        let parent = l.pod_cgroup_parent(uid, pod_qos_class(pod));
+        if !l.per_qos {
+            return Some(parent);
+        }
+        if self
+            .left_qos
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(uid)
+        {
+            return None;
+        }
+        let same = self
+            .pods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .is_some_and(|(p, _)| Arc::ptr_eq(p, pod));
+        (same && self.cgroups.exists(&parent)).then_some(parent)
+    }
+
     /// Removes the pod's cgroups under QoS classes it has left; those still holding processes
     /// (its old containers, not yet stopped) stay for its next sync.
     fn remove_left_qos(&self, uid: &str) {
@@ -828,6 +857,46 @@ mod tests {
         restarted.ensure_pod(&burstable).unwrap();
         assert!(!mem.has("/kubepods/besteffort/podu1"));
         assert!(mem.has("/kubepods/burstable/podu1"));
+    }
+
+    #[test]
+    fn a_pod_cgroup_is_current_only_for_the_same_pod_object_with_its_cgroup_there() {
+        let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
+        mem.create("/", &ResourceConfig::default()).unwrap();
+        let cm = in_memory(&mem);
+        cm.start().unwrap();
+        let pod = |resources: &str| -> Arc<Pod> {
+            Arc::new(serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec: {{containers: [{{name: a, image: i, resources: {{{resources}}}}}]}}")).unwrap())
+        };
+        let best_effort = pod("");
+        assert_eq!(
+            cm.pod_cgroup_if_current(&best_effort),
+            None,
+            "never ensured"
+        );
+        cm.ensure_pod(&best_effort).unwrap();
+        assert_eq!(
+            cm.pod_cgroup_if_current(&best_effort).as_deref(),
+            Some("/kubepods/besteffort/podu1")
+        );
+        // An equal pod from a new manifest read is another object: ensure_pod runs again.
+        assert_eq!(cm.pod_cgroup_if_current(&pod("")), None);
+        // Its cgroup removed behind the agent's back: made again.
+        mem.destroy("/kubepods/besteffort/podu1").unwrap();
+        assert_eq!(cm.pod_cgroup_if_current(&best_effort), None);
+        cm.ensure_pod(&best_effort).unwrap();
+        // Moved to another QoS class with its old cgroup still busy: ensure_pod has it to
+        // remove later.
+        mem.set_busy("/kubepods/besteffort/podu1", vec![42]);
+        let burstable = pod("requests: {memory: 64Mi}");
+        cm.ensure_pod(&burstable).unwrap();
+        assert_eq!(cm.pod_cgroup_if_current(&burstable), None);
+        mem.set_busy("/kubepods/besteffort/podu1", vec![]);
+        cm.ensure_pod(&burstable).unwrap();
+        assert_eq!(
+            cm.pod_cgroup_if_current(&burstable).as_deref(),
+            Some("/kubepods/burstable/podu1")
+        );
     }
 
     #[test]

@@ -78,68 +78,107 @@ pub fn hosts_file_content(
     pod_ips: &[String],
     node_hosts: &str,
 ) -> String {
-    if is_host_network(pod) {
-        let mut out = String::from(MANAGED_HEADER_HOST_NETWORK);
-        out.push_str(node_hosts);
-        out.push_str(&host_aliases(pod));
-        return out;
-    }
-    let mut out = String::from(MANAGED_HEADER);
-    out.push_str("127.0.0.1\tlocalhost\n");
-    out.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
-    out.push_str("fe00::0\tip6-localnet\n");
-    out.push_str("fe00::0\tip6-mcastprefix\n");
-    out.push_str("fe00::1\tip6-allnodes\n");
-    out.push_str("fe00::2\tip6-allrouters\n");
-    let name = pod_hostname(settings, pod);
-    let domain = pod_domain(settings, pod);
-    for ip in pod_ips {
-        if domain.is_empty() {
-            out.push_str(&format!("{ip}\t{name}\n"));
-        } else {
-            out.push_str(&format!("{ip}\t{name}.{domain}\t{name}\n"));
-        }
-    }
-    out.push_str(&host_aliases(pod));
-    out
+    HostsText::of(settings, pod, pod_ips).render(node_hosts)
 }
 
-/// Writes the pod's hosts file and returns the mount that puts it on `/etc/hosts`; `None` while
-/// the pod has no IP yet (kubelet mounts it only then).
-///
-/// Errors: the I/O error of reading the node's hosts file (host-network pods) or of writing
-/// `<root-dir>/pods/<uid>/etc-hosts` (mode 0644).
-pub fn ensure_hosts_file(
-    settings: &Settings,
-    pod: &Pod,
-    pod_ips: &[String],
-) -> io::Result<Option<api::Mount>> {
-    if pod_ips.is_empty() {
-        return Ok(None);
+/// The pod's hosts file text, made from the pod alone: the node's `/etc/hosts` (host-network
+/// pods) is read only when the file is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostsText {
+    /// The text before the node's hosts file (all of it off the host network).
+    head: String,
+    /// Whether the node's `/etc/hosts` follows `head` (host-network pods).
+    node_hosts: bool,
+    /// The text after the node's hosts file (the host aliases).
+    tail: String,
+}
+
+impl HostsText {
+    fn of(settings: &Settings, pod: &Pod, pod_ips: &[String]) -> Self {
+        if is_host_network(pod) {
+            return Self {
+                head: MANAGED_HEADER_HOST_NETWORK.to_owned(),
+                node_hosts: true,
+                tail: host_aliases(pod),
+            };
+        }
+        let mut out = String::from(MANAGED_HEADER);
+        out.push_str("127.0.0.1\tlocalhost\n");
+        out.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
+        out.push_str("fe00::0\tip6-localnet\n");
+        out.push_str("fe00::0\tip6-mcastprefix\n");
+        out.push_str("fe00::1\tip6-allnodes\n");
+        out.push_str("fe00::2\tip6-allrouters\n");
+        let name = pod_hostname(settings, pod);
+        let domain = pod_domain(settings, pod);
+        for ip in pod_ips {
+            if domain.is_empty() {
+                out.push_str(&format!("{ip}\t{name}\n"));
+            } else {
+                out.push_str(&format!("{ip}\t{name}.{domain}\t{name}\n"));
+            }
+        }
+        out.push_str(&host_aliases(pod));
+        Self {
+            head: out,
+            node_hosts: false,
+            tail: String::new(),
+        }
     }
-    let node_hosts = if is_host_network(pod) {
-        std::fs::read_to_string(NODE_HOSTS_PATH)?
-    } else {
-        String::new()
-    };
-    let uid = crate::pod::pod_uid(pod);
-    let dir = pod_dir(&settings.root_dir, uid);
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(ETC_HOSTS_FILE);
-    // In place (same inode): containers already running see the new text through their mount.
-    std::fs::write(
-        &path,
-        hosts_file_content(settings, pod, pod_ips, &node_hosts),
-    )?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-    Ok(Some(api::Mount {
-        container_path: "/etc/hosts".into(),
-        host_path: path.display().to_string(),
-        readonly: false,
-        selinux_relabel: true,
-        ..Default::default()
-    }))
+
+    fn render(&self, node_hosts: &str) -> String {
+        let node_hosts = if self.node_hosts { node_hosts } else { "" };
+        [self.head.as_str(), node_hosts, self.tail.as_str()].concat()
+    }
+}
+
+/// The pod's hosts file as a container start writes it: planned from the pod ([`plan`]),
+/// written by [`HostsFile::write`] (file-system work, on the blocking pool).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostsFile {
+    /// `<root-dir>/pods/<uid>`.
+    dir: PathBuf,
+    text: HostsText,
+}
+
+/// The hosts file of `pod` with `pod_ips`; `None` while the pod has no IP yet (kubelet mounts
+/// it only then).
+pub fn plan(settings: &Settings, pod: &Pod, pod_ips: &[String]) -> Option<HostsFile> {
+    if pod_ips.is_empty() {
+        return None;
+    }
+    Some(HostsFile {
+        dir: pod_dir(&settings.root_dir, crate::pod::pod_uid(pod)),
+        text: HostsText::of(settings, pod, pod_ips),
+    })
+}
+
+impl HostsFile {
+    /// Writes `<root-dir>/pods/<uid>/etc-hosts` (mode 0644; in place, so running containers
+    /// see the new text through their mount) and returns the mount that puts it on
+    /// `/etc/hosts`.
+    ///
+    /// Errors: the I/O error of reading the node's hosts file (host-network pods) or of writing
+    /// the file.
+    pub fn write(&self) -> io::Result<api::Mount> {
+        let node_hosts = if self.text.node_hosts {
+            std::fs::read_to_string(NODE_HOSTS_PATH)?
+        } else {
+            String::new()
+        };
+        std::fs::create_dir_all(&self.dir)?;
+        let path = self.dir.join(ETC_HOSTS_FILE);
+        std::fs::write(&path, self.text.render(&node_hosts))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+        Ok(api::Mount {
+            container_path: "/etc/hosts".into(),
+            host_path: path.display().to_string(),
+            readonly: false,
+            selinux_relabel: true,
+            ..Default::default()
+        })
+    }
 }
 
 #[cfg(test)]
@@ -194,9 +233,10 @@ mod tests {
         let mut s = Settings::example();
         s.root_dir = tmp.path().to_owned();
         let p = pod("{containers: [{name: c, image: b}]}");
-        assert_eq!(ensure_hosts_file(&s, &p, &[]).unwrap(), None, "no IP yet");
-        let m = ensure_hosts_file(&s, &p, &["10.88.0.9".into()])
+        assert_eq!(plan(&s, &p, &[]), None, "no IP yet");
+        let m = plan(&s, &p, &["10.88.0.9".into()])
             .unwrap()
+            .write()
             .unwrap();
         let path = tmp.path().join("pods/u1/etc-hosts");
         assert_eq!(m.container_path, "/etc/hosts");

@@ -16,6 +16,7 @@
 pub mod actions;
 pub mod backoff;
 pub mod container;
+pub mod container_files;
 pub mod hosts_file;
 pub mod image;
 pub mod kill;

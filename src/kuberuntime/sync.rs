@@ -313,9 +313,12 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         };
         // A relist that lists the sandbox before its IPs are recorded waits for them.
         let making = self.cache.making(uid);
+        let log_directory = config.log_directory.clone();
+        let made_log_directory =
+            crate::blocking::run(move || std::fs::create_dir_all(log_directory)).await;
         let created = match (
             sandbox::kernel_hostname(&self.settings, pod),
-            std::fs::create_dir_all(&config.log_directory),
+            made_log_directory,
         ) {
             (Err(message), _) => Err(SyncError::Start {
                 container: String::new(),
@@ -484,13 +487,24 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             let target = target.map_err(|e| fail("CreateContainerConfigError", e))?;
             container::join_target_pid_namespace(&mut config, &target);
         }
-        let log_dir = PathBuf::from(&sb.config.log_directory).join(&c.name);
-        std::fs::create_dir_all(&log_dir).map_err(|e| {
-            fail(
-                "CreateContainerError",
-                format!("cannot create log directory {}: {e}", log_dir.display()),
-            )
-        })?;
+        let files = super::container_files::ContainerFiles {
+            termination_message: c
+                .termination_message_path
+                .clone()
+                .filter(|p| !p.is_empty())
+                .map(|path| super::container_files::TerminationMessage {
+                    pod_dir: hosts_file::pod_dir(&self.settings.root_dir, uid),
+                    container: c.name.clone(),
+                    attempt: start.restart_count,
+                    container_path: path,
+                }),
+            hosts: hosts_file::plan(&self.settings, pod, pod_ips),
+            log_dir: PathBuf::from(&sb.config.log_directory).join(&c.name),
+        };
+        let mounts = crate::blocking::run(move || files.make())
+            .await
+            .map_err(|e| fail(e.reason(), e.to_string()))?;
+        config.mounts.extend(mounts);
         let log_path = PathBuf::from(&sb.config.log_directory).join(&config.log_path);
         // A relist that lists the container before it is recorded waits for the record.
         let making = self.cache.making(uid);
@@ -542,9 +556,10 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         Ok(())
     }
 
-    /// The CRI config of container `c` with its mounts: volumes (subPathExpr expanded with the
-    /// container's env), the termination message file and the pod's hosts file. Errors: the
-    /// message of a `CreateContainerConfigError`.
+    /// The CRI config of container `c` with its volumes' mounts (subPathExpr expanded with the
+    /// container's env); the termination message file and the pod's hosts file are mounted by
+    /// the caller once made ([`super::container_files`]). Errors: the message of a
+    /// `CreateContainerConfigError`.
     #[allow(clippy::too_many_arguments)]
     fn container_config_with_mounts(
         &self,
@@ -556,7 +571,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         pod_ips: &[String],
         volumes: &BTreeMap<String, PathBuf>,
     ) -> Result<api::ContainerConfig, String> {
-        let uid = pod_uid(pod);
         let services = self.service_env(pod)?;
         let inputs = container::ContainerInputs {
             restart_count: start.restart_count,
@@ -581,23 +595,6 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             container::expand(s, &vars)
         })?;
         config.mounts.extend(mounts);
-        if let Some(path) = c
-            .termination_message_path
-            .as_deref()
-            .filter(|p| !p.is_empty())
-        {
-            let pod_dir = hosts_file::pod_dir(&self.settings.root_dir, uid);
-            let host = super::termination_message::prepare(&pod_dir, &c.name, start.restart_count)
-                .map_err(|e| format!("cannot create the termination message file: {e}"))?;
-            config
-                .mounts
-                .push(super::termination_message::mount(&host, path));
-        }
-        match hosts_file::ensure_hosts_file(&self.settings, pod, pod_ips) {
-            Ok(Some(mount)) => config.mounts.push(mount),
-            Ok(None) => {}
-            Err(e) => return Err(format!("cannot write the pod's hosts file: {e}")),
-        }
         Ok(config)
     }
 

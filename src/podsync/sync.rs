@@ -56,24 +56,41 @@ impl<R: CriRuntime> PodSync<R> {
         }
         let mut result = PodSyncResult::default();
         let actions = self.runtime.compute_actions(pod, &rt, &mut result);
-        // The pod cgroup exists with kubelet's values before anything runs in it (kubelet's
-        // `EnsureExists` on every sync); the QoS cgroups are updated first.
-        let cgroup = self
-            .cm
-            .ensure_pod(pod)
-            .map_err(|e| PodSyncError::Cgroup(e.to_string()))?;
-        let volumes = if actions.runs_nothing() {
-            BTreeMap::new()
+        // An API pod's objects and service account tokens are had first (both wait on the API
+        // server); then the pod cgroup exists with kubelet's values before anything runs in it
+        // (kubelet's `EnsureExists` on every sync; the QoS cgroups are updated first) and the
+        // volumes are set up, together off the runtime's thread ([`crate::blocking`]).
+        // A pod that runs nothing new and whose cgroup is as made (most syncs after a start)
+        // needs neither: no hand-off.
+        let current = actions
+            .runs_nothing()
+            .then(|| self.cm.pod_cgroup_if_current(pod))
+            .flatten();
+        let (cgroup, volumes) = if let Some(cgroup) = current {
+            (Ok(cgroup), Ok(BTreeMap::new()))
         } else {
-            self.wait_for_api_objects(pod).await;
-            match self.set_up_volumes(pod, &uid).await {
-                Ok(v) => v,
-                Err(e) => {
-                    self.update_reasons(&uid, &result);
-                    self.mark_synced(&uid);
-                    self.record_status(pod, &rt);
-                    return Err(e.into());
-                }
+            let tokens = if actions.runs_nothing() {
+                None
+            } else {
+                self.wait_for_api_objects(pod).await;
+                Some(self.pod_tokens(pod).await)
+            };
+            self.make_pod_files(pod, &uid, tokens).await
+        };
+        let cgroup = cgroup.map_err(|e| PodSyncError::Cgroup(e.to_string()))?;
+        let volumes = match volumes {
+            Ok(v) => v,
+            Err(e) => {
+                warn!(pod = %pod_ref(pod), uid, error = %e, missing_object = e.cause.is_missing_object(), "volume set-up failed");
+                self.recorder.warning(
+                    crate::events::Involved::pod(pod),
+                    "FailedMount",
+                    e.to_string(),
+                );
+                self.update_reasons(&uid, &result);
+                self.mark_synced(&uid);
+                self.record_status(pod, &rt);
+                return Err(e.into());
             }
         };
         let inputs = PodInputs {
@@ -136,45 +153,53 @@ impl<R: CriRuntime> PodSync<R> {
         }
     }
 
-    /// The pod's volumes, before any container (kubelet's `WaitForAttachAndMount`): a failure
-    /// holds the pod in ContainerCreating with a `FailedMount` event, and the next sync tries
-    /// again. The service account tokens of its projected volumes are had first
-    /// ([`crate::token`]); a token that cannot be had fails the first volume that asks for
-    /// one. Returns each volume's directory by name.
-    async fn set_up_volumes(
-        &self,
-        pod: &Arc<Pod>,
-        uid: &str,
-    ) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
-        let settings = self.runtime.settings();
+    /// The service account tokens of the pod's projected volumes ([`crate::token`]); a token
+    /// that cannot be had fails the first volume that asks for one.
+    async fn pod_tokens(&self, pod: &Pod) -> Result<crate::token::PodTokens, VolumeError> {
         let now = self.clock.epoch_ns() / 1_000_000_000;
-        let tokens = self
-            .api_objects
+        self.api_objects
             .tokens()
             .pod_tokens(pod, now)
             .await
             .map_err(|message| VolumeError {
                 volume: crate::token::first_token_volume(pod).unwrap_or_default(),
                 cause: crate::volume::SetUpError::Token(message),
-            });
-        tokens
-            .and_then(|tokens| {
-                crate::volume::set_up_pod(
-                    pod,
-                    &crate::kuberuntime::hosts_file::pod_dir(&settings.root_dir, uid),
-                    self.objects_for(pod),
-                    &settings.allocatable,
-                    &tokens,
-                )
             })
-            .inspect_err(|e| {
-            warn!(pod = %pod_ref(pod), uid, error = %e, missing_object = e.cause.is_missing_object(), "volume set-up failed");
-            self.recorder.warning(
-                crate::events::Involved::pod(pod),
-                "FailedMount",
-                e.to_string(),
-            );
+    }
+
+    /// The pod's cgroup ([`crate::cm::ContainerManager::ensure_pod`]: the cgroup parent for
+    /// RunPodSandbox) and, given its `tokens` (`None`: a pod with nothing to run has no volumes
+    /// set up), its volumes before any container (kubelet's `WaitForAttachAndMount`: each
+    /// volume's directory by name; a failure holds the pod in ContainerCreating with a
+    /// `FailedMount` event, and the next sync tries again). Both on tokio's blocking pool.
+    async fn make_pod_files(
+        &self,
+        pod: &Arc<Pod>,
+        uid: &str,
+        tokens: Option<Result<crate::token::PodTokens, VolumeError>>,
+    ) -> (
+        Result<String, crate::cm::CmError>,
+        Result<BTreeMap<String, PathBuf>, VolumeError>,
+    ) {
+        let cm = self.cm.clone();
+        let pod = pod.clone();
+        let settings = self.runtime.settings();
+        let pod_dir = crate::kuberuntime::hosts_file::pod_dir(&settings.root_dir, uid);
+        let allocatable = settings.allocatable;
+        let objects = self.objects_for(&pod).clone();
+        crate::blocking::run(move || {
+            let cgroup = cm.ensure_pod(&pod);
+            let volumes = match tokens {
+                // Nothing runs in a pod without its cgroup: its volumes wait for the next sync.
+                _ if cgroup.is_err() => Ok(BTreeMap::new()),
+                None => Ok(BTreeMap::new()),
+                Some(tokens) => tokens.and_then(|tokens| {
+                    crate::volume::set_up_pod(&pod, &pod_dir, &objects, &allocatable, &tokens)
+                }),
+            };
+            (cgroup, volumes)
         })
+        .await
     }
 
     /// A pod past its `activeDeadlineSeconds` (kubelet's active deadline handler): marked

@@ -1,0 +1,78 @@
+//! File-system work off the runtime's thread.
+//!
+//! The agent's tokio runtime has one worker thread ([`crate::agent`]): every pod worker, probe,
+//! CRI call and HTTP request is a task on it. The pod workers' file-system steps (the pod's
+//! cgroup, its volumes, its sandbox's and containers' log directories, a container's
+//! termination-message and hosts files) and the QoS cgroups' periodic update run on tokio's
+//! blocking pool through [`run`], so a slow
+//! or hung file system (an NFS `hostPath`, a cgroup file system under load) holds only the pod
+//! that touches it, never the other pods, `/healthz` or the node API. kubelet gets the same from
+//! Go, whose scheduler moves a goroutine blocked in a system call off its thread. A pod's
+//! directory removal and housekeeping's sweeps were already there; what stays on the runtime's
+//! thread are reads (the log rotation's `stat` of each log, the node API's cgroup statistics,
+//! an exited container's termination message) and the log rotation's renames.
+//!
+//! Why one worker: a second worker thread costs the agent CPU (the two threads parking, waking
+//! and stealing each other's tasks) for nothing a node needs: the pod workers' own CPU work is
+//! small and a burst of pod starts is bound by the runtime (containerd), not by the agent
+//! (benches/README.md, "CPU per pod start").
+
+/// Threads of tokio's blocking pool (tokio's default is 512). In a burst of 110 pod starts
+/// the unbounded pool grew to about 45 threads and the agent's RSS by 3 MiB (each thread's
+/// touched stack stays resident in glibc's cache of stacks after it exits); with 8 the burst
+/// starts as fast. More file-system steps than this wait in the pool's queue: on a hung file
+/// system, once this many wait on it, other pods' file-system steps wait too, while the
+/// runtime's thread (probes, `/healthz`, the node API, the running pods' status) goes on.
+pub const MAX_THREADS: usize = 8;
+
+/// Runs `f` on tokio's blocking pool and returns its value; the calling task waits without
+/// holding the runtime's thread.
+///
+/// A panic in `f` is raised again in the caller, so a pod worker's panic handling
+/// ([`crate::crash`]) sees it as its own. When the runtime is shutting down (the blocking task
+/// was cancelled before it ran) the caller never resumes: the runtime drops it.
+pub async fn run<T, F>(f: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_work_runs_on_another_thread_and_its_value_comes_back() {
+        let here = std::thread::current().id();
+        let (value, there) = run(|| (7, std::thread::current().id())).await;
+        assert_eq!(value, 7);
+        assert_ne!(here, there, "the work ran on the runtime's own thread");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_panic_in_the_work_is_the_callers() {
+        let caught = tokio::spawn(run(|| -> u8 { panic!("cgroup file system gone") })).await;
+        let panic = caught.expect_err("the panic came back").into_panic();
+        assert_eq!(
+            panic.downcast_ref::<&str>().copied(),
+            Some("cgroup file system gone")
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_blocked_call_does_not_hold_the_runtime() {
+        // The runtime has one thread; a call blocked on the pool leaves it free for others.
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let blocked = tokio::spawn(run(move || wait.recv().is_ok()));
+        let other = tokio::spawn(async { 42 }).await.expect("ran");
+        assert_eq!(other, 42);
+        release.send(()).expect("still waiting");
+        assert!(blocked.await.expect("returned"));
+    }
+}
