@@ -144,8 +144,7 @@ pub fn run(config: Config, flags: Flags) -> Result<(), AgentError> {
     info!(node = %node_name, node_ip = %node_ip, runtime = %config.container_runtime_endpoint, "starting nodelet");
 
     // One worker thread: the pod workers' file-system steps run on the blocking pool
-    // (`crate::blocking`), and a second worker cost more CPU than it saved. The pool is
-    // bounded: each of its threads keeps its stack's touched pages resident after it exits.
+    // (`crate::blocking`, bounded), and a second worker cost more CPU than it saved.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .max_blocking_threads(crate::blocking::MAX_THREADS)

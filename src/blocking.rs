@@ -4,25 +4,26 @@
 //! CRI call and HTTP request is a task on it. The pod workers' file-system steps (the pod's
 //! cgroup, its volumes, its sandbox's and containers' log directories, a container's
 //! termination-message and hosts files) and the QoS cgroups' periodic update run on tokio's
-//! blocking pool through [`run`], so a slow
-//! or hung file system (an NFS `hostPath`, a cgroup file system under load) holds only the pod
-//! that touches it, never the other pods, `/healthz` or the node API. kubelet gets the same from
-//! Go, whose scheduler moves a goroutine blocked in a system call off its thread. A pod's
-//! directory removal and housekeeping's sweeps were already there; what stays on the runtime's
-//! thread are reads (the log rotation's `stat` of each log, the node API's cgroup statistics,
-//! an exited container's termination message) and the log rotation's renames.
+//! blocking pool through [`run`], so a slow or hung file system (an NFS `hostPath`, a cgroup
+//! file system under load) holds the pods that touch it and never `/healthz`, the node API,
+//! the probes or the running pods' status; other pods' starts go on while fewer than
+//! [`MAX_THREADS`] steps wait on it. kubelet gets the same from Go, whose scheduler moves a
+//! goroutine blocked in a system call off its thread. A gone pod's directory removal and
+//! housekeeping's sweeps run on the same pool; what stays on the runtime's thread are reads
+//! (the log rotation's `stat` of each log, the node API's cgroup statistics, an exited
+//! container's termination message) and the log rotation's renames.
 //!
 //! Why one worker: a second worker thread costs the agent CPU (the two threads parking, waking
 //! and stealing each other's tasks) for nothing a node needs: the pod workers' own CPU work is
 //! small and a burst of pod starts is bound by the runtime (containerd), not by the agent
 //! (benches/README.md, "CPU per pod start").
 
-/// Threads of tokio's blocking pool (tokio's default is 512). In a burst of 110 pod starts
-/// the unbounded pool grew to about 45 threads and the agent's RSS by 3 MiB (each thread's
-/// touched stack stays resident in glibc's cache of stacks after it exits); with 8 the burst
-/// starts as fast. More file-system steps than this wait in the pool's queue: on a hung file
-/// system, once this many wait on it, other pods' file-system steps wait too, while the
-/// runtime's thread (probes, `/healthz`, the node API, the running pods' status) goes on.
+/// Threads of tokio's blocking pool (tokio's default is 512). Unbounded, a burst of 110 pod
+/// starts grew the pool to about 45 threads, each a stack and a thread for the kernel to
+/// schedule; with 8 the burst started as fast (benches/README.md). More file-system steps than
+/// this wait in the pool's queue: on a hung file system, once this many wait on it, other
+/// pods' file-system steps wait too, while the runtime's thread (probes, `/healthz`, the node
+/// API, the running pods' status) goes on.
 pub const MAX_THREADS: usize = 8;
 
 /// Runs `f` on tokio's blocking pool and returns its value; the calling task waits without
