@@ -816,16 +816,25 @@ mod tests {
         ContainerManager::new(mem.clone(), cfg)
     }
 
-    #[test]
-    fn a_pod_that_changes_qos_class_leaves_no_cgroup_in_the_old_class() {
+    /// [`in_memory`] over fresh in-memory cgroups with only the root, started.
+    fn started_in_memory() -> (Arc<crate::testing::cgroups::MemCgroups>, ContainerManager) {
         let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
         mem.create("/", &ResourceConfig::default()).unwrap();
         let cm = in_memory(&mem);
         cm.start().unwrap();
-        let pod = |resources: &str| -> Arc<Pod> {
-            Arc::new(serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec: {{containers: [{{name: a, image: i, resources: {{{resources}}}}}]}}")).unwrap())
-        };
-        let best_effort = pod("");
+        (mem, cm)
+    }
+
+    /// Pod `p` (uid `u1`) with one container whose `resources` are the given YAML flow body
+    /// (`""` for BestEffort, `"requests: {memory: 64Mi}"` for Burstable).
+    fn pod_u1(resources: &str) -> Arc<Pod> {
+        Arc::new(serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec: {{containers: [{{name: a, image: i, resources: {{{resources}}}}}]}}")).unwrap())
+    }
+
+    #[test]
+    fn a_pod_that_changes_qos_class_leaves_no_cgroup_in_the_old_class() {
+        let (mem, cm) = started_in_memory();
+        let best_effort = pod_u1("");
         assert_eq!(
             cm.ensure_pod(&best_effort).unwrap(),
             "/kubepods/besteffort/podu1"
@@ -833,7 +842,7 @@ mod tests {
         // Edited to Burstable while its container still runs in the old cgroup: the new one is
         // made, the old one stays (busy) ...
         mem.set_busy("/kubepods/besteffort/podu1", vec![42]);
-        let burstable = pod("requests: {memory: 64Mi}");
+        let burstable = pod_u1("requests: {memory: 64Mi}");
         assert_eq!(
             cm.ensure_pod(&burstable).unwrap(),
             "/kubepods/burstable/podu1"
@@ -852,7 +861,7 @@ mod tests {
             .unwrap();
         let restarted = in_memory(&mem);
         restarted
-            .ensure_pod(&pod("requests: {memory: 64Mi}"))
+            .ensure_pod(&pod_u1("requests: {memory: 64Mi}"))
             .unwrap();
         restarted.ensure_pod(&burstable).unwrap();
         assert!(!mem.has("/kubepods/besteffort/podu1"));
@@ -861,14 +870,8 @@ mod tests {
 
     #[test]
     fn a_pod_cgroup_is_current_only_for_the_same_pod_object_with_its_cgroup_there() {
-        let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
-        mem.create("/", &ResourceConfig::default()).unwrap();
-        let cm = in_memory(&mem);
-        cm.start().unwrap();
-        let pod = |resources: &str| -> Arc<Pod> {
-            Arc::new(serde_yaml::from_str(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec: {{containers: [{{name: a, image: i, resources: {{{resources}}}}}]}}")).unwrap())
-        };
-        let best_effort = pod("");
+        let (mem, cm) = started_in_memory();
+        let best_effort = pod_u1("");
         assert_eq!(
             cm.pod_cgroup_if_current(&best_effort),
             None,
@@ -880,7 +883,7 @@ mod tests {
             Some("/kubepods/besteffort/podu1")
         );
         // An equal pod from a new manifest read is another object: ensure_pod runs again.
-        assert_eq!(cm.pod_cgroup_if_current(&pod("")), None);
+        assert_eq!(cm.pod_cgroup_if_current(&pod_u1("")), None);
         // Its cgroup removed behind the agent's back: made again.
         mem.destroy("/kubepods/besteffort/podu1").unwrap();
         assert_eq!(cm.pod_cgroup_if_current(&best_effort), None);
@@ -888,7 +891,7 @@ mod tests {
         // Moved to another QoS class with its old cgroup still busy: ensure_pod has it to
         // remove later.
         mem.set_busy("/kubepods/besteffort/podu1", vec![42]);
-        let burstable = pod("requests: {memory: 64Mi}");
+        let burstable = pod_u1("requests: {memory: 64Mi}");
         cm.ensure_pod(&burstable).unwrap();
         assert_eq!(cm.pod_cgroup_if_current(&burstable), None);
         mem.set_busy("/kubepods/besteffort/podu1", vec![]);
@@ -901,10 +904,7 @@ mod tests {
 
     #[test]
     fn qos_cgroups_are_written_when_their_values_change_and_all_once_a_minute() {
-        let mem = Arc::new(crate::testing::cgroups::MemCgroups::default());
-        mem.create("/", &ResourceConfig::default()).unwrap();
-        let cm = in_memory(&mem);
-        cm.start().unwrap();
+        let (mem, cm) = started_in_memory();
         let qos = |log: Vec<String>| -> Vec<String> {
             log.into_iter()
                 .filter(|l| l.ends_with("/burstable") || l.ends_with("/besteffort"))
