@@ -3,7 +3,9 @@
 //! container and lists every pod Running within seconds; on the quiet node it then trusts
 //! containerd's event stream (a relist every 10 s, not every second) and housekeeping and log
 //! rotation list nothing of their own. A hung file system (a frozen ext4) holds only the pods
-//! whose volumes are on it: the others start and `/healthz` answers.
+//! whose volumes are on it: the others start and `/healthz` answers. A pod whose container was
+//! removed from containerd behind CRI's back (`ctr`), which containerd's CRI then cannot remove,
+//! still terminates and is gone.
 // Test code reads the machine's clocks and casts measurements freely.
 #![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
@@ -180,4 +182,58 @@ fn a_hung_file_system_holds_only_the_pods_that_touch_it() {
     for i in 0..3 {
         assert!(frozen.dir.join(format!("d{i}")).is_dir(), "d{i} made");
     }
+}
+
+/// `ctr` on the test runtime's socket, namespace `k8s.io`; its status and stderr.
+fn ctr(n: &Nodelet, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("ctr")
+        .args(["--address", n.socket.to_str().unwrap(), "-n", "k8s.io"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_pod_whose_container_was_removed_behind_cri_still_terminates() {
+    let mut n = Nodelet::new("tampered");
+    n.start();
+    n.write_manifest(
+        "done.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: done}\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: ['true']}\n",
+    );
+    wait_until(Duration::from_secs(60), "the pod Succeeded", || {
+        n.pod("done")
+            .is_some_and(|p| p["status"]["phase"] == "Succeeded")
+    });
+    let uid = n.uid("done");
+    let cs = n.runtime.containers(&uid);
+    assert_eq!(cs.len(), 1, "{cs:?}");
+    // Removed from containerd's own store with ctr, where CRI still lists it.
+    let _ = ctr(&n, &["tasks", "delete", &cs[0].id]);
+    let (ok, err) = ctr(&n, &["containers", "delete", &cs[0].id]);
+    assert!(ok, "ctr containers delete: {err}");
+    std::fs::remove_file(n.manifests().join("done.yaml")).unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "the pod gone from /pods and its directory removed",
+        || n.pod("done").is_none() && !n.root().join("pods").join(&uid).exists(),
+    );
+    // A container of that ID put back, containerd can remove the sandbox again (its CRI plugin
+    // cannot before: every later sweep of stale test pods would meet it).
+    let (ok, err) = ctr(
+        &n,
+        &[
+            "containers",
+            "create",
+            "docker.io/library/busybox:1.36",
+            &cs[0].id,
+        ],
+    );
+    assert!(ok, "ctr containers create: {err}");
+    n.runtime.remove_node_pods(&n.node);
+    assert!(n.runtime.sandboxes(&uid).is_empty(), "sandbox left");
 }

@@ -4,7 +4,7 @@
 //! layer's ([`crate::podsync`], `SyncTerminatingPod`).
 
 use k8s_openapi::api::core::v1::Pod;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::status::get_pod_status;
 use super::KubeRuntimeManager;
@@ -183,7 +183,10 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// stopped when `last_states` (so a failed pod's status keeps its containers' last states),
     /// then removes the sandboxes (and their containers).
     ///
-    /// Errors: a CRI call that failed; the pod worker tries the kill again.
+    /// Errors: a CRI call that failed; the pod worker tries the kill again. A removal that
+    /// fails with `NotFound` (the sandbox or one of its containers gone from the runtime behind
+    /// CRI's back) is not one: the pod is stopped, which is all kubelet's `KillPod` asks, and
+    /// the garbage collector retries the removal.
     pub async fn kill_pod(
         &self,
         pod: &Pod,
@@ -204,7 +207,18 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             rt.clone()
         };
         for s in &rt.sandboxes {
-            self.cri.remove_pod_sandbox(&s.id).await?;
+            match self.cri.remove_pod_sandbox(&s.id).await {
+                Ok(()) => {}
+                // The sandbox, or one of its containers, is no longer in the runtime (removed
+                // behind CRI's back, as with `ctr`): everything is stopped, so the kill is done.
+                // What containerd still lists is the garbage collector's to retry, as kubelet
+                // leaves every sandbox removal to it.
+                Err(e) if e.code == tonic::Code::NotFound => {
+                    warn!(pod = %pod_ref(pod), uid, sandbox = %s.id, error = %e,
+                        "sandbox removal found part of it gone; the pod is stopped, the garbage collector retries the removal");
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(KilledPod { existed, stopped })
     }

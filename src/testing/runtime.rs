@@ -35,7 +35,7 @@ struct State {
     sandboxes: BTreeMap<String, FakeSandbox>,
     containers: BTreeMap<String, FakeContainer>,
     images: HashSet<String>,
-    failures: HashMap<&'static str, VecDeque<String>>,
+    failures: HashMap<&'static str, VecDeque<(tonic::Code, String)>>,
     /// What the next ExecSync calls return: (exit code, stderr).
     exec_exits: VecDeque<(i32, String)>,
     /// Calls that, once done, wait for a permit before they return (see
@@ -90,11 +90,17 @@ impl FakeRuntime {
     /// Makes the next call of `operation` (kubelet's name, e.g. `create_container`) fail with
     /// `message`.
     pub fn fail_next(&self, operation: &'static str, message: &str) {
+        self.fail_next_with(operation, tonic::Code::Unknown, message);
+    }
+
+    /// Like [`FakeRuntime::fail_next`], with the gRPC status `code` (containerd answers
+    /// `NotFound` for what is gone).
+    pub fn fail_next_with(&self, operation: &'static str, code: tonic::Code, message: &str) {
         self.lock()
             .failures
             .entry(operation)
             .or_default()
-            .push_back(message.into());
+            .push_back((code, message.into()));
     }
 
     /// Makes the next ExecSync exit with `code`, `stderr` its output (a command that ran and
@@ -255,9 +261,9 @@ impl FakeRuntime {
         let mut st = self.lock();
         st.calls.push(call);
         match st.failures.get_mut(operation).and_then(VecDeque::pop_front) {
-            Some(message) => Err(CriError {
+            Some((code, message)) => Err(CriError {
                 operation,
-                code: tonic::Code::Unknown,
+                code,
                 message,
             }),
             None => Ok(()),

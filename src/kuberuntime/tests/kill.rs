@@ -50,6 +50,28 @@ async fn kill_stops_containers_with_the_pods_grace_then_the_sandbox_then_removes
 }
 
 #[tokio::test]
+async fn a_sandbox_removal_that_finds_part_of_it_gone_completes_the_kill() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
+    h.sync(&p).await.unwrap();
+    // Another failure of the removal: the kill fails, and the pod worker tries it again.
+    h.rt.fail_next("remove_podsandbox", "transport is closing");
+    let err = h.mgr.runtime().kill_pod(&p, 1, false).await.unwrap_err();
+    assert_eq!(err.code, tonic::Code::Unknown);
+    // containerd's answer when a container of the sandbox was removed behind CRI's back: the
+    // pod is stopped, the kill is done.
+    h.rt.fail_next_with(
+        "remove_podsandbox",
+        tonic::Code::NotFound,
+        "failed to remove container \"c1\": not found",
+    );
+    h.rt.clear_calls();
+    let killed = h.mgr.runtime().kill_pod(&p, 1, false).await.unwrap();
+    assert!(killed.existed);
+    assert_eq!(h.rt.calls_of("RemovePodSandbox").len(), 1);
+}
+
+#[tokio::test]
 async fn an_eviction_kill_uses_its_grace_and_leaves_the_pod_failed() {
     let h = harness();
     let p = pod(&format!("{{containers: [{}]}}", apps(&["c"])));
