@@ -184,10 +184,10 @@ fn a_hung_file_system_holds_only_the_pods_that_touch_it() {
     }
 }
 
-/// `ctr` on the test runtime's socket, namespace `k8s.io`; its status and stderr.
-fn ctr(n: &Nodelet, args: &[&str]) -> (bool, String) {
+/// `ctr` on the runtime at `socket`, namespace `k8s.io`; its status and stderr.
+fn ctr(socket: &std::path::Path, args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new("ctr")
-        .args(["--address", n.socket.to_str().unwrap(), "-n", "k8s.io"])
+        .args(["--address", socket.to_str().unwrap(), "-n", "k8s.io"])
         .args(args)
         .output()
         .unwrap();
@@ -195,6 +195,25 @@ fn ctr(n: &Nodelet, args: &[&str]) -> (bool, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Puts a containerd container of ID `.1` back when dropped (after the test's assertions, or
+/// when one fails), so that containerd's CRI can remove its sandbox again: without it, the
+/// sandbox would stay for every later sweep of stale test pods to meet.
+struct PutBack(std::path::PathBuf, String);
+
+impl Drop for PutBack {
+    fn drop(&mut self) {
+        let _ = ctr(
+            &self.0,
+            &[
+                "containers",
+                "create",
+                "docker.io/library/busybox:1.36",
+                &self.1,
+            ],
+        );
+    }
 }
 
 #[test]
@@ -212,9 +231,11 @@ fn a_pod_whose_container_was_removed_behind_cri_still_terminates() {
     let uid = n.uid("done");
     let cs = n.runtime.containers(&uid);
     assert_eq!(cs.len(), 1, "{cs:?}");
-    // Removed from containerd's own store with ctr, where CRI still lists it.
-    let _ = ctr(&n, &["tasks", "delete", &cs[0].id]);
-    let (ok, err) = ctr(&n, &["containers", "delete", &cs[0].id]);
+    // Removed from containerd's own store with ctr, where CRI still lists it; containerd's CRI
+    // then answers NotFound to the sandbox's removal.
+    let _ = ctr(&n.socket, &["tasks", "delete", &cs[0].id]);
+    let (ok, err) = ctr(&n.socket, &["containers", "delete", &cs[0].id]);
+    let put_back = PutBack(n.socket.clone(), cs[0].id.clone());
     assert!(ok, "ctr containers delete: {err}");
     std::fs::remove_file(n.manifests().join("done.yaml")).unwrap();
     wait_until(
@@ -222,18 +243,7 @@ fn a_pod_whose_container_was_removed_behind_cri_still_terminates() {
         "the pod gone from /pods and its directory removed",
         || n.pod("done").is_none() && !n.root().join("pods").join(&uid).exists(),
     );
-    // A container of that ID put back, containerd can remove the sandbox again (its CRI plugin
-    // cannot before: every later sweep of stale test pods would meet it).
-    let (ok, err) = ctr(
-        &n,
-        &[
-            "containers",
-            "create",
-            "docker.io/library/busybox:1.36",
-            &cs[0].id,
-        ],
-    );
-    assert!(ok, "ctr containers create: {err}");
+    drop(put_back);
     n.runtime.remove_node_pods(&n.node);
     assert!(n.runtime.sandboxes(&uid).is_empty(), "sandbox left");
 }
