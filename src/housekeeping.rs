@@ -25,7 +25,7 @@ use tracing::{info, warn};
 
 use crate::cri::CriRuntime;
 use crate::gc::{GarbageCollector, OrphanedDirs};
-use crate::kuberuntime::status::{RuntimePods, RuntimePodsView};
+use crate::kuberuntime::status::{RuntimePod, RuntimePods, RuntimePodsView};
 use crate::metrics::Metrics;
 use crate::podsync::PodSync;
 use crate::podworkers::{KillPodOptions, PodWorkers, UpdateType};
@@ -125,6 +125,34 @@ pub fn housekeeper<R: CriRuntime + Clone>(
 pub struct Sweeps {
     scan: OrphanScan,
     dirs: OrphanedDirs,
+    idle: IdleKills,
+}
+
+/// The runtime pods no source wants that housekeeping had a pod worker kill while nothing of
+/// them ran, by UID, kept while the runtime still lists them. Such a kill only removes what is
+/// left (sandboxes, directories); when the runtime still lists the pod after it (containerd
+/// cannot remove a sandbox one of whose containers was deleted behind CRI's back), asking again
+/// every pass would only repeat the kill and its warning. kubelet's housekeeping kills running
+/// pods only (`HandlePodCleanups` over `GetPods(false)`) and leaves the rest to its garbage
+/// collector; nodelet kills an idle leftover once, so that it goes at once, then leaves it to
+/// the collector too. A pod that runs again is killed again.
+#[derive(Default)]
+struct IdleKills(HashSet<String>);
+
+impl IdleKills {
+    /// The pods of `ours` (the runtime's pods of this node) to kill: those `wanted` does not
+    /// hold, running, or idle and not killed idle before. Forgets the UIDs `ours` no longer lists.
+    fn choose<'a>(
+        &mut self,
+        ours: &'a [RuntimePod],
+        wanted: impl Fn(&str) -> bool,
+    ) -> Vec<&'a RuntimePod> {
+        self.0.retain(|u| ours.iter().any(|p| p.uid == *u));
+        ours.iter()
+            .filter(|p| !wanted(&p.uid))
+            .filter(|p| p.running || self.0.insert(p.uid.clone()))
+            .collect()
+    }
 }
 
 /// One pass for the `desired` pod UIDs over the runtime's pods `listed`; `sweeps` decides
@@ -176,19 +204,25 @@ pub async fn pass<R: CriRuntime>(
             Err(e) => warn!(error = %e, "removing orphaned pod cgroups and directories failed"),
         }
     }
-    for pod in &listed.ours {
-        if !desired.contains(&pod.uid) && !workers.is_known(&pod.uid) {
-            info!(
-                pod = pod.name.as_deref().unwrap_or(""),
-                namespace = pod.namespace.as_deref().unwrap_or(""),
-                uid = pod.uid,
-                "killing pod that no source wants"
-            );
-            workers.update_pod(
-                Arc::new(pod.to_pod()),
-                UpdateType::Kill(KillPodOptions::removed()),
-            );
-        }
+    let kill = sweeps
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .idle
+        .choose(&listed.ours, |uid| {
+            desired.contains(uid) || workers.is_known(uid)
+        });
+    for pod in kill {
+        info!(
+            pod = pod.name.as_deref().unwrap_or(""),
+            namespace = pod.namespace.as_deref().unwrap_or(""),
+            uid = pod.uid,
+            running = pod.running,
+            "killing pod that no source wants"
+        );
+        workers.update_pod(
+            Arc::new(pod.to_pod()),
+            UpdateType::Kill(KillPodOptions::removed()),
+        );
     }
     due
 }
@@ -196,6 +230,32 @@ pub async fn pass<R: CriRuntime>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_runtime_pod_no_source_wants_is_killed_once_a_running_one_every_pass() {
+        let pod = |uid: &str, running: bool| RuntimePod {
+            uid: uid.into(),
+            name: None,
+            namespace: None,
+            grace_seconds: None,
+            running,
+        };
+        let uids =
+            |v: Vec<&RuntimePod>| -> Vec<String> { v.iter().map(|p| p.uid.clone()).collect() };
+        let mut idle = IdleKills::default();
+        let listed = [pod("run", true), pod("idle", false), pod("wanted", false)];
+        let wanted = |u: &str| u == "wanted";
+        assert_eq!(uids(idle.choose(&listed, wanted)), ["run", "idle"]);
+        // Its kill could not remove it: not asked again; the running one is.
+        assert_eq!(uids(idle.choose(&listed, wanted)), ["run"]);
+        // Running again: killed again.
+        let again = [pod("idle", true)];
+        assert_eq!(uids(idle.choose(&again, wanted)), ["idle"]);
+        // Gone from the listing, then back idle (a new leftover of the same UID): killed once.
+        assert!(idle.choose(&[], wanted).is_empty());
+        assert_eq!(uids(idle.choose(&[pod("idle", false)], wanted)), ["idle"]);
+        assert!(idle.choose(&[pod("idle", false)], wanted).is_empty());
+    }
 
     #[test]
     fn orphans_are_scanned_on_change_when_stuck_and_every_period() {

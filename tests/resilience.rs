@@ -5,7 +5,7 @@
 //! rotation list nothing of their own. A hung file system (a frozen ext4) holds only the pods
 //! whose volumes are on it: the others start and `/healthz` answers. A pod whose container was
 //! removed from containerd behind CRI's back (`ctr`), which containerd's CRI then cannot remove,
-//! still terminates and is gone.
+//! still terminates and is gone, and the sandbox left is not killed again every pass.
 // Test code reads the machine's clocks and casts measurements freely.
 #![allow(clippy::disallowed_methods, clippy::cast_possible_truncation)]
 
@@ -243,6 +243,13 @@ fn a_pod_whose_container_was_removed_behind_cri_still_terminates() {
         "the pod gone from /pods and its directory removed",
         || n.pod("done").is_none() && !n.root().join("pods").join(&uid).exists(),
     );
+    // containerd still lists the sandbox: housekeeping kills it once more at most (it may have
+    // listed it idle just after the kill), then leaves it to the garbage collector, not a
+    // kill and a warning every pass.
+    n.wait_for_housekeeping(4);
+    let log = n.log();
+    let warned = log.matches("sandbox removal found part of it gone").count();
+    assert!((1..=2).contains(&warned), "warned {warned} times:\n{log}");
     drop(put_back);
     n.runtime.remove_node_pods(&n.node);
     assert!(n.runtime.sandboxes(&uid).is_empty(), "sandbox left");

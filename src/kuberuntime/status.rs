@@ -37,6 +37,9 @@ pub struct RuntimePod {
     pub namespace: Option<String>,
     /// Its `terminationGracePeriodSeconds`, seconds, from its containers' annotation.
     pub grace_seconds: Option<i64>,
+    /// A sandbox of it is ready or a container of it runs (what kubelet's `GetPods(false)`
+    /// lists as a running pod).
+    pub running: bool,
 }
 
 impl RuntimePod {
@@ -313,8 +316,8 @@ pub async fn list_runtime_pods(
 
 impl RuntimePods {
     /// From unfiltered listings: every pod with a sandbox of `node_name` (label
-    /// `nodelet.io/node-name`) as a [`RuntimePod`] (name, namespace, UID, and the grace period
-    /// its containers were created with), and the UIDs of sandboxes that belong to other agents
+    /// `nodelet.io/node-name`) as a [`RuntimePod`] (name, namespace, UID, the grace period
+    /// its containers were created with, and whether anything of it runs), and the UIDs of sandboxes that belong to other agents
     /// (another node name, or none); housekeeping compares the first with the desired pods and
     /// leaves the second alone. A UID of this node is ours even if another agent also has a
     /// sandbox for it.
@@ -347,21 +350,28 @@ impl RuntimePods {
                 continue;
             }
             ours.insert(s.id.as_str());
-            pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
+            let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
                 uid: uid.clone(),
                 name: s.labels.get(labels::POD_NAME).cloned(),
                 namespace: s.labels.get(labels::POD_NAMESPACE).cloned(),
                 grace_seconds: grace.get(uid.as_str()).copied(),
+                running: false,
             });
+            pod.running |= s.state == api::PodSandboxState::SandboxReady as i32;
         }
         foreign.retain(|u| !pods.contains_key(u));
-        let running_containers = containers
+        let running_containers: Vec<String> = containers
             .iter()
             .filter(|c| {
                 c.state == api::ContainerState::ContainerRunning as i32
                     && ours.contains(c.pod_sandbox_id.as_str())
             })
-            .map(|c| c.id.clone())
+            .map(|c| {
+                if let Some(p) = c.labels.get(labels::POD_UID).and_then(|u| pods.get_mut(u)) {
+                    p.running = true;
+                }
+                c.id.clone()
+            })
             .collect();
         RuntimePods {
             ours: pods.into_values().collect(),

@@ -183,7 +183,8 @@ async fn a_failed_pod_is_not_started_until_its_manifest_changes() {
 }
 
 /// Housekeeping kills a pod no source wants from what the listings tell of it: its name,
-/// namespace and the grace period its containers were created with.
+/// namespace, the grace period its containers were created with, and whether anything of it
+/// runs.
 #[test]
 fn a_runtime_pod_carries_what_killing_it_takes() {
     use crate::cri::api;
@@ -218,12 +219,29 @@ fn a_runtime_pod_carries_what_killing_it_takes() {
         annotations: labelled(&[(labels::POD_TERMINATION_GRACE_PERIOD, "7")]),
         ..Default::default()
     };
-    let pods = RuntimePods::from_listings(&[ours, foreign], &[c], "n");
+    // A pod whose sandbox is stopped and whose container exited: nothing of it runs.
+    let stopped = api::PodSandbox {
+        id: "sb3".into(),
+        state: api::PodSandboxState::SandboxNotready as i32,
+        labels: labelled(&[(labels::POD_UID, "u3"), (labels::NODE_NAME, "n")]),
+        ..Default::default()
+    };
+    let exited = api::Container {
+        id: "c3".into(),
+        pod_sandbox_id: "sb3".into(),
+        state: api::ContainerState::ContainerExited as i32,
+        labels: labelled(&[(labels::POD_UID, "u3")]),
+        ..Default::default()
+    };
+    let mut pods = RuntimePods::from_listings(&[ours, foreign, stopped], &[c, exited], "n");
+    let idle = pods.ours.iter().position(|p| p.uid == "u3").unwrap();
+    assert!(!pods.ours.remove(idle).running);
     let web = RuntimePod {
         uid: "u1".into(),
         name: Some("web".into()),
         namespace: Some("ns".into()),
         grace_seconds: Some(7),
+        running: true,
     };
     assert_eq!(pods.ours, [web]);
     assert!(pods.foreign.contains("u2") && pods.foreign.len() == 1);
