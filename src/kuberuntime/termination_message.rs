@@ -61,13 +61,17 @@ pub fn read(st: &api::ContainerStatus) -> Option<String> {
         .get(labels::CONTAINER_TERMINATION_MESSAGE_POLICY)
         .map(String::as_str)
         .unwrap_or("File");
+    // The last mount at the path is the one the container saw (later mounts cover earlier
+    // ones): the agent's own file, mounted after the pod's volumes. A volume mounted at the
+    // same path is the pod's to change (a FIFO there would block the read), so it is not read.
     let from_file = st
         .mounts
         .iter()
+        .rev()
         .find(|m| !path.is_empty() && m.container_path == *path)
         .and_then(|m| {
             let mut buf = Vec::new();
-            std::fs::File::open(&m.host_path)
+            open_regular(Path::new(&m.host_path))
                 .and_then(|f| f.take(MAX_MESSAGE_BYTES).read_to_end(&mut buf))
                 .ok()?;
             // Cut at 4096 bytes, a character split there is dropped, not replaced.
@@ -90,11 +94,31 @@ pub fn read(st: &api::ContainerStatus) -> Option<String> {
     None
 }
 
+/// Opens `path` for reading only if it is a regular file and not a symbolic link, without
+/// waiting: non-blocking, so a FIFO or a device put where the file was returns at once (and is
+/// refused), and a read that would block fails instead of holding the thread.
+///
+/// Errors: the open's error; `InvalidInput` for anything but a regular file.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(f)
+}
+
 /// The last [`MAX_LOG_LINES`] lines of a CRI log file (`<time> <stream> <tag> <text>`), their
 /// text only, at most [`MAX_LOG_BYTES`] (the end kept).
 fn log_tail(path: &Path) -> Option<String> {
     use std::io::{Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).ok()?;
+    let mut f = open_regular(path).ok()?;
     let len = f.metadata().ok()?.len();
     // Enough of the end of the file for 80 lines of any practical length.
     let start = len.saturating_sub(64 * 1024);
@@ -194,5 +218,24 @@ mod tests {
         std::fs::write(&host, "x".repeat(5000)).unwrap();
         let msg = read(&status(p, "FallbackToLogsOnError", &host, &log, 1)).unwrap();
         assert_eq!(msg.len(), 4096, "the file first, its first 4096 bytes");
+    }
+
+    #[test]
+    fn the_file_the_container_saw_is_read_and_never_a_fifo() {
+        let tmp = tempfile::tempdir().unwrap();
+        let own = prepare(tmp.path(), "c", 0).unwrap();
+        std::fs::write(&own, "bye").unwrap();
+        let fifo = tmp.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let log = tmp.path().join("0.log");
+        let p = "/tm";
+        // A volume of the pod mounted at the same path first (the pod turned its file into a
+        // FIFO), the agent's own file after it: the container saw the agent's.
+        let mut st = status(p, "File", &own, &log, 1);
+        st.mounts.insert(0, mount(&fifo, p));
+        assert_eq!(read(&st).as_deref(), Some("bye"));
+        // A FIFO in the agent's own place: refused at once, not waited on for a writer.
+        let st = status(p, "FallbackToLogsOnError", &fifo, &fifo, 1);
+        assert_eq!(read(&st), None);
     }
 }
