@@ -8,10 +8,12 @@
 //! file system under load) holds the pods that touch it and never `/healthz`, the node API,
 //! the probes or the running pods' status; other pods' starts go on while fewer than
 //! [`MAX_THREADS`] steps wait on it. kubelet gets the same from Go, whose scheduler moves a
-//! goroutine blocked in a system call off its thread. A gone pod's directory removal and
-//! housekeeping's sweeps run on the same pool; what stays on the runtime's thread are reads
-//! (the log rotation's `stat` of each log, the node API's cgroup statistics, an exited
-//! container's termination message) and the log rotation's renames.
+//! goroutine blocked in a system call off its thread. A gone pod's directory removal,
+//! housekeeping's sweeps, the log rotation's sizes, removals and renames
+//! ([`crate::kuberuntime::logs`]) and an exited container's termination message
+//! ([`crate::kuberuntime::termination_message`], read in the pod's status) run on the same
+//! pool, as do tokio's file reads (the node API's and the command line's container logs); what
+//! stays on the runtime's thread is the node API's reading of cgroup statistics.
 //!
 //! Why one worker: a second worker thread costs the agent CPU (the two threads parking, waking
 //! and stealing each other's tasks) for nothing a node needs: the pod workers' own CPU work is

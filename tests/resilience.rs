@@ -3,7 +3,8 @@
 //! container and lists every pod Running within seconds; on the quiet node it then trusts
 //! containerd's event stream (a relist every 10 s, not every second) and housekeeping and log
 //! rotation list nothing of their own. A hung file system (a frozen ext4) holds only the pods
-//! whose volumes are on it: the others start and `/healthz` answers. A pod whose container was
+//! whose volumes are on it: the others start and `/healthz` answers; a hung log directory holds
+//! the log rotation, not the agent. A pod whose container was
 //! removed from containerd behind CRI's back (`ctr`), which containerd's CRI then cannot remove,
 //! still terminates and is gone, and the sandbox left is not killed again every pass.
 // Test code reads the machine's clocks and casts measurements freely.
@@ -97,15 +98,24 @@ struct FrozenFs {
     dir: std::path::PathBuf,
 }
 
+fn run(cmd: &mut std::process::Command) {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {out:?}");
+}
+
 impl FrozenFs {
+    /// Made, mounted and frozen.
     fn new(image: &std::path::Path, dir: &std::path::Path) -> Self {
-        let run = |cmd: &mut std::process::Command| {
-            let out = cmd.output().unwrap();
-            assert!(out.status.success(), "{cmd:?}: {out:?}");
-        };
+        let fs = Self::mounted(image, dir, 16 << 20);
+        fs.freeze();
+        fs
+    }
+
+    /// Made (`bytes` large) and mounted at `dir`, not frozen yet.
+    fn mounted(image: &std::path::Path, dir: &std::path::Path, bytes: u64) -> Self {
         std::fs::File::create(image)
             .unwrap()
-            .set_len(16 << 20)
+            .set_len(bytes)
             .unwrap();
         run(std::process::Command::new("mkfs.ext4")
             .args(["-q", "-F"])
@@ -115,11 +125,15 @@ impl FrozenFs {
             .args(["-o", "loop"])
             .arg(image)
             .arg(dir));
-        let fs = Self {
+        Self {
             dir: dir.to_owned(),
-        };
-        run(std::process::Command::new("fsfreeze").arg("-f").arg(dir));
-        fs
+        }
+    }
+
+    fn freeze(&self) {
+        run(std::process::Command::new("fsfreeze")
+            .arg("-f")
+            .arg(&self.dir));
     }
 
     fn thaw(&self) {
@@ -182,6 +196,50 @@ fn a_hung_file_system_holds_only_the_pods_that_touch_it() {
     for i in 0..3 {
         assert!(frozen.dir.join(format!("d{i}")).is_dir(), "d{i} made");
     }
+}
+
+#[test]
+fn a_hung_log_directory_holds_only_the_log_rotation() {
+    let mut n = Nodelet::with_config(
+        "frozenlogs",
+        "containerLogMaxSize: 64Ki\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 200ms\n",
+    );
+    let work = tempfile::tempdir().unwrap();
+    // podLogsDir is a file system of its own, frozen once a log has rotated on it.
+    let logs = FrozenFs::mounted(&work.path().join("fs.img"), &n.logs(), 64 << 20);
+    n.start();
+    n.write_manifest(
+        "chatty.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: chatty}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, 'i=0; while true; do i=$((i+1)); echo \"line $i 0123456789012345678901234567890123456789\"; done']}\n",
+    );
+    let rotated = || {
+        walk(&n.logs())
+            .iter()
+            .any(|p| p.to_string_lossy().contains(".log."))
+    };
+    wait_until(Duration::from_secs(60), "a rotated log", rotated);
+    logs.freeze();
+    // Rotation passes (every 200 ms) meet the frozen directory with the log over its size:
+    // they wait, the agent does not. Its housekeeping goes on and it answers.
+    n.wait_for_housekeeping(3);
+    assert_eq!(n.get("/healthz").as_deref(), Some("ok"));
+    assert_eq!(n.pods().len(), 1);
+    logs.thaw();
+    n.wait_for_housekeeping(1);
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// `ctr` on the runtime at `socket`, namespace `k8s.io`; its status and stderr.

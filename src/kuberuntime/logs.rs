@@ -77,6 +77,7 @@ pub async fn rotate_once(
     log_paths: &mut std::collections::HashMap<String, String>,
 ) {
     log_paths.retain(|id, _| running.contains(id));
+    let mut logs = Vec::new();
     for id in running {
         let path = match log_paths.get(id).cloned().or_else(|| known(id)) {
             Some(p) => {
@@ -91,32 +92,63 @@ pub async fn rotate_once(
                 st.log_path
             }
         };
-        if path.is_empty() {
+        if !path.is_empty() {
+            logs.push((id.clone(), PathBuf::from(path)));
+        }
+    }
+    if logs.is_empty() {
+        return;
+    }
+    // The logs' sizes, removals and renames on the blocking pool: a hung file system under
+    // `podLogsDir` holds this pass (and the next, which waits for it), not the runtime's thread.
+    let rotated = crate::blocking::run(move || rotate_files(logs, policy)).await;
+    for r in rotated {
+        if let Err(e) = cri.reopen_container_log(&r.id).await {
+            // The runtime keeps writing to the renamed file; put it back.
+            warn!(container = %r.id, error = %e, "cannot reopen container log; undoing the rotation");
+            crate::blocking::run(move || {
+                let _ = std::fs::rename(&r.rotated, &r.log);
+            })
+            .await;
             continue;
         }
-        let log = PathBuf::from(&path);
+        info!(container = %r.id, log = %r.log.display(), bytes = r.bytes, "rotated container log");
+    }
+}
+
+/// A log renamed by [`rotate_files`], for the runtime to reopen.
+struct Rotated {
+    id: String,
+    log: PathBuf,
+    rotated: PathBuf,
+    bytes: u64,
+}
+
+/// The file-system half of a pass over `logs` (container ID, log path): each log larger than
+/// the policy's size gets room first, as kubelet's `removeExcessLogs` before its rotation (at
+/// no moment more than `containerLogMaxFiles` files, the current one included), then is
+/// renamed.
+fn rotate_files(logs: Vec<(String, PathBuf)>, policy: LogPolicy) -> Vec<Rotated> {
+    let mut out = Vec::new();
+    for (id, log) in logs {
         let Ok(meta) = std::fs::metadata(&log) else {
             continue;
         };
         if meta.len() <= policy.max_size {
             continue;
         }
-        // Room first, as kubelet's `removeExcessLogs` before its rotation: at no moment are
-        // there more than `containerLogMaxFiles` files, the current one included.
         prune(&log, policy.max_files.saturating_sub(1).max(1));
         match rename_current(&log) {
-            Ok(rotated) => {
-                if let Err(e) = cri.reopen_container_log(id).await {
-                    // The runtime keeps writing to the renamed file; put it back.
-                    warn!(container = %id, error = %e, "cannot reopen container log; undoing the rotation");
-                    let _ = std::fs::rename(&rotated, &log);
-                    continue;
-                }
-                info!(container = %id, log = %log.display(), bytes = meta.len(), "rotated container log");
-            }
+            Ok(rotated) => out.push(Rotated {
+                id,
+                log,
+                rotated,
+                bytes: meta.len(),
+            }),
             Err(e) => warn!(log = %log.display(), error = %e, "cannot rotate container log"),
         }
     }
+    out
 }
 
 /// Rotates every `interval` until the task is dropped, over the running containers the PLEG

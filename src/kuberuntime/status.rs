@@ -211,7 +211,7 @@ pub async fn pod_status_from(
                     log_path,
                     ..Default::default()
                 };
-                out.containers.push(runtime_container(c, st));
+                out.containers.push(runtime_container(c, st, None));
             }
             None => to_read.push(c),
         }
@@ -227,9 +227,36 @@ pub async fn pod_status_from(
             Ok(st) => kept.push((c, st)),
         }
     }
-    for (c, st) in kept {
-        out.containers
-            .push(runtime_container(c, st.unwrap_or_default()));
+    // An exited container's termination message (its file, or its log's tail) is read on the
+    // blocking pool: a hung file system under the pod directory or the log directory holds
+    // this status read, not the runtime's thread. One hand-off for all of a pod's.
+    let needs_message = |st: &Option<api::ContainerStatus>| {
+        st.as_ref().is_some_and(|st| {
+            st.message.is_empty() && ContainerState::from(st.state) == ContainerState::Exited
+        })
+    };
+    let kept: Vec<(api::Container, api::ContainerStatus, Option<String>)> =
+        if kept.iter().any(|(_, st)| needs_message(st)) {
+            crate::blocking::run(move || {
+                kept.into_iter()
+                    .map(|(c, st)| {
+                        let message = needs_message(&st).then(|| {
+                            st.as_ref()
+                                .and_then(super::termination_message::read)
+                                .unwrap_or_default()
+                        });
+                        (c, st.unwrap_or_default(), message)
+                    })
+                    .collect()
+            })
+            .await
+        } else {
+            kept.into_iter()
+                .map(|(c, st)| (c, st.unwrap_or_default(), None))
+                .collect()
+        };
+    for (c, st, message) in kept {
+        out.containers.push(runtime_container(c, st, message));
     }
     out.containers.sort_by(|a, b| {
         b.created_at
@@ -240,8 +267,13 @@ pub async fn pod_status_from(
 }
 
 /// One container's entry from its listing and its status (ContainerStatus, or what stands for
-/// it).
-fn runtime_container(c: api::Container, st: api::ContainerStatus) -> RuntimeContainer {
+/// it), with the termination message read for it when the status has none (an exited
+/// container's: [`super::termination_message::read`]).
+fn runtime_container(
+    c: api::Container,
+    st: api::ContainerStatus,
+    termination_message: Option<String>,
+) -> RuntimeContainer {
     RuntimeContainer {
         sandbox_id: c.pod_sandbox_id,
         name: c
@@ -262,13 +294,7 @@ fn runtime_container(c: api::Container, st: api::ContainerStatus) -> RuntimeCont
         started_at: st.started_at,
         finished_at: st.finished_at,
         exit_code: st.exit_code,
-        message: if st.message.is_empty()
-            && ContainerState::from(st.state) == ContainerState::Exited
-        {
-            super::termination_message::read(&st).unwrap_or_default()
-        } else {
-            st.message.clone()
-        },
+        message: termination_message.unwrap_or_else(|| st.message.clone()),
         reason: st.reason,
         image: c.image.map(|i| i.image).unwrap_or_default(),
         // The status call's image reference: for containerd the repository digest
