@@ -811,13 +811,13 @@ async fn a_probe_the_runtime_refuses_to_run_changes_no_result_and_kills_nothing(
             == "Liveness probe errored and resulted in unknown state: OCI runtime exec failed: no such file or directory"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_sidecar_starts_in_its_turn_holds_the_next_until_started_restarts_and_stops_last() {
     use crate::prober::ProbeKind;
     let h = harness();
     let p = pod(
         "{initContainers: [{name: side, image: 'busybox:1.36', restartPolicy: Always, \
-         startupProbe: {exec: {command: [ready]}, periodSeconds: 3600}}, {name: setup, image: 'busybox:1.36'}], \
+         startupProbe: {exec: {command: [ready]}, periodSeconds: 3600, initialDelaySeconds: 3600}}, {name: setup, image: 'busybox:1.36'}], \
          containers: [{name: app, image: 'busybox:1.36'}]}",
     );
     h.sync(&p).await.unwrap();
@@ -830,6 +830,11 @@ async fn a_sidecar_starts_in_its_turn_holds_the_next_until_started_restarts_and_
         .await
         .unwrap();
     let side_id = side.latest("side").unwrap().id.clone();
+    // The sidecar's probe worker sees the container first (it clears the startup result of a
+    // new instance, then waits out the initial delay without probing): the test's success is
+    // set after it. Otherwise a status read that hands work to the blocking pool lets the
+    // worker run at a later point, and its clearing would undo that success.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     h.probes
         .results()
         .set("u1", "side", &side_id, ProbeKind::Startup, true);
