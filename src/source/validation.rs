@@ -427,6 +427,31 @@ fn validate_pod_fields(
             return Err(err("spec.hostname", h, "must be a DNS-1123 label"));
         }
     }
+    validate_host_aliases(spec)
+}
+
+/// `spec.hostAliases` as the API server's `ValidateHostAliases`: each `ip` a valid IP address,
+/// each of its `hostnames` a DNS-1123 subdomain. They are written into the pod's /etc/hosts
+/// line by line, so a newline in either would add entries of the manifest's choosing.
+fn validate_host_aliases(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<(), FieldError> {
+    for (i, a) in spec.host_aliases.iter().flatten().enumerate() {
+        if a.ip.parse::<std::net::IpAddr>().is_err() {
+            return Err(err(
+                format!("spec.hostAliases[{i}].ip"),
+                &a.ip,
+                "must be valid IP address",
+            ));
+        }
+        for (j, h) in a.hostnames.iter().flatten().enumerate() {
+            if !is_dns1123_subdomain(h) {
+                return Err(err(
+                    format!("spec.hostAliases[{i}].hostnames[{j}]"),
+                    h,
+                    "must be a DNS-1123 subdomain",
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -655,6 +680,12 @@ mod tests {
     }
 
     #[test]
+    fn host_aliases_with_ip_addresses_and_subdomains_are_valid() {
+        let p = pod("metadata: {name: ok}\nspec: {hostAliases: [{ip: 10.1.2.3, hostnames: [foo.local, bar]}, {ip: \"fd00::1\"}], containers: [{name: c, image: b}]}");
+        assert_eq!(validate_pod(&p), Ok(()));
+    }
+
+    #[test]
     fn validation_names_the_field() {
         let cases = [
             ("metadata: {name: ok}\nspec: {containers: []}", "spec.containers"),
@@ -669,6 +700,9 @@ mod tests {
             ("metadata: {name: ok, uid: x/../../victim}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
             ("metadata: {name: ok, uid: ..}\nspec: {containers: [{name: c, image: b}]}", "metadata.uid"),
             ("metadata: {name: ok}\nspec: {dnsPolicy: Bogus, containers: [{name: c, image: b}]}", "spec.dnsPolicy"),
+            ("metadata: {name: ok}\nspec: {hostAliases: [{ip: \"1.2.3.4\\n6.6.6.6\", hostnames: [a]}], containers: [{name: c, image: b}]}", "spec.hostAliases[0].ip"),
+            ("metadata: {name: ok}\nspec: {hostAliases: [{ip: 10.0.0.1, hostnames: [a]}, {ip: \"::1\", hostnames: [ok.local, \"evil\\n7.7.7.7 x\"]}], containers: [{name: c, image: b}]}", "spec.hostAliases[1].hostnames[1]"),
+            ("metadata: {name: ok}\nspec: {hostAliases: [{ip: 10.0.0.1, hostnames: [UPPER_case]}], containers: [{name: c, image: b}]}", "spec.hostAliases[0].hostnames[0]"),
             ("metadata: {name: ok}\nspec: {initContainers: [{name: s, image: b, restartPolicy: Never}], containers: [{name: c, image: b}]}", "spec.initContainers[0].restartPolicy"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, restartPolicy: Always}]}", "spec.containers[0].restartPolicy"),
             ("metadata: {name: ok}\nspec: {containers: [{name: c, image: b, livenessProbe: {periodSeconds: 3}}]}", "spec.containers[0].livenessProbe"),
