@@ -43,6 +43,21 @@ fn empty_dirs_host_paths_and_security_contexts_reach_the_containers() {
         "subPath made in the volume"
     );
     assert_eq!(n.runtime.exec(&reader, &["test", "-d", "/sub"]).0, 0);
+    // The subPath reached the runtime as a bind mount under the pod directory, not by its path
+    // in the volume (CVE-2017-1002101).
+    let sub = n
+        .runtime
+        .container_status(&reader)
+        .mounts
+        .into_iter()
+        .find(|m| m.container_path == "/sub")
+        .unwrap();
+    assert!(
+        sub.host_path
+            .ends_with(&format!("/pods/{uid}/volume-subpaths/shared/reader/1")),
+        "{}",
+        sub.host_path
+    );
     // hostPath DirectoryOrCreate made the directory; the container wrote into it.
     assert!(created.is_dir());
     assert_eq!(
@@ -429,4 +444,58 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out.sort();
     out
+}
+
+/// The race of CVE-2017-1002101: a container that can write to a volume swaps a directory of a
+/// checked subPath for a link to `/` before the runtime mounts it. The subPath is bound through
+/// a descriptor opened without following links, so the swap is refused; without it, what was
+/// checked is what is mounted. The bind mounts go with the pod's volumes.
+#[test]
+fn a_sub_path_swapped_for_a_link_after_its_check_is_refused() {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    let tmp = tempfile::tempdir().unwrap();
+    let (pod_dir, vol) = (tmp.path().join("pod"), tmp.path().join("vol"));
+    std::fs::create_dir_all(vol.join("x")).unwrap();
+    std::fs::write(vol.join("x/marker"), "in the volume").unwrap();
+    let vols = BTreeMap::from([("v".to_owned(), vol.clone())]);
+    let c: k8s_openapi::api::core::v1::Container =
+        serde_yaml::from_str("{name: c, volumeMounts: [{name: v, mountPath: /m, subPath: x}]}")
+            .unwrap();
+    let bind = |root: &Path, rel: &Path, volume: &str, index: usize| -> Result<PathBuf, String> {
+        nodelet::volume::subpath::bind(root, rel, &pod_dir, volume, "c", index)
+    };
+    let mounts = |bind: nodelet::volume::mounts::SubPathBinder<'_>| {
+        nodelet::volume::mounts::container_mounts(
+            &c,
+            &vols,
+            &Default::default(),
+            &|s| s.into(),
+            bind,
+        )
+    };
+    let m = mounts(&bind).unwrap();
+    let target = pod_dir.join("volume-subpaths/v/c/0");
+    assert_eq!(m[0].host_path, target.display().to_string());
+    assert_eq!(
+        std::fs::read_to_string(target.join("marker")).unwrap(),
+        "in the volume"
+    );
+    assert_eq!(
+        nodelet::volume::removal::mounts_under(&pod_dir),
+        [target.clone()]
+    );
+    // Swapped between the check and the bind: refused.
+    let swap = |root: &Path, rel: &Path, volume: &str, index: usize| {
+        std::fs::rename(vol.join("x"), vol.join("x.old")).unwrap();
+        std::os::unix::fs::symlink("/", vol.join("x")).unwrap();
+        bind(root, rel, volume, index)
+    };
+    let err = mounts(&swap).unwrap_err();
+    assert!(err.contains("symbolic link"), "{err}");
+    // The pod's volumes torn down: no mount left, the pod directory removable.
+    nodelet::volume::tear_down_pod(&pod_dir);
+    assert!(nodelet::volume::removal::mounts_under(&pod_dir).is_empty());
+    nodelet::volume::removal::remove_all_one_filesystem(&pod_dir).unwrap();
+    assert!(vol.join("x.old/marker").exists(), "the volume's files stay");
 }

@@ -591,9 +591,18 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
             .map(|kv| (kv.key.clone(), kv.value.clone()))
             .collect();
         let read_only = crate::volume::read_only_volumes(pod);
-        let mounts = crate::volume::mounts::container_mounts(c, volumes, &read_only, &|s| {
-            container::expand(s, &vars)
-        })?;
+        // A subPath reaches the runtime as a bind mount of what was checked (CVE-2017-1002101).
+        let pod_dir = super::hosts_file::pod_dir(&self.settings.root_dir, pod_uid(pod));
+        let bind = |root: &std::path::Path, rel: &std::path::Path, volume: &str, index: usize| {
+            crate::volume::subpath::bind(root, rel, &pod_dir, volume, &c.name, index)
+        };
+        let mounts = crate::volume::mounts::container_mounts(
+            c,
+            volumes,
+            &read_only,
+            &|s| container::expand(s, &vars),
+            &bind,
+        )?;
         config.mounts.extend(mounts);
         Ok(config)
     }

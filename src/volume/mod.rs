@@ -25,6 +25,7 @@ pub mod mounts;
 pub mod projected;
 pub mod removal;
 pub mod secret;
+pub mod subpath;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -270,7 +271,12 @@ pub fn pod_volume_dirs(pod: &Pod, pod_dir: &Path) -> Vec<(String, PathBuf, bool)
 pub fn tear_down_pod(pod_dir: &Path) {
     let real_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     let volumes = volumes_dir(pod_dir);
-    if !real_dir(pod_dir) || !real_dir(&volumes) {
+    if !real_dir(pod_dir) {
+        return;
+    }
+    // The subPath bind mounts first: they hold the volumes' directories.
+    subpath::unmount_all(pod_dir);
+    if !real_dir(&volumes) {
         return;
     }
     for p in PLUGINS {

@@ -19,19 +19,26 @@ pub fn is_safe_sub_path(sub: &str) -> bool {
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
-/// The CRI mounts of container `c`, given the host path of each of the pod's volumes and an
-/// expansion of `$(VAR)` references for `subPathExpr`.
+/// How a checked subPath reaches the runtime: given the volume's real root, the subPath's real
+/// path relative to it (no link, no `..`), the volume's name and the mount's index in the
+/// container's `volumeMounts`, the host path to give the runtime ([`super::subpath::bind`] in
+/// the agent: a bind mount no container can change).
+pub type SubPathBinder<'a> = &'a dyn Fn(&Path, &Path, &str, usize) -> Result<PathBuf, String>;
+
+/// The CRI mounts of container `c`, given the host path of each of the pod's volumes, an
+/// expansion of `$(VAR)` references for `subPathExpr`, and how a checked subPath is bound.
 ///
 /// Errors: a message naming the mount: an unknown volume, a subPath that is unsafe or leaves
-/// its volume, or one that cannot be created.
+/// its volume, or one that cannot be created or bound.
 pub fn container_mounts(
     c: &Container,
     volumes: &BTreeMap<String, PathBuf>,
     read_only: &std::collections::BTreeSet<String>,
     expand: &dyn Fn(&str) -> String,
+    bind: SubPathBinder<'_>,
 ) -> Result<Vec<api::Mount>, String> {
     let mut out = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
+    for (index, m) in c.volume_mounts.iter().flatten().enumerate() {
         let Some(base) = volumes.get(&m.name) else {
             return Err(format!("volumeMount {:?}: no volume of that name", m.name));
         };
@@ -68,7 +75,10 @@ pub fn container_mounts(
             }
             let (root, real) = (base.canonicalize(), target.canonicalize());
             match (root, real) {
-                (Ok(root), Ok(real)) if real.starts_with(&root) => real,
+                (Ok(root), Ok(real)) if real.starts_with(&root) => {
+                    let rel = real.strip_prefix(&root).unwrap_or(Path::new(""));
+                    bind(&root, rel, &m.name, index)?
+                }
                 _ => {
                     return Err(format!(
                         "volumeMount {:?}: subPath {sub:?} is not within the volume",
@@ -113,7 +123,9 @@ mod tests {
             .unwrap()
         };
         let id = |s: &str| s.to_owned();
-        let m = container_mounts(&c("a/b"), &vols, &Default::default(), &id).unwrap();
+        // The checked path itself (the agent binds it: `subpath::bind`, tests/volumes.rs).
+        let direct = |root: &Path, rel: &Path, _: &str, _: usize| Ok(root.join(rel));
+        let m = container_mounts(&c("a/b"), &vols, &Default::default(), &id, &direct).unwrap();
         assert_eq!(
             m[0].host_path,
             vol.canonicalize()
@@ -126,22 +138,28 @@ mod tests {
         assert!(vol.join("a/b").is_dir(), "created");
         for bad in ["../x", "/etc", "a/../../x", "escape"] {
             assert!(
-                container_mounts(&c(bad), &vols, &Default::default(), &id).is_err(),
+                container_mounts(&c(bad), &vols, &Default::default(), &id, &direct).is_err(),
                 "{bad}"
             );
         }
         let unknown: Container =
             serde_yaml::from_str("{name: c, volumeMounts: [{name: w, mountPath: /m}]}").unwrap();
-        assert!(container_mounts(&unknown, &vols, &Default::default(), &id)
-            .unwrap_err()
-            .contains("\"w\""));
+        assert!(
+            container_mounts(&unknown, &vols, &Default::default(), &id, &direct)
+                .unwrap_err()
+                .contains("\"w\"")
+        );
         let expr: Container = serde_yaml::from_str(
             "{name: c, volumeMounts: [{name: v, mountPath: /m, subPathExpr: '$(POD)'}]}",
         )
         .unwrap();
-        let m = container_mounts(&expr, &vols, &Default::default(), &|s| {
-            s.replace("$(POD)", "web-1")
-        })
+        let m = container_mounts(
+            &expr,
+            &vols,
+            &Default::default(),
+            &|s| s.replace("$(POD)", "web-1"),
+            &direct,
+        )
         .unwrap();
         assert!(m[0].host_path.ends_with("/vol/web-1"));
     }
