@@ -213,7 +213,7 @@ fn a_hung_log_directory_holds_only_the_log_rotation() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: chatty}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: c, image: busybox:1.36, command: [sh, -c, 'i=0; while true; do i=$((i+1)); echo \"line $i 0123456789012345678901234567890123456789\"; done']}\n",
     );
     let rotated = || {
-        walk(&n.logs())
+        common::files_under(&n.logs())
             .iter()
             .any(|p| p.to_string_lossy().contains(".log."))
     };
@@ -226,20 +226,6 @@ fn a_hung_log_directory_holds_only_the_log_rotation() {
     assert_eq!(n.pods().len(), 1);
     logs.thaw();
     n.wait_for_housekeeping(1);
-}
-
-/// Every file under `dir`, recursively.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// `ctr` on the runtime at `socket`, namespace `k8s.io`; its status and stderr.

@@ -251,9 +251,9 @@ fn config_maps_secrets_and_the_downward_api_reach_the_containers() {
     n.write_manifest("objects.yaml", &objects(&a, "1"));
     let checkpoints = n.root().join("static-pods");
     wait_until(Duration::from_secs(10), "objects.yaml checkpointed", || {
-        walkdir(&checkpoints).len() == 1
+        common::files_under(&checkpoints).len() == 1
     });
-    let before = walkdir(&n.root());
+    let before = common::files_under(&n.root());
     // The reader checks every read of the 64 KiB file against the two versions; a partial or
     // mixed read is written to /out/bad.
     n.write_manifest(
@@ -400,7 +400,7 @@ spec:
         ("/pods", n.get("/pods").unwrap_or_default()),
         ("/metrics", n.get("/metrics").unwrap_or_default()),
     ];
-    for e in walkdir(&n.logs()) {
+    for e in common::files_under(&n.logs()) {
         seen.push(("pod log", std::fs::read_to_string(e).unwrap_or_default()));
     }
     for (what, text) in seen {
@@ -420,30 +420,15 @@ spec:
     wait_until(
         Duration::from_secs(10),
         "root-dir as before the pod",
-        || walkdir(&n.root()) == before,
+        || common::files_under(&n.root()) == before,
     );
     // The checkpoint of a manifest holding a Secret is readable by root alone.
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&walkdir(&checkpoints)[0])
+    let mode = std::fs::metadata(&common::files_under(&checkpoints)[0])
         .unwrap()
         .permissions()
         .mode();
     assert_eq!(mode & 0o077, 0, "checkpoint mode {mode:o}");
-}
-
-/// Every file under `dir`, sorted.
-fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walkdir(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The race of CVE-2017-1002101: a container that can write to a volume swaps a directory of a
@@ -483,7 +468,7 @@ fn a_sub_path_swapped_for_a_link_after_its_check_is_refused() {
     );
     assert_eq!(
         nodelet::volume::removal::mounts_under(&pod_dir),
-        [target.clone()]
+        std::slice::from_ref(&target)
     );
     // Swapped between the check and the bind: refused.
     let swap = |root: &Path, rel: &Path, volume: &str, index: usize| {

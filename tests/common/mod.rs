@@ -668,3 +668,18 @@ pub fn oom_kills() -> i64 {
         .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// Every file under `dir`, recursively (directories walked, not listed), sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
