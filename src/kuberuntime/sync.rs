@@ -482,6 +482,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
         let mut config = self
             .container_config_with_mounts(pod, c, start, is_init, &image.id, pod_ips, volumes)
+            .await
             .map_err(|e| fail("CreateContainerConfigError", e))?;
         if let Some(target) = target {
             let target = target.map_err(|e| fail("CreateContainerConfigError", e))?;
@@ -561,7 +562,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     /// the caller once made ([`super::container_files`]). Errors: the message of a
     /// `CreateContainerConfigError`.
     #[allow(clippy::too_many_arguments)]
-    fn container_config_with_mounts(
+    async fn container_config_with_mounts(
         &self,
         pod: &Pod,
         c: &k8s_openapi::api::core::v1::Container,
@@ -593,16 +594,20 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         let read_only = crate::volume::read_only_volumes(pod);
         // A subPath reaches the runtime as a bind mount of what was checked (CVE-2017-1002101).
         let pod_dir = super::hosts_file::pod_dir(&self.settings.root_dir, pod_uid(pod));
-        let bind = |root: &std::path::Path, rel: &std::path::Path, volume: &str, index: usize| {
-            crate::volume::subpath::bind(root, rel, &pod_dir, volume, &c.name, index)
+        // A subPath is made, resolved and bound in its volume: on the blocking pool, as the
+        // other file-system steps of a start (a volume on a hung file system holds this pod).
+        // Mounts without one touch no file system.
+        let has_sub_path = c.volume_mounts.iter().flatten().any(|m| {
+            m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+                || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+        });
+        let mounts = if has_sub_path {
+            let (c, volumes) = (c.clone(), volumes.clone());
+            crate::blocking::run(move || volume_mounts(&c, &volumes, &read_only, &vars, &pod_dir))
+                .await?
+        } else {
+            volume_mounts(c, volumes, &read_only, &vars, &pod_dir)?
         };
-        let mounts = crate::volume::mounts::container_mounts(
-            c,
-            volumes,
-            &read_only,
-            &|s| container::expand(s, &vars),
-            &bind,
-        )?;
         config.mounts.extend(mounts);
         Ok(config)
     }
@@ -692,4 +697,26 @@ pub fn runtime_handler(pod: &Pod) -> String {
         .as_ref()
         .and_then(|s| s.runtime_class_name.clone())
         .unwrap_or_default()
+}
+
+/// Container `c`'s CRI mounts of its volumes ([`crate::volume::mounts::container_mounts`]),
+/// `subPathExpr` expanded with `vars` (its env), a subPath bound under `pod_dir`
+/// ([`crate::volume::subpath::bind`]). Errors: the message of a `CreateContainerConfigError`.
+fn volume_mounts(
+    c: &k8s_openapi::api::core::v1::Container,
+    volumes: &BTreeMap<String, PathBuf>,
+    read_only: &std::collections::BTreeSet<String>,
+    vars: &std::collections::HashMap<String, String>,
+    pod_dir: &std::path::Path,
+) -> Result<Vec<api::Mount>, String> {
+    let bind = |root: &std::path::Path, rel: &std::path::Path, volume: &str, i: usize| {
+        crate::volume::subpath::bind(root, rel, pod_dir, volume, &c.name, i)
+    };
+    crate::volume::mounts::container_mounts(
+        c,
+        volumes,
+        read_only,
+        &|s| container::expand(s, vars),
+        &bind,
+    )
 }
