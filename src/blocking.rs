@@ -3,7 +3,7 @@
 //! The agent's tokio runtime has one worker thread ([`crate::agent`]): every pod worker, probe,
 //! CRI call and HTTP request is a task on it. The pod workers' file-system steps (the pod's
 //! cgroup, its volumes, its sandbox's and containers' log directories, a container's
-//! termination-message and hosts files) and the QoS cgroups' periodic update run on tokio's
+//! termination-message and hosts files and its subPath mounts) and the QoS cgroups' periodic update run on tokio's
 //! blocking pool through [`run`], so a slow or hung file system (an NFS `hostPath`, a cgroup
 //! file system under load) holds the pods that touch it and never `/healthz`, the node API,
 //! the probes or the running pods' status; other pods' starts go on while fewer than
