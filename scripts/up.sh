@@ -29,7 +29,7 @@ for m in "$REPO"/config/manifests/*.yaml; do
     [[ -e $dest ]] || { install -m 0644 "$m" "$dest"; echo "nodelet: manifest $dest"; }
 done
 
-echo "nodelet: building (cargo build --release)"
+echo "nodelet: building (cargo build --release; 5 to 11 minutes from a cold cache, silent meanwhile)"
 (cd "$REPO" && cargo build --release --quiet --bin nodelet)
 install -m 0755 "$REPO/target/release/nodelet" /usr/local/bin/nodelet.new
 # The new build must accept the configuration before the running agent is stopped: a node is
