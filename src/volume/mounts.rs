@@ -66,7 +66,8 @@ pub fn container_mounts(
                 ));
             }
             if std::fs::symlink_metadata(&target).is_err() {
-                std::fs::create_dir_all(&target).map_err(|e| {
+                // Made without following a link the pod may have put in the path.
+                super::subpath::make_dir_beneath(base, Path::new(&sub)).map_err(|e| {
                     format!(
                         "volumeMount {:?}: cannot create subPath {sub:?}: {e}",
                         m.name
@@ -136,6 +137,25 @@ mod tests {
         );
         assert!(m[0].readonly);
         assert!(vol.join("a/b").is_dir(), "created");
+        // A link the pod put in the volume, to a directory outside it: the missing part of the
+        // path is not made there (kubelet's SafeMakeDir), and the mount is refused.
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, vol.join("out")).unwrap();
+        let err = container_mounts(
+            &c("out/made/deeper"),
+            &vols,
+            &Default::default(),
+            &id,
+            &direct,
+        )
+        .unwrap_err();
+        assert!(err.contains("not within the volume"), "{err}");
+        assert!(!outside.join("made").exists(), "made outside the volume");
+        // A link inside the volume is followed to where it stays inside.
+        std::os::unix::fs::symlink("a", vol.join("in")).unwrap();
+        container_mounts(&c("in/c"), &vols, &Default::default(), &id, &direct).unwrap();
+        assert!(vol.join("a/c").is_dir());
         for bad in ["../x", "/etc", "a/../../x", "escape"] {
             assert!(
                 container_mounts(&c(bad), &vols, &Default::default(), &id, &direct).is_err(),

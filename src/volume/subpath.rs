@@ -6,7 +6,8 @@
 //! following a link (refused if one is found), and what was opened is bind-mounted, through its
 //! descriptor, at `<pod dir>/volume-subpaths/<volume>/<container>/<index of the mount>`; the
 //! runtime gets that path, which no container can change. The mounts go with the pod's volumes
-//! ([`unmount_all`], from [`super::tear_down_pod`]).
+//! ([`unmount_all`], from [`super::tear_down_pod`]). A missing subPath is made the same way
+//! ([`make_dir_beneath`], kubelet's `SafeMakeDir`), never through a link the pod put in it.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -84,6 +85,55 @@ fn open_beneath(root: &Path, rel: &Path) -> Result<OwnedFd, String> {
         fd = next;
     }
     Ok(fd)
+}
+
+/// Makes the missing directories of the subPath `sub` in the volume at `base` (kubelet's
+/// `SafeMakeDir`): the part of the path that exists must resolve inside the volume; it is opened
+/// without following a link ([`open_beneath`]), and each missing directory is made with
+/// `mkdirat` in the one opened before it and opened in turn without following a link. A link
+/// the pod put in the path (to `/`, say) therefore never makes a directory outside the volume,
+/// which `create_dir_all` would have.
+///
+/// Errors: a message: the existing part resolves outside the volume or is not a directory, a
+/// link met, or a directory that cannot be made.
+pub fn make_dir_beneath(base: &Path, sub: &Path) -> Result<(), String> {
+    let names: Vec<&std::ffi::OsStr> = sub
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let prefix = |n: usize| -> PathBuf { names[..n].iter().collect() };
+    let mut have = names.len();
+    while have > 0 && std::fs::metadata(base.join(prefix(have))).is_err() {
+        have -= 1;
+    }
+    if have == names.len() {
+        return Ok(());
+    }
+    let root = base
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve the volume {}: {e}", base.display()))?;
+    let existing = base
+        .join(prefix(have))
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", prefix(have).display()))?;
+    let Ok(rel) = existing.strip_prefix(&root) else {
+        return Err("is not within the volume".into());
+    };
+    let mut fd = open_beneath(&root, rel)?;
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    for name in &names[have..] {
+        match nix::sys::stat::mkdirat(&fd, *name, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+            Err(e) => return Err(format!("cannot make {name:?}: {e}")),
+        }
+        // A link made there meanwhile is not followed: ENOTDIR/ELOOP.
+        fd = openat(&fd, *name, flags, Mode::empty())
+            .map_err(|e| format!("cannot open {name:?} (not a directory, or a link): {e}"))?;
+    }
+    Ok(())
 }
 
 /// Makes the mount point: a directory for a directory, an empty file for anything else; one
