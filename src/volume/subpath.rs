@@ -89,7 +89,7 @@ fn open_beneath(root: &Path, rel: &Path) -> Result<OwnedFd, String> {
 
 /// Makes the missing directories of the subPath `sub` in the volume at `base` (kubelet's
 /// `SafeMakeDir`): the part of the path that exists must resolve inside the volume; it is opened
-/// without following a link ([`open_beneath`]), and each missing directory is made with
+/// without following a link (`open_beneath`), and each missing directory is made with
 /// `mkdirat` in the one opened before it and opened in turn without following a link. A link
 /// the pod put in the path (to `/`, say) therefore never makes a directory outside the volume,
 /// which `create_dir_all` would have.
