@@ -597,11 +597,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         // A subPath is made, resolved and bound in its volume: on the blocking pool, as the
         // other file-system steps of a start (a volume on a hung file system holds this pod).
         // Mounts without one touch no file system.
-        let has_sub_path = c.volume_mounts.iter().flatten().any(|m| {
-            m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
-                || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
-        });
-        let mounts = if has_sub_path {
+        let mounts = if crate::volume::mounts::has_sub_path(c) {
             let (c, volumes) = (c.clone(), volumes.clone());
             crate::blocking::run(move || volume_mounts(&c, &volumes, &read_only, &vars, &pod_dir))
                 .await?

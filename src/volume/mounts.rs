@@ -19,6 +19,30 @@ pub fn is_safe_sub_path(sub: &str) -> bool {
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
+/// A volumeMount's subPath as written: `subPath`, else `subPathExpr` (to expand), when not
+/// empty.
+enum SubPath<'a> {
+    Path(&'a str),
+    Expr(&'a str),
+}
+
+fn sub_path_of(m: &k8s_openapi::api::core::v1::VolumeMount) -> Option<SubPath<'_>> {
+    match (m.sub_path.as_deref(), m.sub_path_expr.as_deref()) {
+        (Some(s), _) if !s.is_empty() => Some(SubPath::Path(s)),
+        (_, Some(e)) if !e.is_empty() => Some(SubPath::Expr(e)),
+        _ => None,
+    }
+}
+
+/// Whether a mount of container `c` has a subPath (or subPathExpr): the mounts that touch a
+/// file system in [`container_mounts`].
+pub fn has_sub_path(c: &Container) -> bool {
+    c.volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| sub_path_of(m).is_some())
+}
+
 /// How a checked subPath reaches the runtime: given the volume's real root, the subPath's real
 /// path relative to it (no link, no `..`), the volume's name and the mount's index in the
 /// container's `volumeMounts`, the host path to give the runtime ([`super::subpath::bind`] in
@@ -42,10 +66,10 @@ pub fn container_mounts(
         let Some(base) = volumes.get(&m.name) else {
             return Err(format!("volumeMount {:?}: no volume of that name", m.name));
         };
-        let sub = match (&m.sub_path, &m.sub_path_expr) {
-            (Some(s), _) if !s.is_empty() => s.clone(),
-            (_, Some(e)) if !e.is_empty() => expand(e),
-            _ => String::new(),
+        let sub = match sub_path_of(m) {
+            Some(SubPath::Path(s)) => s.to_owned(),
+            Some(SubPath::Expr(e)) => expand(e),
+            None => String::new(),
         };
         let host = if sub.is_empty() {
             base.clone()
