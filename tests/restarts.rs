@@ -72,13 +72,16 @@ fn crash_loop_back_off_delays_double() {
         })
         .collect();
     eprintln!("restart delays (s): {delays:?}");
-    assert!(
-        (0.9..1.9).contains(&delays[1]),
-        "then the initial delay: {delays:?}"
-    );
-    for k in 2..4 {
-        let ratio = delays[k] / delays[k - 1];
-        assert!((1.6..2.5).contains(&ratio), "delay doubles: {delays:?}");
+    // The back-off is a lower bound counted from the container's finish (kubelet's
+    // `IsInBackOffSince`); the sync, create and start after it add a latency that a loaded
+    // machine stretches (0.43 s seen in CI), so each delay is held to its back-off plus a slack
+    // rather than to a ratio of two delays. Constant (1, 1, 1) or linear (1, 2, 3) delays fail.
+    const SLACK: f64 = 1.5;
+    for (k, backoff) in [(1, 1.0), (2, 2.0), (3, 4.0)] {
+        assert!(
+            (backoff - 0.05..backoff + SLACK).contains(&delays[k]),
+            "delay {k} is the {backoff}s back-off plus under {SLACK}s: {delays:?}"
+        );
     }
     assert!(saw_backoff, "status showed waiting/CrashLoopBackOff");
     // The status follows the runtime at the next sync (a PLEG event away).
