@@ -39,10 +39,38 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
+    #[cfg(test)]
+    handoffs::count();
     match tokio::task::spawn_blocking(f).await {
         Ok(v) => v,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(_) => std::future::pending().await,
+    }
+}
+
+/// Hand-offs counted per task, for tests that hold how many a piece of work makes (each costs
+/// the agent about 80 µs of CPU: benches/README.md, "CPU per pod start").
+#[cfg(test)]
+pub(crate) mod handoffs {
+    use std::cell::Cell;
+
+    tokio::task_local! {
+        static COUNT: Cell<usize>;
+    }
+
+    pub(super) fn count() {
+        let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+    }
+
+    /// Runs `work` and returns its value with the number of [`super::run`] calls it made
+    /// (on its own task; not those of tasks it spawned).
+    pub(crate) async fn counted<T>(work: impl std::future::Future<Output = T>) -> (T, usize) {
+        COUNT
+            .scope(Cell::new(0), async {
+                let v = work.await;
+                (v, COUNT.with(Cell::get))
+            })
+            .await
     }
 }
 

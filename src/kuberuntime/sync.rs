@@ -44,12 +44,26 @@ pub struct PodInputs<'a> {
     pub cgroup: String,
     /// Each volume's host directory by name (empty for a pod with nothing to start).
     pub volumes: &'a BTreeMap<String, PathBuf>,
+    /// The new sandbox's log directory, made with the pod cgroup and volumes (one hand-off to
+    /// the blocking pool): the outcome of `create_dir_all`, or `None` when it was not made
+    /// there (the sandbox creation makes it).
+    pub log_directory: Option<std::io::Result<()>>,
 }
 
 impl PodActions {
     /// The pod has finished: no sandbox to make or use, nothing to start.
     pub fn runs_nothing(&self) -> bool {
         self.create_sandbox.is_none() && self.sandbox_id.is_none()
+    }
+
+    /// No sandbox to make and no container to start (a running pod's sync after its start, or
+    /// one whose containers wait out a back-off); containers may still be killed.
+    pub fn starts_nothing(&self) -> bool {
+        self.create_sandbox.is_none()
+            && self.next_init.is_none()
+            && self.containers_to_start.is_empty()
+            && self.sidecars_to_start.is_empty()
+            && self.ephemeral_to_start.is_empty()
     }
 }
 
@@ -121,7 +135,7 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         }
         let sb = if let Some(attempt) = actions.create_sandbox {
             let sb = self
-                .create_sandbox(pod, rt, attempt, inputs.cgroup)
+                .create_sandbox(pod, rt, attempt, inputs.cgroup, inputs.log_directory)
                 .await
                 .inspect_err(|e| {
                     result.add(
@@ -287,14 +301,17 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
     }
 
     /// Creates the pod's sandbox with `attempt` in `cgroup` (RunPodSandbox, then
-    /// PodSandboxStatus for its IPs). A failure is kubelet's FailedCreatePodSandBox: the pod
-    /// stays Pending, visible, with an event.
+    /// PodSandboxStatus for its IPs), its log directory made first on the blocking pool unless
+    /// `log_directory_made` carries the outcome of making it ([`PodInputs::log_directory`]). A
+    /// failure is kubelet's FailedCreatePodSandBox: the pod stays Pending, visible, with an
+    /// event.
     async fn create_sandbox(
         &self,
         pod: &Pod,
         rt: &RuntimePodStatus,
         attempt: u32,
         cgroup: String,
+        log_directory_made: Option<std::io::Result<()>>,
     ) -> Result<SandboxInfo, SyncError> {
         let uid = pod_uid(pod);
         let mut config = sandbox::sandbox_config(&self.settings, pod, attempt, cgroup);
@@ -313,9 +330,13 @@ impl<R: CriRuntime> KubeRuntimeManager<R> {
         };
         // A relist that lists the sandbox before its IPs are recorded waits for them.
         let making = self.cache.making(uid);
-        let log_directory = config.log_directory.clone();
-        let made_log_directory =
-            crate::blocking::run(move || std::fs::create_dir_all(log_directory)).await;
+        let made_log_directory = match log_directory_made {
+            Some(made) => made,
+            None => {
+                let log_directory = config.log_directory.clone();
+                crate::blocking::run(move || std::fs::create_dir_all(log_directory)).await
+            }
+        };
         let created = match (
             sandbox::kernel_hostname(&self.settings, pod),
             made_log_directory,

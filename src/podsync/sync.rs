@@ -60,14 +60,16 @@ impl<R: CriRuntime> PodSync<R> {
         // server); then the pod cgroup exists with kubelet's values before anything runs in it
         // (kubelet's `EnsureExists` on every sync; the QoS cgroups are updated first) and the
         // volumes are set up, together off the runtime's thread ([`crate::blocking`]).
-        // A pod that runs nothing new and whose cgroup is as made (most syncs after a start)
-        // needs neither: no hand-off.
-        let current = actions
-            .runs_nothing()
-            .then(|| self.cm.pod_cgroup_if_current(pod))
-            .flatten();
-        let (cgroup, volumes) = if let Some(cgroup) = current {
-            (Ok(cgroup), Ok(BTreeMap::new()))
+        // A pod that starts nothing new, has no volume whose content follows updates and
+        // whose cgroup is as made (most syncs after a start: the PLEG's events of its sandbox
+        // and containers starting) needs neither: no hand-off. Its volumes are set up again
+        // before a container of it starts.
+        let current = (actions.runs_nothing()
+            || (actions.starts_nothing() && !crate::volume::follows_updates(pod)))
+        .then(|| self.cm.pod_cgroup_if_current(pod))
+        .flatten();
+        let (cgroup, volumes, log_directory) = if let Some(cgroup) = current {
+            (Ok(cgroup), Ok(BTreeMap::new()), None)
         } else {
             let tokens = if actions.runs_nothing() {
                 None
@@ -75,7 +77,11 @@ impl<R: CriRuntime> PodSync<R> {
                 self.wait_for_api_objects(pod).await;
                 Some(self.pod_tokens(pod).await)
             };
-            self.make_pod_files(pod, &uid, tokens).await
+            // A sync that makes a sandbox makes its log directory in the same hand-off.
+            let log_directory = actions
+                .create_sandbox
+                .map(|_| crate::kuberuntime::sandbox::pod_logs_dir(self.runtime.settings(), pod));
+            self.make_pod_files(pod, &uid, tokens, log_directory).await
         };
         let cgroup = cgroup.map_err(|e| PodSyncError::Cgroup(e.to_string()))?;
         let volumes = match volumes {
@@ -96,6 +102,7 @@ impl<R: CriRuntime> PodSync<R> {
         let inputs = PodInputs {
             cgroup,
             volumes: &volumes,
+            log_directory,
         };
         self.runtime
             .sync_pod(pod, &rt, &actions, inputs, &mut result)
@@ -171,15 +178,20 @@ impl<R: CriRuntime> PodSync<R> {
     /// RunPodSandbox) and, given its `tokens` (`None`: a pod with nothing to run has no volumes
     /// set up), its volumes before any container (kubelet's `WaitForAttachAndMount`: each
     /// volume's directory by name; a failure holds the pod in ContainerCreating with a
-    /// `FailedMount` event, and the next sync tries again). Both on tokio's blocking pool.
+    /// `FailedMount` event, and the next sync tries again); then, given the sandbox's
+    /// `log_directory` and both made, that directory (kubelet makes it in `createPodSandbox`;
+    /// `None` when not made). All in one call on tokio's blocking pool: each hand-off costs the
+    /// agent about 80 µs (benches/README.md, "CPU per pod start").
     async fn make_pod_files(
         &self,
         pod: &Arc<Pod>,
         uid: &str,
         tokens: Option<Result<crate::token::PodTokens, VolumeError>>,
+        log_directory: Option<PathBuf>,
     ) -> (
         Result<String, crate::cm::CmError>,
         Result<BTreeMap<String, PathBuf>, VolumeError>,
+        Option<std::io::Result<()>>,
     ) {
         let cm = self.cm.clone();
         let pod = pod.clone();
@@ -197,7 +209,10 @@ impl<R: CriRuntime> PodSync<R> {
                     crate::volume::set_up_pod(&pod, &pod_dir, &objects, &allocatable, &tokens)
                 }),
             };
-            (cgroup, volumes)
+            let log_directory = log_directory
+                .filter(|_| cgroup.is_ok() && volumes.is_ok())
+                .map(std::fs::create_dir_all);
+            (cgroup, volumes, log_directory)
         })
         .await
     }

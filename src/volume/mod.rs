@@ -164,6 +164,18 @@ fn plugin_of(v: &Volume) -> Option<&'static dyn VolumePlugin> {
     }
 }
 
+/// Whether `pod` has a volume whose content follows what it was made from after its set-up:
+/// configMap, secret, downwardAPI and projected volumes (the objects, the pod's fields, a
+/// service account token), which a sync sets up again (kubelet's volume manager remounts the
+/// plugins whose `RequiresRemount` is true: these four). emptyDir and hostPath volumes stay
+/// as their first set-up made them, so a sync that starts no container need not look at them.
+pub fn follows_updates(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| v.empty_dir.is_none() && v.host_path.is_none())
+}
+
 /// The plugins whose volumes live under a pod's directory (torn down with the pod).
 const PLUGINS: [&dyn VolumePlugin; 5] = [
     &empty_dir::EmptyDir,

@@ -32,6 +32,71 @@ async fn a_new_pod_gets_its_cgroup_a_sandbox_then_its_containers() {
     assert_eq!(mounts[0].container_path, "/etc/hosts");
 }
 
+/// Each hand-off to the blocking pool costs the agent about 80 µs (benches/README.md, "CPU per
+/// pod start"): a new one-container pod's start makes two (the pod's cgroup, volumes and
+/// sandbox log directory; the container's files), a sync that starts nothing new none.
+#[tokio::test]
+async fn a_pod_start_hands_off_twice_and_a_sync_with_nothing_new_not_at_all() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
+    let (synced, handoffs) = crate::blocking::handoffs::counted(h.sync(&p)).await;
+    assert_eq!(synced, Ok(Requeue::Normal));
+    assert_eq!(h.rt.running(), vec!["a"]);
+    assert_eq!(handoffs, 2, "pod files, then the container's");
+    let logs = h
+        .root_dir
+        .parent()
+        .unwrap()
+        .join("logs/default_web-node1_u1");
+    assert!(
+        logs.join("a").is_dir(),
+        "the sandbox's and container's log directories"
+    );
+    h.pleg_sees_it().await;
+    let (synced, handoffs) = crate::blocking::handoffs::counted(h.sync(&p)).await;
+    assert_eq!(synced, Ok(Requeue::Normal));
+    assert_eq!(handoffs, 0, "nothing new to make");
+}
+
+/// A volume whose content follows updates (here the pod's labels) is set up again at every
+/// sync, as kubelet's volume manager remounts it: the hand-off stays.
+#[tokio::test]
+async fn a_pod_with_a_volume_that_follows_updates_hands_off_at_every_sync() {
+    let h = harness();
+    let p = pod(&format!(
+        "{{volumes: [{{name: d, downwardAPI: {{items: [{{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}]}}}}, {{name: e, emptyDir: {{}}}}], containers: [{}]}}",
+        apps(&["a"])
+    ));
+    h.sync(&p).await.unwrap();
+    h.pleg_sees_it().await;
+    let (synced, handoffs) = crate::blocking::handoffs::counted(h.sync(&p)).await;
+    assert_eq!(synced, Ok(Requeue::Normal));
+    assert_eq!(handoffs, 1, "the volumes set up again");
+}
+
+/// A sandbox made again makes its log directory again (removed meanwhile, say), in the pod
+/// files' hand-off.
+#[tokio::test]
+async fn a_sandbox_made_again_makes_its_log_directory_again() {
+    let h = harness();
+    let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
+    h.sync(&p).await.unwrap();
+    h.pleg_sees_it().await;
+    let logs = h
+        .root_dir
+        .parent()
+        .unwrap()
+        .join("logs/default_web-node1_u1");
+    std::fs::remove_dir_all(&logs).unwrap();
+    h.rt.kill_sandboxes();
+    h.pleg_sees_it().await;
+    let (synced, handoffs) = crate::blocking::handoffs::counted(h.sync(&p)).await;
+    synced.unwrap();
+    assert_eq!(h.rt.calls_of("RunPodSandbox").len(), 2);
+    assert_eq!(handoffs, 2);
+    assert!(logs.join("a").is_dir());
+}
+
 /// kubelet's syncPod writes the status before it acts: while the first sync waits on the
 /// runtime for the sandbox, the pod is listed, Pending (`/pods` reads the status manager).
 #[tokio::test]
