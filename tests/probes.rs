@@ -141,6 +141,19 @@ fn http_readiness_follows_the_served_file_and_a_startup_probe_holds_liveness_bac
         !probes.contains("probe_type=\"Liveness\",result=\"failed\",container=\"app\""),
         "liveness ran before startup succeeded: {probes}"
     );
+    // containerd delivers only the task events after which CRI says something new: the exec
+    // probes' processes and a task's creation never wake the agent (`pleg::events::FILTERS`).
+    let log = n.log();
+    assert!(
+        log.contains("containerd event topic=/tasks/start\n"),
+        "{log}"
+    );
+    for topic in ["/tasks/create", "/tasks/exec-added", "/tasks/exec-started"] {
+        assert!(
+            !log.contains(&format!("containerd event topic={topic}\n")),
+            "{topic} delivered"
+        );
+    }
     // Once started, liveness runs, fails, and the container is restarted.
     assert_eq!(n.runtime.exec(&app, &["touch", "/tmp/started"]).0, 0);
     wait_until(

@@ -1,9 +1,10 @@
 //! containerd's own event stream as a PLEG trigger (the event-driven PLEG).
 //!
 //! containerd 1.6 does not implement CRI `GetContainerEvents`, but its Events service streams
-//! task events on the same socket. nodelet subscribes to `/tasks/` topics in the `k8s.io`
-//! namespace and triggers a relist on each, so the change goes through the same diff, cache and
-//! channel as a periodic relist. A task exit with a non-zero status, or after the container's
+//! task events on the same socket. nodelet subscribes to the task events that change what CRI
+//! reports of a container or sandbox in the `k8s.io` namespace ([`FILTERS`]: a task started,
+//! exited, deleted, OOM-killed) and triggers a relist on each, so the change goes through the
+//! same diff, cache and channel as a periodic relist. A task exit with a non-zero status, or after the container's
 //! OOM event, is also reported at once ([`Pleg::container_exited`]): containerd 1.6's CRI
 //! plugin shows the container as exited only after it has deleted the task, some 50 ms later.
 //! An OOM event marks the container OOMKilled in the pod cache whenever it comes: containerd's
@@ -31,8 +32,18 @@ use super::Pleg;
 /// How long a subscription must stand unrefused before the stream is trusted without an event.
 pub const SUBSCRIBE_SETTLE: Duration = Duration::from_secs(1);
 
-/// Filter of the subscription: task events of the CRI namespace (one string: AND).
-pub const FILTER: &str = "namespace==k8s.io,topic~=\"^/tasks/\"";
+/// Filters of the subscription (containerd ORs the strings and ANDs the terms within one): the
+/// task events of the CRI namespace after which CRI reports a container or sandbox otherwise.
+/// Left out: `/tasks/create` (CRI shows a container `CREATED` from CreateContainer on, and
+/// `RUNNING` only once its task starts), `/tasks/exec-added` and `/tasks/exec-started` (a
+/// probe's or hook's process), `/tasks/paused`, `/tasks/resumed`, `/tasks/checkpointed`: each
+/// event delivered wakes the agent, and a pod start brought four where two say something.
+pub const FILTERS: [&str; 4] = [
+    "namespace==k8s.io,topic==\"/tasks/start\"",
+    "namespace==k8s.io,topic==\"/tasks/exit\"",
+    "namespace==k8s.io,topic==\"/tasks/delete\"",
+    "namespace==k8s.io,topic==\"/tasks/oom\"",
+];
 
 /// Follows containerd's events on `socket` until the task is dropped, triggering `pleg`.
 pub async fn run(socket: PathBuf, pleg: Arc<Pleg>) {
@@ -71,7 +82,7 @@ async fn follow(socket: &std::path::Path, pleg: &Pleg) -> Result<(), tonic::Stat
     // from the first event if that comes sooner. (Waiting for the first event left an agent
     // restarted on a quiet node relisting every second for good.)
     let subscribe = client.subscribe(SubscribeRequest {
-        filters: vec![FILTER.to_string()],
+        filters: FILTERS.iter().map(|f| (*f).to_owned()).collect(),
     });
     tokio::pin!(subscribe);
     let mut stream = tokio::select! {
