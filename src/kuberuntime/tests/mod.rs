@@ -163,6 +163,20 @@ impl Harness {
             .map_err(|e| e.to_string())
     }
 
+    /// A sync of `pod` with the number of hand-offs to the blocking pool it made.
+    pub(super) async fn counted_sync(&self, pod: &Arc<Pod>) -> (Result<Requeue, String>, usize) {
+        crate::blocking::handoffs::counted(self.sync(pod)).await
+    }
+
+    /// The log directory of the pod `web-node1` (`<podLogsDir>/<ns>_<name>_<uid>`).
+    pub(super) fn pod_log_dir(&self) -> std::path::PathBuf {
+        let logs = self
+            .root_dir
+            .parent()
+            .expect("under the temporary directory");
+        logs.join("logs/default_web-node1_u1")
+    }
+
     /// What the PLEG does when the runtime changes: a fresh view of the pod in the cache.
     pub(super) async fn pleg_sees_it(&self) {
         self.clock.advance(Duration::from_millis(1));

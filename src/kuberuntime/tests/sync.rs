@@ -39,21 +39,16 @@ async fn a_new_pod_gets_its_cgroup_a_sandbox_then_its_containers() {
 async fn a_pod_start_hands_off_twice_and_a_sync_with_nothing_new_not_at_all() {
     let h = harness();
     let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
-    let (synced, handoffs) = crate::blocking::handoffs::counted(h.sync(&p)).await;
+    let (synced, handoffs) = h.counted_sync(&p).await;
     assert_eq!(synced, Ok(Requeue::Normal));
     assert_eq!(h.rt.running(), vec!["a"]);
     assert_eq!(handoffs, 2, "pod files, then the container's");
-    let logs = h
-        .root_dir
-        .parent()
-        .unwrap()
-        .join("logs/default_web-node1_u1");
     assert!(
-        logs.join("a").is_dir(),
+        h.pod_log_dir().join("a").is_dir(),
         "the sandbox's and container's log directories"
     );
     h.pleg_sees_it().await;
-    let (synced, handoffs) = crate::blocking::handoffs::counted(h.sync(&p)).await;
+    let (synced, handoffs) = h.counted_sync(&p).await;
     assert_eq!(synced, Ok(Requeue::Normal));
     assert_eq!(handoffs, 0, "nothing new to make");
 }
@@ -69,7 +64,7 @@ async fn a_pod_with_a_volume_that_follows_updates_hands_off_at_every_sync() {
     ));
     h.sync(&p).await.unwrap();
     h.pleg_sees_it().await;
-    let (synced, handoffs) = crate::blocking::handoffs::counted(h.sync(&p)).await;
+    let (synced, handoffs) = h.counted_sync(&p).await;
     assert_eq!(synced, Ok(Requeue::Normal));
     assert_eq!(handoffs, 1, "the volumes set up again");
 }
@@ -82,15 +77,11 @@ async fn a_sandbox_made_again_makes_its_log_directory_again() {
     let p = pod(&format!("{{containers: [{}]}}", apps(&["a"])));
     h.sync(&p).await.unwrap();
     h.pleg_sees_it().await;
-    let logs = h
-        .root_dir
-        .parent()
-        .unwrap()
-        .join("logs/default_web-node1_u1");
+    let logs = h.pod_log_dir();
     std::fs::remove_dir_all(&logs).unwrap();
     h.rt.kill_sandboxes();
     h.pleg_sees_it().await;
-    let (synced, handoffs) = crate::blocking::handoffs::counted(h.sync(&p)).await;
+    let (synced, handoffs) = h.counted_sync(&p).await;
     synced.unwrap();
     assert_eq!(h.rt.calls_of("RunPodSandbox").len(), 2);
     assert_eq!(handoffs, 2);
