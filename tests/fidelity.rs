@@ -239,7 +239,7 @@ fn termination_messages_come_from_the_file_or_the_log_tail_on_error() {
         "msg.yaml",
         &manifest(
             "msg",
-            "  restartPolicy: Never\n  containers:\n  - {name: file, image: busybox:1.36, command: [sh, -c, 'echo -n bye from file > /dev/termination-log']}\n  - {name: custom, image: busybox:1.36, terminationMessagePath: /tmp/why, command: [sh, -c, 'echo custom > /tmp/why; exit 2']}\n  - {name: logs, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo first >&2; echo oops >&2; exit 3']}\n  - {name: quiet, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo ok']}\n",
+            "  restartPolicy: Never\n  containers:\n  - {name: file, image: busybox:1.36, command: [sh, -c, 'echo -n bye from file > /dev/termination-log']}\n  - {name: custom, image: busybox:1.36, terminationMessagePath: /tmp/why, command: [sh, -c, 'i=0; while [ $i -lt 500 ]; do echo -n 0123456789; i=$((i+1)); done > /tmp/why; echo custom >> /tmp/why; exit 2']}\n  - {name: logs, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo first >&2; echo oops >&2; exit 3']}\n  - {name: quiet, image: busybox:1.36, terminationMessagePolicy: FallbackToLogsOnError, command: [sh, -c, 'echo ok']}\n",
         ),
     );
     let message = |c: &str| {
@@ -256,7 +256,11 @@ fn termination_messages_come_from_the_file_or_the_log_tail_on_error() {
             .is_some_and(|a| a.len() == 4 && a.iter().all(|s| s["state"]["terminated"].is_object()))
     });
     assert_eq!(message("file").unwrap(), "bye from file");
-    assert_eq!(message("custom").unwrap(), "custom\n");
+    // 5,007 bytes written: the last 4096 are kept (kubelet's `tail.ReadAtMost`).
+    let custom = message("custom").unwrap();
+    let custom = custom.as_str().unwrap();
+    assert_eq!(custom.len(), 4096, "{custom}");
+    assert!(custom.ends_with("6789custom\n"), "{custom}");
     assert_eq!(message("logs").unwrap(), "first\noops\n");
     assert_eq!(
         message("quiet").unwrap(),

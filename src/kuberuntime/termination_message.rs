@@ -1,7 +1,7 @@
 //! Termination messages (kubelet's `terminationMessagePath` handling in
 //! `kuberuntime_container.go`): before a container starts, an empty file
 //! `<pod dir>/containers/<name>/<id>` (mode 0666, so any user of the container can write it) is
-//! mounted at its `terminationMessagePath`; once it has exited, the file's first 4096 bytes
+//! mounted at its `terminationMessagePath`; once it has exited, the file's last 4096 bytes
 //! become the `message` of its terminated state. With `terminationMessagePolicy:
 //! FallbackToLogsOnError`, an empty file and a non-zero exit code take the tail of the container's
 //! log instead: its last 80 lines, at most 2048 bytes.
@@ -70,19 +70,18 @@ pub fn read(st: &api::ContainerStatus) -> Option<String> {
         .rev()
         .find(|m| !path.is_empty() && m.container_path == *path)
         .and_then(|m| {
-            let mut buf = Vec::new();
-            open_regular(Path::new(&m.host_path))
-                .and_then(|f| f.take(MAX_MESSAGE_BYTES).read_to_end(&mut buf))
-                .ok()?;
-            // Cut at 4096 bytes, a character split there is dropped, not replaced.
-            let text = match std::str::from_utf8(&buf) {
-                Ok(t) => t.to_owned(),
-                Err(e) if e.error_len().is_none() => {
-                    String::from_utf8_lossy(&buf[..e.valid_up_to()]).into_owned()
-                }
-                Err(_) => String::from_utf8_lossy(&buf).into_owned(),
+            let (buf, cut) = read_tail(Path::new(&m.host_path)).ok()?;
+            // The file's last 4096 bytes (kubelet's `tail.ReadAtMost`): a character split at
+            // the cut is dropped, not replaced.
+            let skip = if cut {
+                buf.iter()
+                    .take(3)
+                    .take_while(|b| (0x80..0xc0).contains(*b))
+                    .count()
+            } else {
+                0
             };
-            Some(text)
+            Some(String::from_utf8_lossy(&buf[skip..]).into_owned())
         })
         .filter(|m| !m.is_empty());
     if from_file.is_some() {
@@ -92,6 +91,20 @@ pub fn read(st: &api::ContainerStatus) -> Option<String> {
         return log_tail(Path::new(&st.log_path)).filter(|m| !m.is_empty());
     }
     None
+}
+
+/// The last [`MAX_MESSAGE_BYTES`] bytes of the regular file at `path` ([`open_regular`]), and
+/// whether the file was longer (the bytes read start inside it).
+///
+/// Errors: the open's, the seek's or the read's.
+fn read_tail(path: &Path) -> std::io::Result<(Vec<u8>, bool)> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = open_regular(path)?;
+    let start = f.metadata()?.len().saturating_sub(MAX_MESSAGE_BYTES);
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::new();
+    f.take(MAX_MESSAGE_BYTES).read_to_end(&mut buf)?;
+    Ok((buf, start > 0))
 }
 
 /// Opens `path` for reading only if it is a regular file and not a symbolic link, without
@@ -215,9 +228,18 @@ mod tests {
             read(&status(p, "FallbackToLogsOnError", &host, &log, 0)),
             None
         );
-        std::fs::write(&host, "x".repeat(5000)).unwrap();
+        std::fs::write(&host, format!("{}{}", "x".repeat(5000), "y".repeat(4096))).unwrap();
         let msg = read(&status(p, "FallbackToLogsOnError", &host, &log, 1)).unwrap();
-        assert_eq!(msg.len(), 4096, "the file first, its first 4096 bytes");
+        assert_eq!(msg, "y".repeat(4096), "the file first, its last 4096 bytes");
+        // A character split at the cut is dropped; one whole at the start of a short file stays.
+        std::fs::write(&host, format!("{}{}", "é".repeat(2000), "z".repeat(97))).unwrap();
+        let msg = read(&status(p, "File", &host, &log, 1)).unwrap();
+        assert_eq!(msg, format!("{}{}", "é".repeat(1999), "z".repeat(97)));
+        std::fs::write(&host, "é!").unwrap();
+        assert_eq!(
+            read(&status(p, "File", &host, &log, 1)).as_deref(),
+            Some("é!")
+        );
     }
 
     #[test]
