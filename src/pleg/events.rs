@@ -4,9 +4,10 @@
 //! task events on the same socket. nodelet subscribes to the task events that change what CRI
 //! reports of a container or sandbox in the `k8s.io` namespace ([`FILTERS`]: a task started,
 //! exited, deleted, OOM-killed) and triggers a relist on each, so the change goes through the
-//! same diff, cache and channel as a periodic relist. A task exit with a non-zero status, or after the container's
-//! OOM event, is also reported at once ([`Pleg::container_exited`]): containerd 1.6's CRI
-//! plugin shows the container as exited only after it has deleted the task, some 50 ms later.
+//! same diff, cache and channel as a periodic relist. A task exit with a non-zero status, or
+//! after the container's OOM event, is also reported at once ([`Pleg::container_exited`]):
+//! containerd 1.6's CRI plugin shows the container as exited only after it has deleted the
+//! task, some 50 ms later.
 //! An OOM event marks the container OOMKilled in the pod cache whenever it comes: containerd's
 //! CRI status says `Completed` for a container whose shell survived the kill and exited 0, and
 //! the event may come after the exit (seen 11 ms after). So an exit with status 0 and no OOM
