@@ -126,6 +126,10 @@ impl VolumePlugin for EmptyDir {
     fn dir_name(&self) -> &'static str {
         "kubernetes.io~empty-dir"
     }
+
+    fn requires_remount(&self) -> bool {
+        false
+    }
 }
 
 fn procfs_mem_total() -> u64 {

@@ -109,6 +109,10 @@ impl VolumePlugin for HostPath {
     fn dir_name(&self) -> &'static str {
         "kubernetes.io~host-path"
     }
+
+    fn requires_remount(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -124,6 +124,13 @@ pub trait VolumePlugin {
     fn tear_down(&self, dir: &Path);
     /// The plugin's directory name under `volumes/` (`kubernetes.io~empty-dir`).
     fn dir_name(&self) -> &'static str;
+    /// Whether a volume's content follows what it was made from after its set-up (the objects,
+    /// the pod's fields, a token), so that every sync sets it up again (kubelet's
+    /// `RequiresRemount`): true but for emptyDir and hostPath, which stay as their first
+    /// set-up made them.
+    fn requires_remount(&self) -> bool {
+        true
+    }
 }
 
 /// Writes `payload` into the volume directory `dir` with [`atomic_writer`], on a tmpfs when
@@ -164,16 +171,14 @@ fn plugin_of(v: &Volume) -> Option<&'static dyn VolumePlugin> {
     }
 }
 
-/// Whether `pod` has a volume whose content follows what it was made from after its set-up:
-/// configMap, secret, downwardAPI and projected volumes (the objects, the pod's fields, a
-/// service account token), which a sync sets up again (kubelet's volume manager remounts the
-/// plugins whose `RequiresRemount` is true: these four). emptyDir and hostPath volumes stay
-/// as their first set-up made them, so a sync that starts no container need not look at them.
+/// Whether `pod` has a volume whose plugin [`VolumePlugin::requires_remount`] (configMap,
+/// secret, downwardAPI, projected; a kind nodelet does not know counts too): a sync that
+/// starts no container sets such a pod's volumes up again, and need not look at the others.
 pub fn follows_updates(pod: &Pod) -> bool {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .any(|v| v.empty_dir.is_none() && v.host_path.is_none())
+        .any(|v| plugin_of(v).is_none_or(|p| p.requires_remount()))
 }
 
 /// The plugins whose volumes live under a pod's directory (torn down with the pod).
