@@ -9,6 +9,7 @@
 #   - check the whole chain (ctr pulls with the hosts dir, CRI Version and PullImage over gRPC).
 # Prints one line per step and, last, the CRI endpoint. Logs: /var/log/nodelet-env.
 # Idempotent: a second run while everything is up changes nothing. See down.sh for teardown.
+# `up.sh --packages` installs the packages and stops there.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -109,6 +110,12 @@ install_packages() {
 }
 
 install_packages
+# `up.sh --packages`: this step alone (scripts/test.sh, before its build: containerd-client's
+# build script needs protoc).
+if [[ ${1:-} == --packages ]]; then
+    command -v protoc >/dev/null || die "protoc not found after installing protobuf-compiler"
+    exit 0
+fi
 
 for cmd in containerd ctr runc containerd-shim-runc-v2 docker-registry skopeo musl-gcc \
     python3 curl ip setsid flock tmux; do
