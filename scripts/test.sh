@@ -2,9 +2,10 @@
 # Command 2 of the README: run every test, in two stages.
 #
 # 1. The fast stage needs neither root nor containerd, only protoc (installed first on a bare
-#    machine run as root; about 3 minutes on 2 cores from a cold cache, seconds after): formatting (cargo fmt --check), lints (cargo clippy, warnings are
-#    errors; clippy.toml and Cargo.toml's [lints] hold the project's own rules), the API docs
-#    (cargo doc, warnings are errors) and the unit tests. A failure here stops the run.
+#    machine run as root; about 3 minutes on 2 cores from a cold cache, seconds after):
+#    formatting (cargo fmt --check), lints (cargo clippy, warnings are errors; clippy.toml and
+#    Cargo.toml's [lints] hold the project's own rules), the API docs (cargo doc, warnings are
+#    errors) and the unit tests. A failure here stops the run.
 # 2. The integration stage brings the environment up (idempotent) and drives the real containerd
 #    it starts: every test target, then the cgroup v2 test set in the guest.
 set -euo pipefail
